@@ -1,0 +1,51 @@
+/* Internal core helpers shared by every layer of the library. */
+#ifndef TA_CORE_H
+#define TA_CORE_H
+
+#include "tensorattn.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Records a formatted message for ta_last_error() and returns code. */
+ta_status ta_error(ta_status code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Clears the message (successful public calls need not call it). */
+void ta_error_clear(void);
+
+/* Internal invariants only: never on user input. Compiled in debug builds; in release
+ * an impossible state returns TA_EINTERNAL where the caller checks. */
+#ifdef NDEBUG
+#define TA_ASSERT(cond) ((void)0)
+#else
+#include <assert.h>
+#define TA_ASSERT(cond) assert(cond)
+#endif
+
+#define TA_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define TA_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* Allocation through the hook. ta_alloc returns 64-byte aligned memory (2 MiB aligned
+ * and huge-page advised from 2 MiB up), or NULL with a TA_ENOMEM message recorded.
+ * ta_alloc_zeroed also clears it. ta_free(NULL) is fine. */
+void *ta_alloc(size_t bytes);
+void *ta_alloc_zeroed(size_t bytes);
+void ta_free(void *ptr);
+
+/* a * b into *out; false on size_t overflow (or negative). */
+bool ta_mul_size(size_t *out, size_t a, size_t b);
+/* Product of shape[0..ndim-1] into *out; false on overflow or a negative extent. */
+bool ta_shape_numel(int64_t *out, int ndim, const int64_t *shape);
+/* "[2, 3, 4]" into buf (always terminated). Returns buf. */
+char *ta_shape_str(char *buf, size_t size, int ndim, const int64_t *shape);
+#define TA_SHAPE_STR_MAX 160
+
+/* Threads to use for the next parallel region. */
+int ta_threads(void);
+
+/* Monotonic time in seconds. */
+double ta_now(void);
+
+#endif

@@ -1,0 +1,397 @@
+/* ta_tensor: constructors, views and element-wise copies. */
+#include "core/core.h"
+#include "core/tensor_internal.h"
+
+#include <string.h>
+
+static ta_status check_shape(const char *fn, int ndim, const int64_t *shape, int64_t *numel)
+{
+    if (ndim < 0 || ndim > TA_MAX_DIMS)
+        return ta_error(TA_EINVAL, "%s: ndim must be in [0, %d], got %d", fn, TA_MAX_DIMS, ndim);
+    if (ndim > 0 && !shape) return ta_error(TA_EINVAL, "%s: shape is NULL", fn);
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0)
+            return ta_error(TA_EINVAL, "%s: shape[%d] is negative (%lld)", fn, i, (long long)shape[i]);
+    int64_t n;
+    size_t bytes;
+    if (!ta_shape_numel(&n, ndim, shape) || !ta_mul_size(&bytes, (size_t)n, sizeof(float)) ||
+        n > (int64_t)(SIZE_MAX / sizeof(float))) {
+        char s[TA_SHAPE_STR_MAX];
+        return ta_error(TA_EINVAL, "%s: shape %s has too many elements", fn,
+                        ta_shape_str(s, sizeof s, ndim, shape));
+    }
+    *numel = n;
+    return TA_OK;
+}
+
+void ta_contiguous_strides(int64_t *stride, int ndim, const int64_t *shape)
+{
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        stride[i] = s;
+        s *= shape[i] > 0 ? shape[i] : 1;
+    }
+}
+
+ta_status ta_tensor_empty(ta_tensor *t, int ndim, const int64_t *shape)
+{
+    if (!t) return ta_error(TA_EINVAL, "ta_tensor_empty: t is NULL");
+    int64_t n;
+    ta_status st = check_shape("ta_tensor_empty", ndim, shape, &n);
+    if (st) return st;
+    float *data = ta_alloc((size_t)(n ? n : 1) * sizeof(float));
+    if (!data) return TA_ENOMEM;
+    memset(t, 0, sizeof *t);
+    t->data = data;
+    t->owned = data;
+    t->dtype = TA_F32;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    ta_contiguous_strides(t->stride, ndim, shape);
+    return TA_OK;
+}
+
+ta_status ta_tensor_full(ta_tensor *t, int ndim, const int64_t *shape, float value)
+{
+    ta_status st = ta_tensor_empty(t, ndim, shape);
+    if (st) return st;
+    float *p = t->data;
+    int64_t n = ta_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) p[i] = value;
+    return TA_OK;
+}
+
+ta_status ta_tensor_zeros(ta_tensor *t, int ndim, const int64_t *shape)
+{
+    return ta_tensor_full(t, ndim, shape, 0.0f);
+}
+
+ta_status ta_tensor_ones(ta_tensor *t, int ndim, const int64_t *shape)
+{
+    return ta_tensor_full(t, ndim, shape, 1.0f);
+}
+
+ta_status ta_tensor_from_buffer(ta_tensor *t, float *data, int ndim, const int64_t *shape,
+                                const int64_t *strides)
+{
+    if (!t) return ta_error(TA_EINVAL, "ta_tensor_from_buffer: t is NULL");
+    int64_t n;
+    ta_status st = check_shape("ta_tensor_from_buffer", ndim, shape, &n);
+    if (st) return st;
+    if (!data && n > 0) return ta_error(TA_EINVAL, "ta_tensor_from_buffer: data is NULL");
+    memset(t, 0, sizeof *t);
+    t->data = data;
+    t->dtype = TA_F32;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    if (strides)
+        for (int i = 0; i < ndim; i++) t->stride[i] = strides[i];
+    else
+        ta_contiguous_strides(t->stride, ndim, shape);
+    return TA_OK;
+}
+
+void ta_tensor_free(ta_tensor *t)
+{
+    if (!t) return;
+    ta_free(t->owned);
+    memset(t, 0, sizeof *t);
+}
+
+int64_t ta_tensor_numel(const ta_tensor *t)
+{
+    if (!t) return 0;
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+int ta_tensor_is_contiguous(const ta_tensor *t)
+{
+    if (!t) return 0;
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] == 0) return 1;
+        if (t->shape[i] != 1 && t->stride[i] != s) return 0;
+        s *= t->shape[i];
+    }
+    return 1;
+}
+
+float *ta_tensor_at(const ta_tensor *t, const int64_t *idx)
+{
+    float *p = t->data;
+    for (int i = 0; i < t->ndim; i++) p += idx[i] * t->stride[i];
+    return p;
+}
+
+ta_status ta_tensor_check(const char *fn, const char *name, const ta_tensor *t)
+{
+    if (!t) return ta_error(TA_EINVAL, "%s: %s is NULL", fn, name);
+    if (t->ndim < 0 || t->ndim > TA_MAX_DIMS)
+        return ta_error(TA_EINVAL, "%s: %s has ndim %d, must be in [0, %d]", fn, name, t->ndim,
+                        TA_MAX_DIMS);
+    if (t->dtype != TA_F32)
+        return ta_error(TA_EUNSUPPORTED, "%s: %s has dtype %d; only float32 is supported", fn,
+                        name, (int)t->dtype);
+    int64_t n;
+    if (!ta_shape_numel(&n, t->ndim, t->shape)) {
+        char s[TA_SHAPE_STR_MAX];
+        return ta_error(TA_EINVAL, "%s: %s has an invalid shape %s", fn, name,
+                        ta_shape_str(s, sizeof s, t->ndim, t->shape));
+    }
+    if (n > 0 && !t->data) return ta_error(TA_EINVAL, "%s: %s has NULL data", fn, name);
+    return TA_OK;
+}
+
+/* Strides for viewing t as shape ns without a copy (PyTorch's view rule): old dims
+ * are taken in chunks whose elements are evenly spaced; each chunk must map onto a run
+ * of new dims with the same element count. Returns false when no view exists. */
+static bool view_strides(int64_t *nst, const ta_tensor *t, int ndim, const int64_t *ns)
+{
+    int od = t->ndim;
+    int64_t one = 1;
+    const int64_t *oshape = od ? t->shape : &one, *ostride = od ? t->stride : &one;
+    if (!od) od = 1;
+    int vd = ndim - 1;
+    int64_t base = ostride[od - 1], tnumel = 1, vnumel = 1;
+    for (int d = od - 1; d >= 0; d--) {
+        tnumel *= oshape[d];
+        if (d == 0 || (oshape[d - 1] != 1 && ostride[d - 1] != tnumel * base)) {
+            while (vd >= 0 && (vnumel < tnumel || ns[vd] == 1)) {
+                nst[vd] = vnumel * base;
+                vnumel *= ns[vd];
+                vd--;
+            }
+            if (vnumel != tnumel) return false;
+            if (d > 0) {
+                base = ostride[d - 1];
+                tnumel = 1;
+                vnumel = 1;
+            }
+        }
+    }
+    return vd == -1;
+}
+
+/* Reshape as a view (see view_strides). */
+ta_status ta_tensor_reshape(ta_tensor *view, const ta_tensor *t, int ndim, const int64_t *shape)
+{
+    const char *fn = "ta_tensor_reshape";
+    ta_status st = ta_tensor_check(fn, "t", t);
+    if (st) return st;
+    if (!view) return ta_error(TA_EINVAL, "%s: view is NULL", fn);
+    if (ndim < 0 || ndim > TA_MAX_DIMS)
+        return ta_error(TA_EINVAL, "%s: ndim must be in [0, %d], got %d", fn, TA_MAX_DIMS, ndim);
+    if (ndim > 0 && !shape) return ta_error(TA_EINVAL, "%s: shape is NULL", fn);
+    int64_t numel = ta_tensor_numel(t), known = 1;
+    int infer = -1;
+    int64_t ns[TA_MAX_DIMS];
+    char s1[TA_SHAPE_STR_MAX], s2[TA_SHAPE_STR_MAX];
+    for (int i = 0; i < ndim; i++) {
+        ns[i] = shape[i];
+        if (shape[i] == -1) {
+            if (infer >= 0) return ta_error(TA_EINVAL, "%s: only one dimension can be -1", fn);
+            infer = i;
+        } else if (shape[i] < 0) {
+            return ta_error(TA_EINVAL, "%s: shape[%d] is negative (%lld)", fn, i, (long long)shape[i]);
+        } else {
+            if (shape[i] != 0 && known > INT64_MAX / shape[i])
+                return ta_error(TA_EINVAL, "%s: shape overflows", fn);
+            known *= shape[i];
+        }
+    }
+    if (infer >= 0) {
+        if (known == 0 || numel % known != 0)
+            return ta_error(TA_ESHAPE, "%s: cannot infer -1 reshaping %s (%lld elements) to %s", fn,
+                            ta_shape_str(s1, sizeof s1, t->ndim, t->shape), (long long)numel,
+                            ta_shape_str(s2, sizeof s2, ndim, shape));
+        ns[infer] = numel / known;
+        known = numel;
+    }
+    if (known != numel)
+        return ta_error(TA_ESHAPE, "%s: cannot reshape %s (%lld elements) to %s (%lld elements)", fn,
+                        ta_shape_str(s1, sizeof s1, t->ndim, t->shape), (long long)numel,
+                        ta_shape_str(s2, sizeof s2, ndim, ns), (long long)known);
+    int64_t nst[TA_MAX_DIMS];
+    if (numel == 0) {
+        ta_contiguous_strides(nst, ndim, ns);
+    } else if (!view_strides(nst, t, ndim, ns)) {
+        return ta_error(TA_ESHAPE, "%s: the strides of %s do not allow a view of shape %s; "
+                        "call ta_tensor_contiguous first", fn,
+                        ta_shape_str(s1, sizeof s1, t->ndim, t->shape),
+                        ta_shape_str(s2, sizeof s2, ndim, ns));
+    }
+    ta_tensor v = *t;
+    v.owned = NULL;
+    v.ndim = ndim;
+    for (int i = 0; i < ndim; i++) { v.shape[i] = ns[i]; v.stride[i] = nst[i]; }
+    *view = v;
+    return TA_OK;
+}
+
+ta_status ta_tensor_permute(ta_tensor *view, const ta_tensor *t, const int *perm)
+{
+    const char *fn = "ta_tensor_permute";
+    ta_status st = ta_tensor_check(fn, "t", t);
+    if (st) return st;
+    if (!view) return ta_error(TA_EINVAL, "%s: view is NULL", fn);
+    if (!perm && t->ndim > 0) return ta_error(TA_EINVAL, "%s: perm is NULL", fn);
+    int seen[TA_MAX_DIMS] = {0};
+    for (int i = 0; i < t->ndim; i++) {
+        if (perm[i] < 0 || perm[i] >= t->ndim)
+            return ta_error(TA_EINVAL, "%s: perm[%d] = %d is out of range for %d dims", fn, i,
+                            perm[i], t->ndim);
+        if (seen[perm[i]]++)
+            return ta_error(TA_EINVAL, "%s: perm repeats dim %d", fn, perm[i]);
+    }
+    ta_tensor v = *t;
+    v.owned = NULL;
+    for (int i = 0; i < t->ndim; i++) {
+        v.shape[i] = t->shape[perm[i]];
+        v.stride[i] = t->stride[perm[i]];
+    }
+    *view = v;
+    return TA_OK;
+}
+
+ta_status ta_tensor_transpose(ta_tensor *view, const ta_tensor *t, int dim0, int dim1)
+{
+    const char *fn = "ta_tensor_transpose";
+    ta_status st = ta_tensor_check(fn, "t", t);
+    if (st) return st;
+    if (dim0 < 0) dim0 += t->ndim;
+    if (dim1 < 0) dim1 += t->ndim;
+    if (dim0 < 0 || dim0 >= t->ndim || dim1 < 0 || dim1 >= t->ndim)
+        return ta_error(TA_EINVAL, "%s: dims (%d, %d) out of range for %d dims", fn, dim0, dim1,
+                        t->ndim);
+    int perm[TA_MAX_DIMS];
+    for (int i = 0; i < t->ndim; i++) perm[i] = i;
+    perm[dim0] = dim1;
+    perm[dim1] = dim0;
+    return ta_tensor_permute(view, t, perm);
+}
+
+ta_status ta_tensor_slice(ta_tensor *view, const ta_tensor *t, int dim, int64_t start,
+                          int64_t stop, int64_t step)
+{
+    const char *fn = "ta_tensor_slice";
+    ta_status st = ta_tensor_check(fn, "t", t);
+    if (st) return st;
+    if (!view) return ta_error(TA_EINVAL, "%s: view is NULL", fn);
+    if (dim < 0) dim += t->ndim;
+    if (dim < 0 || dim >= t->ndim)
+        return ta_error(TA_EINVAL, "%s: dim %d out of range for %d dims", fn, dim, t->ndim);
+    if (step < 1) return ta_error(TA_EINVAL, "%s: step must be >= 1, got %lld", fn, (long long)step);
+    int64_t n = t->shape[dim];
+    if (start < 0) start += n;
+    if (stop < 0) stop += n;
+    start = TA_MIN(TA_MAX(start, 0), n);
+    stop = TA_MIN(TA_MAX(stop, 0), n);
+    int64_t len = stop > start ? (stop - start + step - 1) / step : 0;
+    ta_tensor v = *t;
+    v.owned = NULL;
+    if (len > 0) v.data = (float *)t->data + start * t->stride[dim];
+    v.shape[dim] = len;
+    v.stride[dim] = t->stride[dim] * step;
+    *view = v;
+    return TA_OK;
+}
+
+/* Visits every element of an n-d index space in row-major order. */
+void ta_index_next(int ndim, const int64_t *shape, int64_t *idx)
+{
+    for (int i = ndim - 1; i >= 0; i--) {
+        if (++idx[i] < shape[i]) return;
+        idx[i] = 0;
+    }
+}
+
+ta_status ta_tensor_copy(ta_tensor *dst, const ta_tensor *src)
+{
+    const char *fn = "ta_tensor_copy";
+    ta_status st = ta_tensor_check(fn, "dst", dst);
+    if (!st) st = ta_tensor_check(fn, "src", src);
+    if (st) return st;
+    char s1[TA_SHAPE_STR_MAX], s2[TA_SHAPE_STR_MAX];
+    bool same = dst->ndim == src->ndim;
+    for (int i = 0; same && i < dst->ndim; i++) same = dst->shape[i] == src->shape[i];
+    if (!same)
+        return ta_error(TA_ESHAPE, "%s: dst has shape %s but src has %s", fn,
+                        ta_shape_str(s1, sizeof s1, dst->ndim, dst->shape),
+                        ta_shape_str(s2, sizeof s2, src->ndim, src->shape));
+    int64_t n = ta_tensor_numel(src);
+    if (n == 0) return TA_OK;
+    int nd = src->ndim;
+    int64_t inner = nd ? src->shape[nd - 1] : 1;
+    int64_t ds = nd ? dst->stride[nd - 1] : 0, ss = nd ? src->stride[nd - 1] : 0;
+    int64_t idx[TA_MAX_DIMS] = {0};
+    for (int64_t done = 0; done < n; done += inner) {
+        float *d = ta_tensor_at(dst, idx);
+        const float *s = ta_tensor_at(src, idx);
+        if (ds == 1 && ss == 1)
+            memcpy(d, s, (size_t)inner * sizeof(float));
+        else
+            for (int64_t j = 0; j < inner; j++) d[j * ds] = s[j * ss];
+        if (nd) {
+            idx[nd - 1] = inner - 1;
+            ta_index_next(nd, src->shape, idx);
+        }
+    }
+    return TA_OK;
+}
+
+ta_status ta_tensor_contiguous(ta_tensor *out, const ta_tensor *t)
+{
+    const char *fn = "ta_tensor_contiguous";
+    ta_status st = ta_tensor_check(fn, "t", t);
+    if (st) return st;
+    if (!out) return ta_error(TA_EINVAL, "%s: out is NULL", fn);
+    ta_tensor c;
+    st = ta_tensor_empty(&c, t->ndim, t->shape);
+    if (st) return st;
+    ta_tensor_copy(&c, t);
+    *out = c;
+    return TA_OK;
+}
+
+ta_status ta_tensor_fill(ta_tensor *t, float value)
+{
+    ta_status st = ta_tensor_check("ta_tensor_fill", "t", t);
+    if (st) return st;
+    int64_t n = ta_tensor_numel(t);
+    int64_t idx[TA_MAX_DIMS] = {0};
+    for (int64_t i = 0; i < n; i++) {
+        *ta_tensor_at(t, idx) = value;
+        ta_index_next(t->ndim, t->shape, idx);
+    }
+    return TA_OK;
+}
+
+static ta_status tri(const char *fn, ta_tensor *t, int64_t diagonal, bool lower)
+{
+    ta_status st = ta_tensor_check(fn, "t", t);
+    if (st) return st;
+    if (t->ndim < 2)
+        return ta_error(TA_ESHAPE, "%s: t must have at least 2 dims, got %d", fn, t->ndim);
+    int64_t n = ta_tensor_numel(t);
+    int64_t idx[TA_MAX_DIMS] = {0};
+    int r = t->ndim - 2, c = t->ndim - 1;
+    for (int64_t e = 0; e < n; e++) {
+        int64_t i = idx[r], j = idx[c];
+        bool keep = lower ? j <= i + diagonal : j >= i + diagonal;
+        if (!keep) *ta_tensor_at(t, idx) = 0.0f;
+        ta_index_next(t->ndim, t->shape, idx);
+    }
+    return TA_OK;
+}
+
+ta_status ta_tensor_tril(ta_tensor *t, int64_t diagonal)
+{
+    return tri("ta_tensor_tril", t, diagonal, true);
+}
+
+ta_status ta_tensor_triu(ta_tensor *t, int64_t diagonal)
+{
+    return tri("ta_tensor_triu", t, diagonal, false);
+}

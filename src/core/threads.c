@@ -1,0 +1,34 @@
+/* Thread count and time. OpenMP does the threading; the split never changes the
+ * arithmetic, so the count only affects speed. */
+#include "core/core.h"
+
+#include <omp.h>
+#include <time.h>
+
+static int ta_num_threads = 0; /* 0: not chosen yet -> all cores */
+
+ta_status ta_set_num_threads(int n)
+{
+    if (n < 1 || n > 4096)
+        return ta_error(TA_EINVAL, "ta_set_num_threads: n must be in [1, 4096], got %d", n);
+    ta_num_threads = n;
+    return TA_OK;
+}
+
+int ta_get_num_threads(void)
+{
+    if (ta_num_threads == 0) {
+        int n = omp_get_max_threads();
+        return n < 1 ? 1 : n;
+    }
+    return ta_num_threads;
+}
+
+int ta_threads(void) { return ta_get_num_threads(); }
+
+double ta_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

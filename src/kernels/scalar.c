@@ -1,0 +1,23 @@
+/* Portable reference kernels: every table starts from these. */
+#include "core/core.h"
+#include "kernels/kernels.h"
+
+/* Eight independent chains so a compiler cannot collapse them; scalar code measures
+ * the scalar FMA rate. */
+static double fma_peak_loop_scalar(int64_t iters)
+{
+    float a[8] = {1.0f, 1.1f, 1.2f, 1.3f, 1.4f, 1.5f, 1.6f, 1.7f};
+    const float m = 0.999999f, c = 1e-7f;
+    for (int64_t i = 0; i < iters; i++)
+        for (int j = 0; j < 8; j++) a[j] = a[j] * m + c;
+    volatile float sink = a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+    (void)sink;
+    return 2.0 * 8.0 * (double)iters;
+}
+
+void ta_kernels_fill_scalar(ta_kernels *k)
+{
+    k->isa = TA_ISA_SCALAR;
+    k->name = "scalar";
+    k->fma_peak_loop = fma_peak_loop_scalar;
+}

@@ -1,0 +1,28 @@
+/* The GEMM engine (internal interface used by einsum, attention and the public
+ * ta_sgemm / ta_sgemm_batched wrappers). */
+#ifndef TA_GEMM_H
+#define TA_GEMM_H
+
+#include "tensorattn.h"
+
+/* Batch dimensions of a strided GEMM: problem at batch multi-index b uses
+ * A + sum b[i]*stride_a[i] (likewise B and C). A stride may be 0 (shared operand). */
+typedef struct ta_gemm_batch {
+    int ndim; /* 0 .. TA_MAX_DIMS */
+    int64_t shape[TA_MAX_DIMS];
+    int64_t stride_a[TA_MAX_DIMS], stride_b[TA_MAX_DIMS], stride_c[TA_MAX_DIMS];
+} ta_gemm_batch;
+
+/* C = alpha * A B + beta * C for every batch index, with element strides:
+ *   A[i,k] = A[i*rsa + k*csa], B[k,j] = B[k*rsb + j*csb], C[i,j] = C[i*rsc + j*csc].
+ * beta == 0: C is not read. batch may be NULL (one problem). Arguments are trusted
+ * (public entry points validate); returns TA_ENOMEM when a packing buffer cannot be
+ * had. Threads: OpenMP over batch x macro-tiles; every C element is computed by one
+ * thread in a fixed order, so results do not depend on the thread count. */
+ta_status ta_gemm_strided(float *C, int64_t rsc, int64_t csc,
+                          const float *A, int64_t rsa, int64_t csa,
+                          const float *B, int64_t rsb, int64_t csb,
+                          int64_t M, int64_t N, int64_t K, float alpha, float beta,
+                          const ta_gemm_batch *batch);
+
+#endif
