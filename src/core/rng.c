@@ -2,16 +2,15 @@
  * numbers: as easy as 1, 2, 3", SC 2011). Element n (row-major over the shape) is a
  * pure function of (seed, n), so neither strides nor threads change the values. */
 #include "core/core.h"
+#include "core/rng.h"
 #include "core/tensor_internal.h"
 
 #include <math.h>
 
-typedef struct { uint32_t v[4]; } philox4;
-
-static philox4 philox4x32_10(uint64_t counter, uint64_t seed)
+ta_philox4 ta_philox4x32_10(const uint32_t counter[4], const uint32_t key[2])
 {
-    uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
-    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    uint32_t c0 = counter[0], c1 = counter[1], c2 = counter[2], c3 = counter[3];
+    uint32_t k0 = key[0], k1 = key[1];
     for (int r = 0; r < 10; r++) {
         uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
         uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
@@ -22,8 +21,16 @@ static philox4 philox4x32_10(uint64_t counter, uint64_t seed)
         k0 += 0x9E3779B9u;
         k1 += 0xBB67AE85u;
     }
-    philox4 out = {{c0, c1, c2, c3}};
+    ta_philox4 out = {{c0, c1, c2, c3}};
     return out;
+}
+
+/* Stream `seed`, element n: counter (n_lo, n_hi, 0, 0), key (seed_lo, seed_hi). */
+static ta_philox4 philox_at(uint64_t n, uint64_t seed)
+{
+    uint32_t c[4] = {(uint32_t)n, (uint32_t)(n >> 32), 0, 0};
+    uint32_t k[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    return ta_philox4x32_10(c, k);
 }
 
 /* A double in (0, 1] from 53 random bits. */
@@ -38,7 +45,7 @@ typedef enum { DIST_NORMAL, DIST_UNIFORM } dist_kind;
 
 static float sample(dist_kind kind, uint64_t n, uint64_t seed, float lo, float hi)
 {
-    philox4 r = philox4x32_10(n, seed);
+    ta_philox4 r = philox_at(n, seed);
     if (kind == DIST_NORMAL) {
         /* Box-Muller, cosine branch */
         double u1 = unit_open0(r.v[0], r.v[1]), u2 = unit_open0(r.v[2], r.v[3]);
@@ -103,7 +110,7 @@ ta_status ta_randint(int64_t *out, size_t n, int64_t low, int64_t high, uint64_t
                         (long long)high);
     uint64_t range = (uint64_t)high - (uint64_t)low;
     for (size_t i = 0; i < n; i++) {
-        philox4 r = philox4x32_10((uint64_t)i, seed);
+        ta_philox4 r = philox_at((uint64_t)i, seed);
         uint64_t x = ((uint64_t)r.v[0] << 32) | r.v[1];
         /* Lemire-style multiply-shift would be biased by < 2^-64 * range; the modulo
          * bias is the same order for 64-bit x: both negligible for our ranges. */

@@ -1,0 +1,116 @@
+/* Option parsing and error reporting for the command-line tool. */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_error(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("tensorattn: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return code;
+}
+
+int cli_fail(ta_status st, const char *what)
+{
+    (void)st;
+    return cli_error(CLI_FAIL, "%s: %s", what, ta_last_error());
+}
+
+cli_opt *cli_find(cli_opt *opts, const char *name)
+{
+    for (cli_opt *o = opts; o->name; o++)
+        if (strcmp(o->name, name) == 0) return o;
+    return NULL;
+}
+
+int cli_parse(int argc, char **argv, int first, cli_opt *opts, const char **pos, int max_pos,
+              int *npos, bool *help)
+{
+    *npos = 0;
+    *help = false;
+    for (int i = first; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            *help = true;
+            continue;
+        }
+        if (strncmp(arg, "-", 1) != 0 || strcmp(arg, "-") == 0) {
+            if (*npos >= max_pos) return cli_error(CLI_USAGE, "unexpected argument '%s'", arg);
+            pos[(*npos)++] = arg;
+            continue;
+        }
+        char name[64];
+        const char *eq = strchr(arg, '=');
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (len >= sizeof name) return cli_error(CLI_USAGE, "unknown option '%s'", arg);
+        memcpy(name, arg, len);
+        name[len] = '\0';
+        cli_opt *o = cli_find(opts, name);
+        if (!o) return cli_error(CLI_USAGE, "unknown option '%s' (see --help)", name);
+        if (o->given) return cli_error(CLI_USAGE, "option %s given twice", name);
+        o->given = true;
+        if (o->takes_value) {
+            if (eq) o->value = eq + 1;
+            else if (i + 1 < argc) o->value = argv[++i];
+            else return cli_error(CLI_USAGE, "option %s needs a value", name);
+        } else if (o->optional_value) {
+            if (eq) o->value = eq + 1;
+            else if (i + 1 < argc && argv[i + 1][0] != '-') o->value = argv[++i];
+        } else if (eq) {
+            return cli_error(CLI_USAGE, "option %s takes no value", name);
+        }
+    }
+    return CLI_OK;
+}
+
+bool cli_int(const char *opt, const char *text, long long min, long long max, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || end == text || *end || v < min || v > max) {
+        cli_error(CLI_USAGE, "%s expects an integer in [%lld, %lld], got '%s'", opt, min, max, text);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_float(const char *opt, const char *text, float *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text || *end || !isfinite(v)) {
+        cli_error(CLI_USAGE, "%s expects a finite number, got '%s'", opt, text);
+        return false;
+    }
+    *out = (float)v;
+    return true;
+}
+
+bool cli_threads(cli_opt *opts)
+{
+    cli_opt *o = cli_find(opts, "--threads");
+    if (!o || !o->given) return true;
+    long long n;
+    if (!cli_int("--threads", o->value, 1, 4096, &n)) return false;
+    ta_set_num_threads((int)n);
+    return true;
+}
+
+void cli_print_shape(const ta_tensor *t)
+{
+    putchar('[');
+    for (int i = 0; i < t->ndim; i++) printf(i ? ", %lld" : "%lld", (long long)t->shape[i]);
+    putchar(']');
+}

@@ -1,0 +1,50 @@
+/* Shared pieces of the command-line tool. */
+#ifndef TA_CLI_H
+#define TA_CLI_H
+
+#include "tensorattn.h"
+
+#include <stdbool.h>
+
+/* Exit codes of the CLI contract. */
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+/* Prints "tensorattn: error: <message>" on stderr; returns code. */
+int cli_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Reports a failed library call: "tensorattn: error: <what>: <ta_last_error()>". */
+int cli_fail(ta_status st, const char *what);
+
+/* A small option parser: "--name value", "--name=value" and bare flags.
+ * Options are declared in a table; parsing fills their value fields. */
+typedef struct cli_opt {
+    const char *name;    /* "--q" */
+    bool takes_value;    /* false: a flag */
+    bool optional_value; /* a flag that may take a value (e.g. --causal [align]) */
+    const char *value;   /* out: the value, or NULL */
+    bool given;          /* out */
+} cli_opt;
+
+/* Parses argv[first..argc-1] against opts (terminated by name == NULL). Positional
+ * arguments are stored in pos (up to max_pos; their count in *npos). Prints a usage
+ * error and returns CLI_USAGE on an unknown option or a missing value; CLI_OK else.
+ * "--help" sets *help. */
+int cli_parse(int argc, char **argv, int first, cli_opt *opts, const char **pos, int max_pos,
+              int *npos, bool *help);
+cli_opt *cli_find(cli_opt *opts, const char *name);
+
+/* Parses an integer / float option value; on failure prints a usage error. */
+bool cli_int(const char *opt, const char *text, long long min, long long max, long long *out);
+bool cli_float(const char *opt, const char *text, float *out);
+
+/* Applies --threads if given (returns false after printing an error). */
+bool cli_threads(cli_opt *opts);
+
+/* "[32, 8, 512, 64]" */
+void cli_print_shape(const ta_tensor *t);
+
+int cmd_demo(int argc, char **argv);
+int cmd_einsum(int argc, char **argv);
+int cmd_sdpa(int argc, char **argv);
+int cmd_mha(int argc, char **argv);
+
+#endif

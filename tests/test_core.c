@@ -1,0 +1,91 @@
+/* ta-test: all-isas -- Core services: threads, the allocation hook, CPU dispatch, the FMA peak. */
+#include "ta_test.h"
+
+#include <stdlib.h>
+
+static int allocs, frees;
+
+static void *counting_alloc(size_t bytes, size_t alignment, void *user)
+{
+    (void)user;
+    allocs++;
+    return aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
+}
+
+static void counting_free(void *p, void *user)
+{
+    (void)user;
+    frees++;
+    free(p);
+}
+
+static void *failing_alloc(size_t bytes, size_t alignment, void *user)
+{
+    (void)bytes;
+    (void)alignment;
+    (void)user;
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    TA_CHECK_OK(ta_set_num_threads(3));
+    assert_int_equal(ta_get_num_threads(), 3);
+    TA_CHECK_ERR(ta_set_num_threads(0), TA_EINVAL, "n must be in [1, 4096], got 0");
+    assert_int_equal(ta_get_num_threads(), 3);
+    TA_CHECK_OK(ta_set_num_threads(1));
+}
+
+static void test_allocator_hook(void **state)
+{
+    (void)state;
+    ta_tensor t;
+    ta_set_allocator(counting_alloc, counting_free, NULL);
+    TA_CHECK_OK(ta_tensor_zeros(&t, 2, (int64_t[]){3, 1000000})); /* > 2 MiB: huge-page path */
+    assert_int_equal(allocs, 1);
+    assert_int_equal((uintptr_t)t.data % (2u << 20), 0);
+    ta_tensor_free(&t);
+    assert_int_equal(frees, 1);
+    ta_set_allocator(failing_alloc, counting_free, NULL);
+    t.data = (void *)&t; /* outputs untouched on failure */
+    TA_CHECK_ERR(ta_tensor_zeros(&t, 1, (int64_t[]){16}), TA_ENOMEM, "out of memory");
+    assert_ptr_equal(t.data, (void *)&t);
+    ta_set_allocator(NULL, NULL, NULL);
+    TA_CHECK_OK(ta_tensor_zeros(&t, 1, (int64_t[]){16}));
+    assert_int_equal((uintptr_t)t.data % 64, 0);
+    ta_tensor_free(&t);
+}
+
+static void test_dispatch(void **state)
+{
+    (void)state;
+    assert_true(ta_cpu_supports(TA_ISA_SCALAR));
+    ta_isa isa = ta_active_isa();
+    assert_true(ta_cpu_supports(isa));
+    const char *want = getenv("TA_ARCH");
+    if (want && ta_cpu_supports(TA_ISA_AVX512)) assert_string_equal(ta_isa_name(isa), want);
+    assert_string_equal(ta_isa_name(TA_ISA_AVX2), "avx2");
+}
+
+static void test_fma_peak(void **state)
+{
+    (void)state;
+    double g1 = 0, gs = 0;
+    TA_CHECK_OK(ta_measure_fma_peak(&g1, ta_active_isa(), 1, 0.05));
+    TA_CHECK_OK(ta_measure_fma_peak(&gs, TA_ISA_SCALAR, 1, 0.05));
+    assert_true(gs > 0.1 && g1 >= gs * 0.5);
+    TA_CHECK_ERR(ta_measure_fma_peak(&g1, TA_ISA_SCALAR, 1, 0.0), TA_EINVAL, "seconds");
+    TA_CHECK_ERR(ta_measure_fma_peak(NULL, TA_ISA_SCALAR, 1, 0.1), TA_EINVAL, "gflops is NULL");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_allocator_hook),
+        cmocka_unit_test(test_dispatch),
+        cmocka_unit_test(test_fma_peak),
+    };
+    return cmocka_run_group_tests_name("core", tests, NULL, NULL);
+}
