@@ -1,0 +1,17 @@
+#!/bin/sh
+# Installs the build into a temporary prefix, then builds and runs a consumer through
+# find_package(tensorattn) (shared and static) and through pkg-config.
+set -eu
+build=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
+cmake -S "$src/tests/install" -B "$tmp/consumer" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+cmake --build "$tmp/consumer" >/dev/null
+LD_LIBRARY_PATH="$tmp/prefix/lib:${LD_LIBRARY_PATH:-}" "$tmp/consumer/consumer"
+"$tmp/consumer/consumer_static"
+libdir=$(ls -d "$tmp"/prefix/lib*/pkgconfig | head -n 1)
+PKG_CONFIG_PATH="$libdir" cc "$src/tests/install/consumer.c" -o "$tmp/pc" \
+    $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs tensorattn)
+LD_LIBRARY_PATH="$libdir/..:${LD_LIBRARY_PATH:-}" "$tmp/pc"
