@@ -194,6 +194,315 @@ ta_status ta_einsum1(const char *spec, ta_tensor *out, const ta_tensor *a);
 ta_status ta_einsum_shape(const char *spec, const ta_tensor *a, const ta_tensor *b,
                           int *ndim, int64_t shape[TA_MAX_DIMS]);
 
+/* -------------------------------------------------- softmax and masks */
+
+/* Causal alignment and mask conventions (used by the mask builders and ta_sdpa). */
+typedef enum ta_causal {
+    TA_CAUSAL_NONE = 0,
+    TA_CAUSAL_TOP_LEFT = 1,     /* query i sees keys j <= i (PyTorch is_causal) */
+    TA_CAUSAL_BOTTOM_RIGHT = 2  /* query i sees keys j <= i + Lk - Lq (KV-cache decoding) */
+} ta_causal;
+
+typedef enum ta_mask_mode {
+    TA_MASK_KEEP = 0,     /* nonzero = may attend */
+    TA_MASK_BLOCK = 1,    /* nonzero = masked (the first seed's convention) */
+    TA_MASK_ADDITIVE = 2  /* the float is added to the scaled scores */
+} ta_mask_mode;
+
+/* Softmax of x along dim into out: out = exp(x - max) / sum exp(x - max) per row.
+ *   x, out: the same shape, any strides; out may be x itself (in place) but must not
+ *   otherwise overlap it. dim may be negative (counts from the end); a 0-d tensor is a
+ *   row of one element.
+ * Accuracy: max-subtracted, expf per entry, the row sum accumulated in double, so a
+ * row of 100k entries is as accurate as a short one (a few float ulps per entry).
+ * Special rows (each row is decided alone):
+ *   every entry -inf  -> all 0 (not NaN: a query with nothing to attend; PyTorch gives NaN);
+ *   a NaN anywhere    -> all NaN (NaN is never hidden);
+ *   a +inf, no NaN    -> all NaN (inf - inf, as PyTorch: the row overflowed).
+ * Errors: TA_EINVAL (NULL, dim out of range, overlap), TA_ESHAPE (shapes differ). */
+ta_status ta_softmax(ta_tensor *out, const ta_tensor *x, int dim);
+
+/* torch.Tensor.masked_fill_: t[idx] = value wherever mask[idx] != 0 (NaN counts as
+ * nonzero), in place.
+ *   t: any shape and strides; mask: broadcastable to t (numpy rules: trailing dims
+ *   aligned, each mask extent equal to t's or 1, missing leading dims broadcast); mask
+ *   must not overlap t. Masks are float32 (1/0) tensors.
+ * Errors: TA_EINVAL (NULL), TA_ESHAPE (mask does not broadcast to t). */
+ta_status ta_masked_fill(ta_tensor *t, const ta_tensor *mask, float value);
+
+/* Causal mask in the keep convention (1 = may attend, 0 = blocked), for
+ * opts.mask_mode = TA_MASK_KEEP or ta_masked_fill after inverting.
+ *   mask: [..., Lq, Lk] (rank >= 2, any strides), overwritten: element (.., i, j) is 1
+ *   when j <= i (TA_CAUSAL_TOP_LEFT, torch.tril(ones(Lq, Lk))), j <= i + Lk - Lq
+ *   (TA_CAUSAL_BOTTOM_RIGHT) or always (TA_CAUSAL_NONE).
+ * The seed's block mask torch.triu(ones(L, L), diagonal=1) is ta_tensor_fill(m, 1) then
+ * ta_tensor_triu(m, 1), for TA_MASK_BLOCK. ta_sdpa's opts.causal needs no tensor.
+ * Errors: TA_EINVAL (NULL, bad align), TA_ESHAPE (rank < 2). */
+ta_status ta_causal_mask(ta_tensor *mask, ta_causal align);
+
+/* Padding mask in the keep convention: mask [B, ..., Lk] (rank >= 2) gets 1 at
+ * (b, ..., j) when j < lengths[b], else 0. lengths: B values in [0, Lk]. For a mask
+ * broadcastable in ta_sdpa use shape [B, 1, 1, Lk] (or pass opts.key_lengths directly).
+ * Errors: TA_EINVAL (NULL, a length out of range), TA_ESHAPE (rank < 2). */
+ta_status ta_padding_mask(ta_tensor *mask, const int64_t *lengths);
+
+/* ------------------------------------------------ scaled dot-product attention */
+
+typedef enum ta_sdpa_path {
+    TA_SDPA_AUTO = 0,      /* fused unless weights are requested */
+    TA_SDPA_REFERENCE = 1, /* the seed's algorithm: einsum, scale, mask, softmax, einsum */
+    TA_SDPA_FUSED = 2      /* never materialises Lq x Lk */
+} ta_sdpa_path;
+
+/* Options of ta_sdpa. A zeroed struct ({0}) means: scale 1/sqrt(D), no causal mask, no
+ * mask, no key lengths, no optional outputs, automatic path. */
+typedef struct ta_sdpa_opts {
+    float scale;                /* 0: the default 1/sqrt(D); must be finite */
+    ta_causal causal;
+    const ta_tensor *mask;      /* NULL, or broadcastable to [B, H, Lq, Lk] */
+    ta_mask_mode mask_mode;
+    const int64_t *key_lengths; /* NULL, or B values in [0, Lk]: keys >= length are padding */
+    ta_tensor *weights;         /* NULL, or output [B, H, Lq, Lk]: the attention weights */
+    ta_tensor *lse;             /* NULL, or output [B, H, Lq]: log-sum-exp of the scaled,
+                                   masked scores (natural log), -inf for an empty row */
+    ta_sdpa_path path;
+} ta_sdpa_opts;
+
+/* Scaled dot-product attention: O = softmax(mask(Q K^T * scale)) V, per batch and head.
+ *   Q [B, H, Lq, D], K [B, Hkv, Lk, D], V [B, Hkv, Lk, Dv] -> O [B, H, Lq, Dv].
+ *   H % Hkv == 0 (grouped-query attention): query head h uses key/value head
+ *   h / (H / Hkv), as torch.repeat_interleave(K, H / Hkv, dim=1) would give. Any
+ *   strides; O (and opts->weights, opts->lse) must not overlap the inputs or each other.
+ *   opts: NULL means a zeroed ta_sdpa_opts (defaults).
+ * Masking, in this order, all optional and combined: key j of query row i is blocked
+ * when opts->causal forbids it (top_left: j > i; bottom_right: j > i + Lk - Lq), when
+ * j >= opts->key_lengths[b], or when the mask tensor says so (TA_MASK_KEEP: element 0;
+ * TA_MASK_BLOCK: element nonzero); a blocked score becomes -inf (masked_fill: whatever
+ * Q K^T held there, NaN included, is discarded). In TA_MASK_ADDITIVE mode the mask
+ * value is added to the scaled score of every key not blocked otherwise. The mask is
+ * float32, broadcastable to [B, H, Lq, Lk] ([Lq, Lk], [B, 1, 1, Lk], [1, H, Lq, Lk]...)
+ * and never expanded.
+ * Softmax over the keys follows ta_softmax's rules. A query row that may attend to no
+ * key (every masked score -inf) gets output 0, weights 0 and LSE -inf; PyTorch's math
+ * path gives NaN there. NaN in Q, or in K or V at a key the row attends to, makes the
+ * row's output NaN. The reference path computes weights x V as the seed does, so a NaN
+ * or inf in V at a key that is blocked for some rows of a (b, kv-head) still reaches
+ * those rows through 0 * NaN (as in PyTorch), except rows that attend to nothing.
+ * Optional outputs: opts->weights [B, H, Lq, Lk] (the softmax; requesting it selects the
+ * reference path under TA_SDPA_AUTO), opts->lse [B, H, Lq] (natural log of the sum of
+ * exp of the scaled, masked scores; NaN for a NaN row).
+ * Paths: TA_SDPA_REFERENCE runs the seed's algorithm (einsum 'bhid,bhjd->bhij', scale,
+ * mask, softmax, einsum 'bhij,bhjd->bhid') with one [B, H, Lq, Lk] scratch allocated
+ * per call (opts->weights itself when given); TA_SDPA_AUTO currently runs it too;
+ * TA_SDPA_FUSED returns TA_EUNSUPPORTED until the fused kernel lands.
+ * Errors (message names the argument and shapes, e.g. "ta_sdpa: K has head_dim 32 but
+ * Q has 64"): TA_EINVAL (NULL, bad enum, non-finite scale, key length outside [0, Lk],
+ * overlapping outputs), TA_ESHAPE (ranks, extents, H % Hkv, mask broadcast, output
+ * shapes), TA_ENOMEM, TA_EUNSUPPORTED. Validation errors leave every output untouched;
+ * after validation only an allocation can fail, and the scratch is allocated before
+ * anything is written (an allocation failure inside einsum's packing could still leave
+ * O or opts->weights partly written; opts->lse is written last). */
+ta_status ta_sdpa(ta_tensor *O, const ta_tensor *Q, const ta_tensor *K, const ta_tensor *V,
+                  const ta_sdpa_opts *opts);
+
+/* ------------------------------------------------------------------ files */
+
+/* NumPy .npy (format versions 1.0, 2.0 and 3.0; C order, little-endian) and
+ * .safetensors files. Every file error names the function, the path and what is
+ * wrong: "ta_npy_load: Q.npy: unsupported dtype '<i2' (expected ...)". Codes: TA_EIO
+ * when the file cannot be opened, read or written (the message ends with strerror),
+ * TA_EFORMAT when its contents are malformed (bad magic, bad header, truncated data,
+ * offsets that do not fit), TA_EUNSUPPORTED when it is valid but holds something we
+ * do not read (a dtype, Fortran order, more than TA_MAX_DIMS dimensions), TA_EINVAL for
+ * bad arguments. Outputs are untouched on error.
+ * Writers never leave a partial file: they write a temporary "<path>.tmp.XXXXXX" in
+ * the same directory, flush it to disk and rename(2) it over path, so path holds either
+ * its old contents or the complete new file; on failure the temporary is removed.
+ * The file gets mode 0666 minus the umask (an existing file's mode is not kept). */
+
+/* Loads a .npy file as a new owning, C-contiguous float32 tensor of the file's shape
+ * (0-d and zero-size shapes included) into *out. Accepted dtypes and conversions:
+ *   '<f4' as is; '<f8' and '<f2' rounded to nearest (NaN stays NaN, f8 values beyond
+ *   the float32 range become +-inf); '|b1' as 0 or 1; '|u1' as its value 0..255;
+ *   '<i4', '<i8' as their values, which must be exactly representable in float32
+ *   (|v| <= 2^24 always is), otherwise TA_EUNSUPPORTED (use ta_npy_load_int64).
+ * Big-endian dtypes ('>f4'), fortran_order True and object arrays are rejected with
+ * TA_EUNSUPPORTED; a header or data that does not match the specification, a shape
+ * whose byte size overflows size_t, and trailing bytes after the data with TA_EFORMAT.
+ * Release *out with ta_tensor_free. */
+ta_status ta_npy_load(ta_tensor *out, const char *path);
+
+/* Loads an integer .npy file ('<i4' or '<i8', any shape up to TA_MAX_DIMS, e.g. the
+ * key lengths [B]) as int64: *values becomes a new array of prod(shape) values in C
+ * order (non-NULL even when empty), *ndim and shape[0..*ndim-1] its shape. Release
+ * *values with ta_npy_free. Errors as ta_npy_load. */
+ta_status ta_npy_load_int64(int64_t **values, int *ndim, int64_t shape[TA_MAX_DIMS],
+                            const char *path);
+/* Releases an array returned by ta_npy_load_int64. NULL is fine. */
+void ta_npy_free(void *values);
+
+/* Writes t (float32, any shape and strides, including 0-d and zero-size) to path as a
+ * '<f4', C-order, version 1.0 .npy file whose header is padded to 64 bytes, the layout
+ * numpy.save writes. Atomic as described above. */
+ta_status ta_npy_save(const char *path, const ta_tensor *t);
+
+/* A .safetensors file open for reading: an 8-byte little-endian header length, a
+ * JSON header {"name": {"dtype", "shape", "data_offsets": [begin, end]}, ...,
+ * "__metadata__": {...}} and the data area. Opening reads and validates the header
+ * only: every tensor's dtype must be known, its shape non-negative, and its offsets
+ * must satisfy begin <= end <= data size and end - begin == numel * itemsize; tensors
+ * must not overlap and must cover the data area without gaps (the specification's
+ * rules). "__metadata__" is allowed and ignored; a duplicate name is an error. The
+ * handle keeps the file open until ta_safetensors_close. A handle may be read from
+ * several threads at once. */
+typedef struct ta_safetensors ta_safetensors;
+
+/* Opens path; *st becomes a new handle (release with ta_safetensors_close). */
+ta_status ta_safetensors_open(ta_safetensors **st, const char *path);
+/* Number of tensors (the "__metadata__" entry is not one). */
+int ta_safetensors_count(const ta_safetensors *st);
+/* Name of tensor i in 0..count-1, tensors sorted by name (strcmp order); NULL when i
+ * is out of range. Owned by the handle. */
+const char *ta_safetensors_name(const ta_safetensors *st, int i);
+/* Index of the tensor called name, or -1 if there is none (no error recorded). */
+int ta_safetensors_find(const ta_safetensors *st, const char *name);
+/* Reads tensor `name` as a new owning, C-contiguous float32 tensor of its shape into
+ * *out (release with ta_tensor_free). F32 is read as is; F16, BF16 and F64 are
+ * converted (exact for F16 and BF16, subnormals, infinities and NaN included; F64
+ * rounded to nearest). Other dtypes of the format (I64, BOOL, F8_E4M3, ...) give
+ * TA_EUNSUPPORTED, a missing name TA_EINVAL ("no tensor named 'fc_out.bias' in
+ * W.safetensors"). */
+ta_status ta_safetensors_get(ta_tensor *out, const ta_safetensors *st, const char *name);
+/* Closes the file and frees the handle. NULL is fine. */
+void ta_safetensors_close(ta_safetensors *st);
+
+/* Writes n tensors (float32, any strides) as F32 under names[i] (non-empty, distinct,
+ * not "__metadata__", UTF-8) to path, in the given order, with
+ * "__metadata__": {"format": "pt"} and the header padded with spaces to a multiple of
+ * 8 bytes, as the safetensors Python package writes it. n may be 0. Atomic. */
+ta_status ta_safetensors_save(const char *path, int n, const char *const *names,
+                              const ta_tensor *const *tensors);
+
+/* ------------------------------------------------------- attention layers */
+
+/* A multi-head attention layer with its parameters, in one of two layouts that
+ * reproduce PyTorch modules exactly (same parameters, same state_dict names, same
+ * results up to float32 rounding):
+ *
+ * TA_LAYOUT_SEED: the seed document's SelfAttention(embed_size, heads), E = embed_size,
+ *   H = heads, D = E / H. Parameters (state_dict names and shapes):
+ *     values.weight [D, D], keys.weight [D, D], queries.weight [D, D]   (no bias; ONE
+ *                    Linear(D, D) shared by every head, applied to [N, L, H, D])
+ *     fc_out.weight [E, E], fc_out.bias [E]
+ *   forward(values, keys, queries, mask):
+ *     q, k, v = split each input into heads [N, L, H, D] and apply its Linear
+ *     energy = einsum("nqhd,nkhd->nhqk", q, k)
+ *     energy = energy.masked_fill(mask == 0, -1e20)            (if a mask is given)
+ *     attention = softmax(energy / sqrt(D), dim=3)
+ *     out = fc_out(einsum("nhql,nlhd->nqhd", attention, v).reshape(N, Lq, E))
+ *   Because the fill comes before the softmax with a finite value, a query row whose
+ *   keys are all masked gets UNIFORM weights 1/Lk over all keys, as in PyTorch; this
+ *   layout reproduces that (unlike ta_sdpa, which gives such a row zeros).
+ *
+ * TA_LAYOUT_TORCH: torch.nn.MultiheadAttention(E, H, batch_first=True) (torch 1.13):
+ *     in_proj_weight [3E, E] (rows 0..E-1 project queries, E..2E-1 keys, 2E..3E-1
+ *     values), in_proj_bias [3E], out_proj.weight [E, E], out_proj.bias [E]
+ *   forward(query, key, value, key_padding_mask, need_weights, attn_mask,
+ *           average_attn_weights): q = query W_q^T + b_q (likewise k, v), split into
+ *   heads, softmax(q k^T / sqrt(D) + masks) v, merged, out_proj. A query row that may
+ *   attend to no key gives NaN in PyTorch; here it gives attention output 0 (so the
+ *   layer's output row is out_proj.bias) and weights 0, as ta_sdpa does.
+ *
+ * Shapes: inputs are batch-first, queries [N, Lq, E], keys [N, Lk, E], values
+ * [N, Lk, E] (keys and values have the same length; Lq may differ: cross attention),
+ * output [N, Lq, E]. Every parameter is float32.
+ *
+ * Initialisation follows PyTorch's defaults, drawn from our counter-based generator
+ * (so the values differ from PyTorch's, the distributions do not):
+ *   nn.Linear weight and bias: U(-1/sqrt(fan_in), 1/sqrt(fan_in))   (kaiming_uniform
+ *     with a = sqrt(5)); seed layout: fan_in D for values/keys/queries, E for fc_out.
+ *   MultiheadAttention: in_proj_weight xavier_uniform, U(-sqrt(6 / (E + 3E)), +);
+ *     in_proj_bias 0; out_proj.weight U(-1/sqrt(E), 1/sqrt(E)); out_proj.bias 0.
+ *   Parameter i (in the order listed above) is drawn from the stream of a seed
+ *   derived from (seed, i), so one seed makes the whole layer reproducibly.
+ *
+ * A layer is not safe to run from two threads at once (forward reuses a workspace
+ * kept in the layer); distinct layers are independent. */
+typedef enum ta_layout { TA_LAYOUT_SEED = 0, TA_LAYOUT_TORCH = 1 } ta_layout;
+
+typedef struct ta_attention ta_attention; /* opaque; owns its parameters */
+
+/* A new layer with freshly initialised parameters (see above). embed_size >= 1,
+ * heads >= 1, embed_size % heads == 0 ("embed_size 10 is not divisible by heads 3").
+ * Release with ta_attention_free. */
+ta_status ta_attention_create(ta_attention **layer, ta_layout layout, int64_t embed_size,
+                              int64_t heads, uint64_t seed);
+/* A new layer whose parameters are read from a .safetensors file holding the layout's
+ * state_dict names (other tensors in the file are ignored; F16/BF16/F64 are
+ * converted). E is taken from the file (fc_out.weight / out_proj.weight); every
+ * tensor's shape is checked ("ta_attention_load: W.safetensors: fc_out.weight has shape
+ * [8, 4], expected [8, 8]"); a missing tensor is TA_EFORMAT ("...has no tensor
+ * 'fc_out.bias' (seed layout)"). */
+ta_status ta_attention_load(ta_attention **layer, const char *path, ta_layout layout,
+                            int64_t heads);
+/* Writes the parameters as F32 under their state_dict names (a file torch's
+ * safetensors.torch.load_file + load_state_dict accepts). Atomic (see "files"). */
+ta_status ta_attention_save(const ta_attention *layer, const char *path);
+/* NULL is fine. */
+void ta_attention_free(ta_attention *layer);
+
+/* Layer facts: layout, E, H, D = E / H. */
+ta_layout ta_attention_layout(const ta_attention *layer);
+int64_t ta_attention_embed_size(const ta_attention *layer);
+int64_t ta_attention_heads(const ta_attention *layer);
+/* Number of parameters of the layer (5 seed, 4 torch) and the state_dict name of
+ * parameter i (NULL when out of range), in the order listed above. */
+int ta_attention_param_count(const ta_attention *layer);
+const char *ta_attention_param_name(const ta_attention *layer, int i);
+/* *view becomes a writable view (contiguous, the PyTorch shape) of the parameter
+ * called name ("fc_out.bias"); valid until ta_attention_free. Unknown name: TA_EINVAL. */
+ta_status ta_attention_param(ta_tensor *view, const ta_attention *layer, const char *name);
+
+/* Options of ta_attention_forward; a zeroed struct ({0}) means no masks, no weights.
+ * Masks combine: a key is visible to a query only if every given mask allows it.
+ *   mask: broadcastable (right-aligned, as in PyTorch) to [N, H, Lq, Lk], read with
+ *     mask_mode:
+ *       seed layout: TA_MASK_KEEP (nonzero = may attend: the seed's mask, whose zeros
+ *         are filled with -1e20) or TA_MASK_BLOCK; TA_MASK_ADDITIVE is rejected.
+ *       torch layout: attn_mask of MultiheadAttention: a bool mask (True = blocked) is
+ *         TA_MASK_BLOCK with values 0/1, a float mask is TA_MASK_ADDITIVE; KEEP also
+ *         works. Shapes as in PyTorch, [Lq, Lk] or [N*H, Lq, Lk] (read as [N, H, Lq,
+ *         Lk], batch-major, as torch does), and any other broadcastable shape.
+ *   key_padding_mask: NULL or [N, Lk], read with key_padding_mode; torch's bool
+ *     key_padding_mask (True = padding, ignored) is TA_MASK_BLOCK, a float one
+ *     TA_MASK_ADDITIVE. Note that a zeroed struct means TA_MASK_KEEP for both masks.
+ *   causal: nonzero = query i may see keys j <= i only (top-left aligned, PyTorch's
+ *     is_causal; torch 1.13's MultiheadAttention lacks it: this is the mask
+ *     triu(ones(Lq, Lk), 1) as a bool attn_mask).
+ *   weights: NULL, or an output of the attention weights (softmax probabilities):
+ *     [N, H, Lq, Lk] per head, or [N, Lq, Lk] averaged over heads when
+ *     average_weights is nonzero (torch's need_weights=True, average_attn_weights). */
+typedef struct ta_attention_opts {
+    const ta_tensor *mask;
+    ta_mask_mode mask_mode;
+    const ta_tensor *key_padding_mask;
+    ta_mask_mode key_padding_mode;
+    int causal;
+    ta_tensor *weights;
+    int average_weights;
+} ta_attention_opts;
+
+/* out [N, Lq, E] = the layer applied to queries [N, Lq, E], keys [N, Lk, E], values
+ * [N, Lk, E] (any strides; the same tensor may be passed for all three: self
+ * attention; out may be one of the inputs). opts may be NULL. Note the argument order,
+ * queries first (the seed's forward takes values, keys, queries; torch's query, key,
+ * value). Scratch memory is kept in the layer and reused; it grows only when the
+ * shapes grow. Errors name the input and both shapes ("ta_attention_forward: keys has
+ * shape [2, 5, 8] but values has [2, 6, 8]"). */
+ta_status ta_attention_forward(ta_tensor *out, ta_attention *layer, const ta_tensor *queries,
+                               const ta_tensor *keys, const ta_tensor *values,
+                               const ta_attention_opts *opts);
+
 /* ----------------------------------------------------------- measurement */
 
 /* Measures this machine's float32 FMA peak in GFLOP/s with the given ISA's widest FMA
