@@ -185,7 +185,15 @@ ta_status ta_sgemm_batched(float *C, int64_t bsc, int64_t rsc, int64_t csc,
  *   an existing float32 tensor of exactly the result shape (any strides, not
  *   overlapping the inputs), which is overwritten.
  * A two-operand contraction runs as one batched GEMM on strided views whenever the
- * strides allow (no copy of the inputs), otherwise it packs. */
+ * strides allow (no copy of the inputs), otherwise it packs. Size-1 dims broadcast
+ * against the other operand, as in torch. With nothing contracted (outer and Hadamard
+ * products) it runs a strided product loop; indices summed in one operand only are
+ * summed first; one-operand sums accumulate in double and round once.
+ * Errors: TA_EINVAL (NULL argument, bad spec: invalid character, output index not in
+ * any operand or repeated, more than one "..." or "->", wrong operand count for the
+ * function; out with a stride-0 dim of size > 1), TA_ESHAPE (rank or size mismatch,
+ * out of the wrong shape), TA_EUNSUPPORTED (dtype not float32, result above
+ * TA_MAX_DIMS dims). */
 ta_status ta_einsum(const char *spec, ta_tensor *out, const ta_tensor *a, const ta_tensor *b);
 /* The one-operand form: "ij->ji", "ii->i", "ij->", "i...->...". */
 ta_status ta_einsum1(const char *spec, ta_tensor *out, const ta_tensor *a);
@@ -471,8 +479,11 @@ ta_status ta_attention_param(ta_tensor *view, const ta_attention *layer, const c
  *         are filled with -1e20) or TA_MASK_BLOCK; TA_MASK_ADDITIVE is rejected.
  *       torch layout: attn_mask of MultiheadAttention: a bool mask (True = blocked) is
  *         TA_MASK_BLOCK with values 0/1, a float mask is TA_MASK_ADDITIVE; KEEP also
- *         works. Shapes as in PyTorch, [Lq, Lk] or [N*H, Lq, Lk] (read as [N, H, Lq,
- *         Lk], batch-major, as torch does), and any other broadcastable shape.
+ *         works. Shapes as in PyTorch: [Lq, Lk], or [N*H, Lq, Lk] (read as [N, H, Lq,
+ *         Lk], batch-major, as torch does; a rank-3 mask must have exactly this
+ *         shape); rank 4 (and rank <= 2) masks broadcast as in the seed layout.
+ *   Seed-layout rows left with no visible key get uniform weights (see above), whatever
+ *   mask, key_padding_mask or causal emptied them; torch-layout rows get zeros.
  *   key_padding_mask: NULL or [N, Lk], read with key_padding_mode; torch's bool
  *     key_padding_mask (True = padding, ignored) is TA_MASK_BLOCK, a float one
  *     TA_MASK_ADDITIVE. Note that a zeroed struct means TA_MASK_KEEP for both masks.
