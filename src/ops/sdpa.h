@@ -1,0 +1,69 @@
+/* Internal interface of scaled dot-product attention: the validated problem that every
+ * path (reference now, fused later) runs from, and the row softmax they share. */
+#ifndef TA_OPS_SDPA_H
+#define TA_OPS_SDPA_H
+
+#include "ops/mask.h"
+#include "tensorattn.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* One ta_sdpa call after validation: shapes agree, outputs do not overlap inputs, the
+ * mask plan is checked. Q [B,H,Lq,D], K [B,Hkv,Lk,D], V [B,Hkv,Lk,Dv], O [B,H,Lq,Dv];
+ * query head h reads key/value head h / (H / Hkv). */
+typedef struct ta_sdpa_problem {
+    ta_tensor *O;
+    const ta_tensor *Q, *K, *V;
+    int64_t B, H, Hkv, Lq, Lk, D, Dv;
+    float scale;            /* the resolved scale (opts->scale or 1/sqrt(D)) */
+    ta_mask_plan mask;
+    ta_tensor *weights;     /* NULL or [B, H, Lq, Lk] */
+    ta_tensor *lse;         /* NULL or [B, H, Lq] */
+    ta_sdpa_path path;
+} ta_sdpa_problem;
+
+/* Validates ta_sdpa's arguments into *p (messages start with fn). Writes nothing else. */
+ta_status ta_sdpa_validate(ta_sdpa_problem *p, const char *fn, ta_tensor *O, const ta_tensor *Q,
+                           const ta_tensor *K, const ta_tensor *V, const ta_sdpa_opts *opts);
+
+/* The seed's algorithm on a validated problem: einsum, scale, mask, softmax, einsum. */
+ta_status ta_sdpa_reference_run(const ta_sdpa_problem *p);
+
+/* The fused FlashAttention-2 forward (sdpa_fused.c) on a validated problem: tiles of
+ * queries against tiles of keys with an online softmax, never materialising Lq x Lk.
+ * Writes O and, when p->lse is set, the LSE. Refuses p->weights (TA_EUNSUPPORTED):
+ * the weights need the reference path. Allocates O(threads * tile * (D + Dv)) floats
+ * per call (plus the key-split partials of small-Lq problems) before writing O. */
+ta_status ta_sdpa_fused_run(const ta_sdpa_problem *p);
+
+/* Softmax of one row x[0], x[xs], ... (n entries) into out[0], out[os], ... (out may
+ * be x: in place). Returns the row's log-sum-exp (natural log). Rules:
+ *   a NaN anywhere            -> every entry NaN, LSE NaN;
+ *   no NaN, a +inf            -> every entry NaN, LSE NaN (inf - inf: as PyTorch);
+ *   every entry -inf (or n=0) -> every entry 0, LSE -inf (a row with nothing to attend);
+ *   otherwise max-subtracted expf, the sum accumulated in double, entries e/sum. */
+float ta_softmax_row(float *out, int64_t os, const float *x, int64_t xs, int64_t n);
+
+/* Whether the element address ranges of a and b intersect (conservative: two
+ * interleaved views that share no element still count as overlapping). */
+static inline bool ta_tensors_overlap(const ta_tensor *a, const ta_tensor *b)
+{
+    uintptr_t lo[2], hi[2]; /* integers: comparing unrelated pointers is undefined */
+    const ta_tensor *t[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        int64_t n = 1, neg = 0, pos = 0;
+        for (int d = 0; d < t[k]->ndim; d++) {
+            n *= t[k]->shape[d];
+            int64_t span = (t[k]->shape[d] - 1) * t[k]->stride[d];
+            if (span < 0) neg += span; else pos += span;
+        }
+        if (n == 0) return false;
+        uintptr_t base = (uintptr_t)t[k]->data;
+        lo[k] = base - (uintptr_t)(-neg) * sizeof(float);
+        hi[k] = base + (uintptr_t)(pos + 1) * sizeof(float);
+    }
+    return lo[0] < hi[1] && lo[1] < hi[0];
+}
+
+#endif
