@@ -37,15 +37,23 @@ int cli_parse(int argc, char **argv, int first, cli_opt *opts, const char **pos,
 {
     *npos = 0;
     *help = false;
+    bool options_done = false;
     for (int i = first; i < argc; i++) {
         const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            *help = true;
+        if (!options_done && strcmp(arg, "--") == 0) {
+            options_done = true; /* everything after "--" is positional */
             continue;
         }
-        if (strncmp(arg, "-", 1) != 0 || strcmp(arg, "-") == 0) {
+        /* "->" begins an einsum spec with no input indices, not an option */
+        bool positional = options_done || arg[0] != '-' || strcmp(arg, "-") == 0 ||
+                          strncmp(arg, "->", 2) == 0;
+        if (positional) {
             if (*npos >= max_pos) return cli_error(CLI_USAGE, "unexpected argument '%s'", arg);
             pos[(*npos)++] = arg;
+            continue;
+        }
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            *help = true;
             continue;
         }
         char name[64];

@@ -1,17 +1,43 @@
-/* tensorattn: the command-line tool. Uses only the public header. */
-#include "tensorattn.h"
+/* tensorattn: the command-line tool. Uses only the public header.
+ * Contract (DESIGN.md): exit 0 on success, 2 on a usage error, 1 on bad input or a
+ * failed computation, always with one line "tensorattn: error: ..." on stderr. */
+#include "bench.h"
+#include "cli.h"
 
 #include <stdio.h>
 #include <string.h>
 
+static const char usage[] =
+    "usage: tensorattn <command> [options]\n"
+    "\n"
+    "Tensor-based self-attention: scaled dot-product attention, masks, einsum and\n"
+    "multi-head attention layers.\n"
+    "\n"
+    "commands:\n"
+    "  demo     run the seed example (B=32, H=8, L=512, D=64, causal) and time it\n"
+    "  sdpa     scaled dot-product attention on .npy files\n"
+    "  mha      a self-attention layer (seed or torch layout) on .npy files\n"
+    "  einsum   an einsum contraction of one or two .npy files\n"
+    "  bench    benchmarks: FMA peak, GEMM, einsum, attention\n"
+    "\n"
+    "  tensorattn --version | --help ; tensorattn <command> --help\n";
+
 int main(int argc, char **argv)
 {
-    if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
-        printf("tensorattn %s\n", ta_version());
-        return 0;
+    if (argc < 2) return cli_error(CLI_USAGE, "missing command (see tensorattn --help)");
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        fputs(usage, stdout);
+        return CLI_OK;
     }
-    double peak = 0;
-    ta_measure_fma_peak(&peak, ta_active_isa(), 1, 0.3);
-    printf("isa %s peak %.1f GFLOP/s\n", ta_isa_name(ta_active_isa()), peak);
-    return 0;
+    if (strcmp(cmd, "--version") == 0) {
+        printf("tensorattn %s\n", ta_version());
+        return CLI_OK;
+    }
+    if (strcmp(cmd, "demo") == 0) return cmd_demo(argc, argv);
+    if (strcmp(cmd, "sdpa") == 0) return cmd_sdpa(argc, argv);
+    if (strcmp(cmd, "mha") == 0) return cmd_mha(argc, argv);
+    if (strcmp(cmd, "einsum") == 0) return cmd_einsum(argc, argv);
+    if (strcmp(cmd, "bench") == 0) return ta_bench_main(argc - 1, argv + 1);
+    return cli_error(CLI_USAGE, "unknown command '%s' (see tensorattn --help)", cmd);
 }

@@ -1,0 +1,142 @@
+/* tensorattn sdpa --q Q.npy --k K.npy --v V.npy ... -o O.npy */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char help[] =
+    "usage: tensorattn sdpa --q Q.npy --k K.npy --v V.npy -o O.npy\n"
+    "                       [--causal [top_left|bottom_right]]\n"
+    "                       [--mask M.npy --mask-mode keep|block|additive]\n"
+    "                       [--key-lengths L.npy] [--scale S] [--threads N]\n"
+    "                       [--weights W.npy] [--lse LSE.npy]\n"
+    "\n"
+    "Scaled dot-product attention softmax(Q K^T * scale + mask) V.\n"
+    "  Q [B,H,Lq,D], K [B,Hkv,Lk,D], V [B,Hkv,Lk,Dv] (H % Hkv == 0), O [B,H,Lq,Dv].\n"
+    "  --causal       top_left (default; query i sees keys j <= i, PyTorch is_causal) or\n"
+    "                 bottom_right (query i sees keys j <= i + Lk - Lq)\n"
+    "  --mask         broadcastable to [B,H,Lq,Lk]; |b1, |u1 or <f4\n"
+    "  --mask-mode    keep: nonzero may attend (default); block: nonzero is masked;\n"
+    "                 additive: the value is added to the scaled scores\n"
+    "  --key-lengths  <i4 or <i8 of shape [B]: keys at or beyond the length are padding\n"
+    "  --scale        default 1/sqrt(D)\n"
+    "  --weights      also write the attention weights [B,H,Lq,Lk]\n"
+    "  --lse          also write the log-sum-exp of each query row [B,H,Lq]\n"
+    "A query row that may attend to no key gets output 0, weights 0 and LSE -inf.\n"
+    "Outputs are .npy <f4, each written whole or not at all.\n"
+    "(--grad-out/--dq/--dk/--dv, the backward pass, are not available in this version.)\n";
+
+enum { O_Q, O_K, O_V, O_OUT, O_CAUSAL, O_MASK, O_MODE, O_KLEN, O_SCALE, O_THREADS, O_W, O_LSE,
+       O_GRAD, O_DQ, O_DK, O_DV };
+
+int cmd_sdpa(int argc, char **argv)
+{
+    cli_opt opts[] = {
+        [O_Q] = {.name = "--q", .takes_value = true},
+        [O_K] = {.name = "--k", .takes_value = true},
+        [O_V] = {.name = "--v", .takes_value = true},
+        [O_OUT] = {.name = "-o", .takes_value = true},
+        [O_CAUSAL] = {.name = "--causal", .optional_value = true},
+        [O_MASK] = {.name = "--mask", .takes_value = true},
+        [O_MODE] = {.name = "--mask-mode", .takes_value = true},
+        [O_KLEN] = {.name = "--key-lengths", .takes_value = true},
+        [O_SCALE] = {.name = "--scale", .takes_value = true},
+        [O_THREADS] = {.name = "--threads", .takes_value = true},
+        [O_W] = {.name = "--weights", .takes_value = true},
+        [O_LSE] = {.name = "--lse", .takes_value = true},
+        [O_GRAD] = {.name = "--grad-out", .takes_value = true},
+        [O_DQ] = {.name = "--dq", .takes_value = true},
+        [O_DK] = {.name = "--dk", .takes_value = true},
+        [O_DV] = {.name = "--dv", .takes_value = true},
+        {0}};
+    const char *pos[1];
+    int npos;
+    bool help_wanted;
+    int rc = cli_parse(argc, argv, 2, opts, pos, 0, &npos, &help_wanted);
+    if (rc) return rc;
+    if (help_wanted) {
+        fputs(help, stdout);
+        return CLI_OK;
+    }
+    if (!opts[O_Q].given || !opts[O_K].given || !opts[O_V].given || !opts[O_OUT].given)
+        return cli_error(CLI_USAGE, "sdpa needs --q, --k, --v and -o (see --help)");
+    if (opts[O_GRAD].given || opts[O_DQ].given || opts[O_DK].given || opts[O_DV].given)
+        return cli_error(CLI_USAGE, "--grad-out/--dq/--dk/--dv: the backward pass is not "
+                                    "available in this version");
+    ta_sdpa_opts so = {0};
+    if (opts[O_CAUSAL].given) {
+        const char *a = opts[O_CAUSAL].value;
+        if (!a || strcmp(a, "top_left") == 0) so.causal = TA_CAUSAL_TOP_LEFT;
+        else if (strcmp(a, "bottom_right") == 0) so.causal = TA_CAUSAL_BOTTOM_RIGHT;
+        else return cli_error(CLI_USAGE, "--causal expects top_left or bottom_right, got '%s'", a);
+    }
+    if (opts[O_MODE].given) {
+        const char *m = opts[O_MODE].value;
+        if (!opts[O_MASK].given) return cli_error(CLI_USAGE, "--mask-mode needs --mask");
+        if (strcmp(m, "keep") == 0) so.mask_mode = TA_MASK_KEEP;
+        else if (strcmp(m, "block") == 0) so.mask_mode = TA_MASK_BLOCK;
+        else if (strcmp(m, "additive") == 0) so.mask_mode = TA_MASK_ADDITIVE;
+        else return cli_error(CLI_USAGE, "--mask-mode expects keep, block or additive, got '%s'", m);
+    }
+    if (opts[O_SCALE].given && !cli_float("--scale", opts[O_SCALE].value, &so.scale))
+        return CLI_USAGE;
+    if (opts[O_SCALE].given && so.scale == 0.0f)
+        return cli_error(CLI_USAGE, "--scale must be nonzero");
+    if (!cli_threads(&opts[0])) return CLI_USAGE;
+
+    ta_tensor q = {0}, k = {0}, v = {0}, mask = {0}, o = {0}, w = {0}, lse = {0};
+    int64_t *klen = NULL;
+    ta_status st;
+    rc = CLI_FAIL;
+    if ((st = ta_npy_load(&q, opts[O_Q].value))) { cli_fail(st, "reading --q"); goto done; }
+    if ((st = ta_npy_load(&k, opts[O_K].value))) { cli_fail(st, "reading --k"); goto done; }
+    if ((st = ta_npy_load(&v, opts[O_V].value))) { cli_fail(st, "reading --v"); goto done; }
+    if (opts[O_MASK].given) {
+        if ((st = ta_npy_load(&mask, opts[O_MASK].value))) { cli_fail(st, "reading --mask"); goto done; }
+        so.mask = &mask;
+    }
+    if (opts[O_KLEN].given) {
+        int nd;
+        int64_t shape[TA_MAX_DIMS];
+        if ((st = ta_npy_load_int64(&klen, &nd, shape, opts[O_KLEN].value))) {
+            cli_fail(st, "reading --key-lengths");
+            goto done;
+        }
+        if (nd != 1 || q.ndim != 4 || shape[0] != q.shape[0]) {
+            cli_error(CLI_FAIL, "--key-lengths must have shape [B] = [%lld], got %d dims",
+                      (long long)(q.ndim == 4 ? q.shape[0] : -1), nd);
+            goto done;
+        }
+        so.key_lengths = klen;
+    }
+    if (q.ndim != 4 || v.ndim != 4) {
+        cli_error(CLI_FAIL, "--q and --v must have 4 dims [B,H,L,D], got %d and %d", q.ndim, v.ndim);
+        goto done;
+    }
+    int64_t oshape[4] = {q.shape[0], q.shape[1], q.shape[2], v.shape[3]};
+    if ((st = ta_tensor_empty(&o, 4, oshape))) { cli_fail(st, "sdpa"); goto done; }
+    if (opts[O_W].given) {
+        int64_t wshape[4] = {q.shape[0], q.shape[1], q.shape[2], k.ndim == 4 ? k.shape[2] : 0};
+        if ((st = ta_tensor_empty(&w, 4, wshape))) { cli_fail(st, "sdpa"); goto done; }
+        so.weights = &w;
+    }
+    if (opts[O_LSE].given) {
+        if ((st = ta_tensor_empty(&lse, 3, oshape))) { cli_fail(st, "sdpa"); goto done; }
+        so.lse = &lse;
+    }
+    if ((st = ta_sdpa(&o, &q, &k, &v, &so))) { cli_fail(st, "sdpa"); goto done; }
+    if ((st = ta_npy_save(opts[O_OUT].value, &o))) { cli_fail(st, "writing -o"); goto done; }
+    if (so.weights && (st = ta_npy_save(opts[O_W].value, &w))) { cli_fail(st, "writing --weights"); goto done; }
+    if (so.lse && (st = ta_npy_save(opts[O_LSE].value, &lse))) { cli_fail(st, "writing --lse"); goto done; }
+    rc = CLI_OK;
+done:
+    ta_tensor_free(&q);
+    ta_tensor_free(&k);
+    ta_tensor_free(&v);
+    ta_tensor_free(&mask);
+    ta_tensor_free(&o);
+    ta_tensor_free(&w);
+    ta_tensor_free(&lse);
+    ta_npy_free(klen);
+    return rc;
+}
