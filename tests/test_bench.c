@@ -1,0 +1,196 @@
+/* tensorattn bench: the command line and the JSON report (schema: bench/README.md).
+ * Runs the real CLI on one small case (--quick --threads 1 --filter sgemm_256, about a
+ * second, most of it the FMA peak measurements) and checks that the report is whole
+ * and self-consistent. Skips, saying why, while the CLI does not route `bench` yet. */
+#include "tensorattn.h"
+
+#include <cjson/cJSON.h>
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+/* Runs a shell command; returns its exit status (-1 if it did not exit) and, when out
+ * is not NULL, its stdout and stderr in a malloc'd string. */
+static int run_cli(const char *args, char **out)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", TA_CLI_PATH, args);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while (buf && (got = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+        len += got;
+        if (cap - len < 2) {
+            char *bigger = realloc(buf, cap *= 2);
+            if (!bigger) free(buf);
+            buf = bigger;
+        }
+    }
+    int status = pclose(p);
+    if (buf) buf[len] = '\0';
+    if (out) *out = buf;
+    else free(buf);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* The bench exists once `tensorattn bench --help` documents --json. */
+static int bench_wired(void)
+{
+    char *help = NULL;
+    run_cli("bench --help", &help);
+    int wired = help && strstr(help, "--json") != NULL;
+    free(help);
+    if (!wired)
+        print_message("skipped: `tensorattn bench --help` does not mention --json yet "
+                      "(cli/main.c does not call ta_bench_main)\n");
+    return wired;
+}
+
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    long n;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)n + 1)) != NULL) {
+        size_t got = fread(buf, 1, (size_t)n, f);
+        buf[got] = '\0';
+    }
+    fclose(f);
+    return buf;
+}
+
+static double num(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v)) fail_msg("JSON field \"%s\" is missing or not a number", key);
+    return v->valuedouble;
+}
+
+static const char *str(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsString(v)) fail_msg("JSON field \"%s\" is missing or not a string", key);
+    return v->valuestring;
+}
+
+static void assert_close(double got, double want, double rel)
+{
+    if (!(fabs(got - want) <= rel * fabs(want)))
+        fail_msg("%.17g != %.17g (relative tolerance %g)", got, want, rel);
+}
+
+static void test_json_report_is_whole_and_consistent(void **state)
+{
+    (void)state;
+    if (!bench_wired()) skip();
+    char path[] = "/tmp/ta_test_bench_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char args[256], *log = NULL;
+    snprintf(args, sizeof args, "bench --quick --threads 1 --filter sgemm_256 --json %s", path);
+    int rc = run_cli(args, &log);
+    if (rc != 0) fail_msg("tensorattn %s exited %d:\n%s", args, rc, log ? log : "");
+    free(log);
+    char *text = read_file(path);
+    unlink(path);
+    assert_non_null(text);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    assert_non_null(root);
+
+    assert_int_equal((int)num(root, "version"), 1);
+    assert_string_equal(str(root, "tensorattn"), ta_version());
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "machine");
+    assert_true(cJSON_IsObject(m));
+    const char *isa = str(m, "isa");
+    assert_int_equal((int)num(m, "threads"), 1);
+    double peak = num(m, "fma_peak_gflops"), peak1 = num(m, "fma_peak_gflops_1thread");
+    assert_true(peak > 0.0 && peak1 > 0.0);
+    assert_true(num(m, "peak_spread") >= 0.0);
+    /* One thread: the bench-thread peak is the 1-thread peak, and the per-ISA table
+     * holds the active ISA's value. */
+    assert_close(peak, peak1, 1e-12);
+    const cJSON *peaks = cJSON_GetObjectItemCaseSensitive(m, "peaks");
+    assert_true(cJSON_IsObject(peaks));
+    assert_close(num(peaks, isa), peak, 1e-12);
+    assert_true(num(peaks, "scalar") > 0.0);
+
+    const cJSON *cases = cJSON_GetObjectItemCaseSensitive(root, "cases");
+    assert_true(cJSON_IsArray(cases));
+    assert_int_equal(cJSON_GetArraySize(cases), 1); /* the filter kept only sgemm_256 */
+    const cJSON *c = cJSON_GetArrayItem(cases, 0);
+    assert_string_equal(str(c, "name"), "sgemm_256");
+    assert_string_equal(str(c, "kind"), "sgemm");
+    assert_string_equal(str(c, "path"), "gemm");
+    assert_string_equal(str(c, "status"), "ok");
+    assert_int_equal((int64_t)num(c, "M"), 256);
+    assert_int_equal((int64_t)num(c, "N"), 256);
+    assert_int_equal((int64_t)num(c, "K"), 256);
+    assert_int_equal((int64_t)num(c, "batch"), 1);
+    assert_int_equal((int)num(c, "threads"), 1);
+    double flops = num(c, "flops"), median = num(c, "median_s"), min = num(c, "min_s");
+    assert_close(flops, 2.0 * 256 * 256 * 256, 0.0);
+    assert_true(median > 0.0 && min > 0.0 && min <= median);
+    assert_true(num(c, "cold_s") > 0.0);
+    assert_true(num(c, "runs") >= 2);
+    double gflops = num(c, "gflops");
+    assert_close(gflops, flops / median * 1e-9, 1e-9);
+    assert_close(num(c, "peak_gflops"), peak, 1e-12);
+    assert_close(num(c, "peak_fraction"), gflops / peak, 1e-9);
+    double err = num(c, "max_rel_err");
+    assert_true(err >= 0.0 && err <= num(c, "tolerance"));
+    cJSON_Delete(root);
+}
+
+static void test_bad_command_lines_exit_2_with_one_error_line(void **state)
+{
+    (void)state;
+    if (!bench_wired()) skip();
+    const char *bad[] = {"bench --no-such-flag", "bench --threads 0", "bench --threads",
+                         "bench --quick=yes", "bench --filter no_case_has_this_name"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *out = NULL;
+        int rc = run_cli(bad[i], &out);
+        if (rc != 2 || !out || strncmp(out, "tensorattn: error: ", 19) != 0 ||
+            strchr(out, '\n') != out + strlen(out) - 1)
+            fail_msg("tensorattn %s: exit %d, output:\n%s", bad[i], rc, out ? out : "");
+        free(out);
+    }
+}
+
+static void test_unwritable_json_path_fails_with_1(void **state)
+{
+    (void)state;
+    if (!bench_wired()) skip();
+    char *out = NULL;
+    int rc = run_cli("bench --quick --threads 1 --filter sgemm_256 "
+                     "--json /nonexistent-ta-dir/report.json", &out);
+    if (rc != 1 || !out || !strstr(out, "tensorattn: error: "))
+        fail_msg("exit %d, output:\n%s", rc, out ? out : "");
+    free(out);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_json_report_is_whole_and_consistent),
+        cmocka_unit_test(test_bad_command_lines_exit_2_with_one_error_line),
+        cmocka_unit_test(test_unwritable_json_path_fails_with_1),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
