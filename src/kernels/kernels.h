@@ -15,12 +15,76 @@ typedef struct ta_kernels {
     /* Runs `iters` rounds of independent FMA chains held in registers; returns the
      * number of floating-point operations done (2 per lane per FMA). */
     double (*fma_peak_loop)(int64_t iters);
+
+    /* SGEMM micro-kernel (docs/kernels.md): on one MR x NR tile of C (row stride
+     * rs_c, unit column stride), C = alpha * A_p B_p + beta * C, where A_p[i,p] =
+     * a[i*rs_a + p*cs_a] (a packed MR-row panel: rs_a = 1, cs_a = MR; or rows read in
+     * place) and B_p an NR-column panel packed k-major (b[p*NR + j]), 64-byte aligned
+     * and zero-padded to NR. beta == 0: C is not read. k >= 0. */
+    void (*sgemm_ukr)(int64_t k, float alpha, const float *a, int64_t rs_a, int64_t cs_a,
+                      const float *b, float beta, float *c, int64_t rs_c);
+    int sgemm_mr, sgemm_nr; /* the tile the micro-kernel computes */
+    /* Cache blocks for this kernel (multiples of MR / NR where they apply): KC rows of
+     * the packed panels per pass, MC rows of A per packed block, NC columns of B. */
+    int sgemm_kc, sgemm_mc, sgemm_nc;
+
+    /* ---- attention (FlashAttention-2 forward; docs/kernels.md "Attention"; filled by
+     * ta_attn_fill_<isa> in src/kernels/attn_<isa>.c). Lanes are queries: a query tile
+     * of attn_mq rows is packed transposed, qp[p * attn_mq + r] = scale * Q[r, p], and a
+     * score tile is s[j * attn_mq + r] (key j, query row r). */
+    int attn_mq; /* query rows per tile: a multiple of the vector width and of attn_pr */
+    int attn_pr; /* rows per P.V micro-tile */
+    /* s [nk, mq] = qp^T K^T for nk keys, key j at k[j * ldk + 0 .. d-1]. rowk: NULL, or
+     * per row the keys it needs (may skip computing scores past them). */
+    void (*attn_qk)(float *s, const float *qp, const float *k, int64_t ldk, int64_t nk,
+                    int64_t d, const int32_t *rowk);
+    /* Online softmax step over s [nk, mq] with running max m, sum l (per row):
+     * s <- exp(s - m'), alpha <- exp(m - m'), l <- l * alpha + sum, m <- m'. */
+    void (*attn_softmax)(float *s, float *m, float *l, float *alpha, int64_t nk);
+    /* o [mq rows, ldo] = o * alpha + p^T V for the rows < mq, columns < dv (v: nk rows
+     * of dv, stride ldv). rowk as in attn_qk (p must be 0 past each row's need). */
+    void (*attn_pv)(float *o, int64_t ldo, const float *p, const float *alpha,
+                    const float *v, int64_t ldv, int64_t nk, int64_t dv, int64_t mq,
+                    const int32_t *rowk);
+    /* y[i] = expf(x[i]), i < n (the exp the softmax step uses; accuracy in docs). */
+    void (*attn_exp)(float *y, const float *x, int64_t n);
+
+    /* ---- attention backward (FlashAttention-2 backward, src/ops/sdpa_backward.c; filled
+     * by ta_attn_bwd_fill_<isa> in src/kernels/attn_bwd_<isa>.c; contracts in
+     * src/kernels/attn_bwd_template.h). */
+    /* C [m, n] (row stride ldc, unit columns) = (acc ? C : 0) + A [m, k] B [k, n] with
+     * A[i, p] = a[i * rsa + p * csa], B[p, j] = b[p * ldb + j]; one FMA chain per element
+     * in p order; acc == 0: C is not read; only the n columns are touched. */
+    void (*attn_bwd_gemm)(float *c, int64_t ldc, const float *a, int64_t rsa, int64_t csa,
+                          const float *b, int64_t ldb, int64_t m, int64_t n, int64_t k, int acc);
+    /* Rows r < m (stride ld, n columns): s <- P = exp(s * scale - lse[r]),
+     * dp <- dS = P * (dp - di[r]); both rows 0 where lse[r] == -inf. */
+    void (*attn_bwd_dsoftmax)(float *s, float *dp, int64_t ld, const float *lse,
+                              const float *di, int64_t m, int64_t n, float scale,
+                              void (*exp_row)(float *, const float *, int64_t));
 } ta_kernels;
 
 /* The table in use (the best supported, or TA_ARCH's choice). Never NULL. */
 const ta_kernels *ta_kernels_active(void);
 /* The table for isa, or NULL if this CPU cannot run it. */
 const ta_kernels *ta_kernels_for(ta_isa isa);
+
+/* The SGEMM micro-kernels, named ta_sgemm_<isa>_<MR>x<NR> (docs/kernels.md). */
+void ta_sgemm_scalar_4x8(int64_t k, float alpha, const float *a, int64_t rs_a, int64_t cs_a,
+                         const float *b, float beta, float *c, int64_t rs_c);
+void ta_sgemm_avx2_6x16(int64_t k, float alpha, const float *a, int64_t rs_a, int64_t cs_a,
+                        const float *b, float beta, float *c, int64_t rs_c);
+void ta_sgemm_avx512_12x32(int64_t k, float alpha, const float *a, int64_t rs_a,
+                           int64_t cs_a, const float *b, float beta, float *c, int64_t rs_c);
+
+/* Attention entries of the table, one filler per ISA (called by the fillers below). */
+void ta_attn_fill_scalar(ta_kernels *k);
+void ta_attn_fill_avx2(ta_kernels *k);
+void ta_attn_fill_avx512(ta_kernels *k);
+/* Attention backward entries, one filler per ISA (called by the fillers below). */
+void ta_attn_bwd_fill_scalar(ta_kernels *k);
+void ta_attn_bwd_fill_avx2(ta_kernels *k);
+void ta_attn_bwd_fill_avx512(ta_kernels *k);
 
 /* Per-ISA fillers: each overrides the entries it has; the scalar one sets all. */
 void ta_kernels_fill_scalar(ta_kernels *k);

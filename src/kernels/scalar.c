@@ -20,4 +20,13 @@ void ta_kernels_fill_scalar(ta_kernels *k)
     k->isa = TA_ISA_SCALAR;
     k->name = "scalar";
     k->fma_peak_loop = fma_peak_loop_scalar;
+    /* Small tile: scalar code has few registers to hold accumulators in. */
+    k->sgemm_ukr = ta_sgemm_scalar_4x8;
+    k->sgemm_mr = 4;
+    k->sgemm_nr = 8;
+    k->sgemm_kc = 256;
+    k->sgemm_mc = 128;
+    k->sgemm_nc = 2048;
+    ta_attn_fill_scalar(k); /* attention kernels: attn_scalar.c */
+    ta_attn_bwd_fill_scalar(k); /* attention backward kernels: attn_bwd_scalar.c */
 }

@@ -1,19 +1,249 @@
-/* PLACEHOLDER: naive strided GEMM so that other layers can build and test while the
- * blocked, packed engine is written. Replace wholesale. */
+/* The float32 GEMM engine: BLIS-style blocking and packing around the per-ISA
+ * micro-kernels of the kernel table (contracts: docs/kernels.md).
+ *
+ * For one problem, C[M,N] += A[M,K] B[K,N] runs as (BLIS's five loops)
+ *   jc over N in NC columns:         pack B[pc.., jc..] into KC x NC (NR-column panels)
+ *     pc over K in KC rows:
+ *       ic over M in MC rows:        pack A[ic.., pc..] into MC x KC (MR-row panels)
+ *         jr over the block in NR:   the B micro-panel stays in L1/L2 ...
+ *           ir over the block in MR: ... while the A micro-panels stream from L2
+ *             micro-kernel on one MR x NR tile of C.
+ * The first KC pass applies the caller's beta, later passes accumulate (beta = 1).
+ * A narrow block (few NR panels to amortise packing over) reads a unit-stride A in
+ * place instead of packing it.
+ *
+ * Threads: the work is a list of items (batch index, chunk of rows or columns of C);
+ * each item is done by one thread with its own packing buffers, so every element of C
+ * is computed by one thread, with the k order fixed by KC alone: results are bitwise
+ * identical for any thread count. Edge tiles (and a C whose columns are not unit
+ * stride) go through a local tile that is first loaded from C, so they run the same
+ * arithmetic as interior tiles. */
 #include "core/core.h"
+#include "kernels/kernels.h"
 #include "ops/gemm.h"
 
-static void gemm_one(float *C, int64_t rsc, int64_t csc, const float *A, int64_t rsa,
-                     int64_t csa, const float *B, int64_t rsb, int64_t csb, int64_t M,
-                     int64_t N, int64_t K, float alpha, float beta)
+#include <omp.h>
+#include <pthread.h>
+#include <string.h>
+
+/* The largest MR x NR tile a kernel of the table may have (12 x 32 today). */
+#define TILE_MAX 512
+/* Below this many multiply-adds in all, one thread: OpenMP start-up costs more. */
+#define SERIAL_FMAS ((int64_t)1 << 18)
+/* Blocks of at most this many NR panels read an A with a unit stride in place. */
+#define DIRECT_A_PANELS 4
+
+typedef struct blocking {
+    void (*ukr)(int64_t, float, const float *, int64_t, int64_t, const float *, float, float *,
+                int64_t);
+    int64_t mr, nr, kc, mc, nc;
+} blocking;
+
+/* One problem: C[M,N] = alpha A[M,K] B[K,N] + beta C, element strides. */
+typedef struct problem {
+    float *C;
+    const float *A, *B;
+    int64_t rsc, csc, rsa, csa, rsb, csb;
+    int64_t M, N, K;
+    float alpha, beta;
+} problem;
+
+/* ------------------------------------------------------------------ packing */
+
+/* Packs `lanes` (<= W) vectors of length kc into dst[p*W + l] = src[l*ls + p*ks],
+ * zero-filling lanes lanes..W-1. Inlined with a constant W so the copies unroll. */
+static inline __attribute__((always_inline)) void
+pack_panel(float *restrict dst, const float *restrict src, int64_t ls, int64_t ks,
+           int64_t lanes, int64_t kc, const int64_t W)
 {
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t j = 0; j < N; j++) {
-            float s = 0.0f;
-            for (int64_t k = 0; k < K; k++) s += A[i * rsa + k * csa] * B[k * rsb + j * csb];
-            float *c = &C[i * rsc + j * csc];
-            *c = beta == 0.0f ? alpha * s : alpha * s + beta * *c;
+    if (lanes == W && ls == 1) {
+        for (int64_t p = 0; p < kc; p++)
+            for (int64_t l = 0; l < W; l++) dst[p * W + l] = src[p * ks + l];
+    } else if (lanes == W && ks == 1) {
+        for (int64_t p = 0; p < kc; p++)
+            for (int64_t l = 0; l < W; l++) dst[p * W + l] = src[l * ls + p];
+    } else {
+        for (int64_t p = 0; p < kc; p++) {
+            for (int64_t l = 0; l < lanes; l++) dst[p * W + l] = src[l * ls + p * ks];
+            for (int64_t l = lanes; l < W; l++) dst[p * W + l] = 0.0f;
         }
+    }
+}
+
+/* Packs n vectors (src + l*ls for l < n, each kc long with step ks) as panels of W
+ * lanes: panel q at dst + q*W*kc. A block: lanes are rows (ls = rsa, ks = csa);
+ * B block: lanes are columns (ls = csb, ks = rsb). */
+static void pack_block(float *dst, const float *src, int64_t ls, int64_t ks, int64_t n,
+                       int64_t kc, int64_t W)
+{
+    for (int64_t l0 = 0; l0 < n; l0 += W, dst += W * kc, src += W * ls) {
+        int64_t lanes = TA_MIN(W, n - l0);
+        switch (W) {
+        case 4: pack_panel(dst, src, ls, ks, lanes, kc, 4); break;
+        case 6: pack_panel(dst, src, ls, ks, lanes, kc, 6); break;
+        case 8: pack_panel(dst, src, ls, ks, lanes, kc, 8); break;
+        case 12: pack_panel(dst, src, ls, ks, lanes, kc, 12); break;
+        case 16: pack_panel(dst, src, ls, ks, lanes, kc, 16); break;
+        case 32: pack_panel(dst, src, ls, ks, lanes, kc, 32); break;
+        default: pack_panel(dst, src, ls, ks, lanes, kc, W); break;
+        }
+    }
+}
+
+/* ------------------------------------------------------------- macro-kernel */
+
+/* C block [mc, nc] (strides rsc, csc) = alpha * A [mc, kc] * packed B [kc, nc] + beta * C.
+ * A is packed in pa, or (a_direct != NULL) read in place with strides (rsa, csa) except
+ * for a last panel of fewer than MR rows, which is packed at pa. */
+static void macro_kernel(const blocking *bk, float *C, int64_t rsc, int64_t csc,
+                         const float *a_direct, int64_t rsa, int64_t csa, const float *pa,
+                         const float *pb, int64_t mc, int64_t nc, int64_t kc, float alpha,
+                         float beta)
+{
+    const int64_t mr = bk->mr, nr = bk->nr;
+    _Alignas(64) float tile[TILE_MAX];
+    /* The lanes of an edge tile past the edge are computed too (and read when
+     * beta != 0): give them defined values. */
+    memset(tile, 0, sizeof tile);
+    for (int64_t jr = 0; jr < nc; jr += nr) {
+        const int64_t n = TA_MIN(nr, nc - jr);
+        const float *b = pb + jr * kc;
+        for (int64_t ir = 0; ir < mc; ir += mr) {
+            const int64_t m = TA_MIN(mr, mc - ir);
+            const float *a = a_direct ? (m == mr ? a_direct + ir * rsa : pa) : pa + ir * kc;
+            const int64_t ars = a_direct && m == mr ? rsa : 1, acs = a_direct && m == mr ? csa : mr;
+            float *c = C + ir * rsc + jr * csc;
+            if (m == mr && n == nr && csc == 1) {
+                bk->ukr(kc, alpha, a, ars, acs, b, beta, c, rsc);
+                continue;
+            }
+            /* Edge or strided tile: the same kernel on a local copy, so the arithmetic
+             * is that of an interior tile. beta == 0: C is not read. */
+            if (beta != 0.0f)
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = 0; j < n; j++) tile[i * nr + j] = c[i * rsc + j * csc];
+            bk->ukr(kc, alpha, a, ars, acs, b, beta, tile, nr);
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) c[i * rsc + j * csc] = tile[i * nr + j];
+        }
+    }
+}
+
+/* Rows [m0, m1) x columns [n0, n1) of problem pr, with packing buffers pa, pb. */
+static void gemm_chunk(const blocking *bk, const problem *pr, int64_t m0, int64_t m1,
+                       int64_t n0, int64_t n1, float *pa, float *pb)
+{
+    for (int64_t jc = n0; jc < n1; jc += bk->nc) {
+        const int64_t nc = TA_MIN(bk->nc, n1 - jc);
+        /* Packing A costs about one pass of loads and stores over it, repaid by reuse
+         * across the NR panels of the block. With few panels (attention's P V: N = 64)
+         * a unit-stride A is cheaper read in place; measured 81 -> 96 GFLOP/s on
+         * 512x64x512, while wide blocks run faster packed (104 vs 96 at 1024^3). The
+         * values and their order are the same either way. */
+        const bool direct = (pr->rsa == 1 || pr->csa == 1) && nc <= DIRECT_A_PANELS * bk->nr;
+        for (int64_t pc = 0; pc < pr->K; pc += bk->kc) {
+            const int64_t kc = TA_MIN(bk->kc, pr->K - pc);
+            const float beta = pc == 0 ? pr->beta : 1.0f;
+            pack_block(pb, pr->B + pc * pr->rsb + jc * pr->csb, pr->csb, pr->rsb, nc, kc,
+                       bk->nr);
+            for (int64_t ic = m0; ic < m1; ic += bk->mc) {
+                const int64_t mc = TA_MIN(bk->mc, m1 - ic), tail = mc % bk->mr;
+                const float *a = pr->A + ic * pr->rsa + pc * pr->csa;
+                if (direct)
+                    pack_block(pa, a + (mc - tail) * pr->rsa, pr->rsa, pr->csa, tail, kc,
+                               bk->mr);
+                else
+                    pack_block(pa, a, pr->rsa, pr->csa, mc, kc, bk->mr);
+                macro_kernel(bk, pr->C + ic * pr->rsc + jc * pr->csc, pr->rsc, pr->csc,
+                             direct ? a : NULL, pr->rsa, pr->csa, pa, pb, mc, nc, kc,
+                             pr->alpha, beta);
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- workspace */
+
+/* The packing block is kept between calls: first touch of fresh memory costs ~11 us per
+ * 4 KiB page here, and glibc hands large blocks back to the OS on free, so a block
+ * allocated per call was fresh memory every call (1024^3 on 2 threads: ~100-126
+ * GFLOP/s, against ~200 with the block kept). One block is cached; concurrent callers each take it or allocate their own.
+ * It comes from the allocation hook, which the public header requires be set before
+ * any other call; ta_gemm_workspace_release frees it (tests that swap hooks call it). */
+static pthread_mutex_t ws_lock = PTHREAD_MUTEX_INITIALIZER;
+static float *ws_ptr;
+static size_t ws_bytes;
+
+/* A block of at least `bytes`; *got receives its size (for workspace_give). */
+static float *workspace_take(size_t bytes, size_t *got)
+{
+    pthread_mutex_lock(&ws_lock);
+    float *p = ws_ptr;
+    size_t have = ws_bytes;
+    ws_ptr = NULL;
+    ws_bytes = 0;
+    pthread_mutex_unlock(&ws_lock);
+    if (p && have >= bytes) {
+        *got = have;
+        return p;
+    }
+    ta_free(p);
+    *got = bytes;
+    return ta_alloc(bytes);
+}
+
+/* Returns a block to the cache, keeping the larger when another call returned one. */
+static void workspace_give(float *p, size_t bytes)
+{
+    pthread_mutex_lock(&ws_lock);
+    if (ws_ptr && ws_bytes >= bytes) {
+        pthread_mutex_unlock(&ws_lock);
+        ta_free(p);
+        return;
+    }
+    float *old = ws_ptr;
+    ws_ptr = p;
+    ws_bytes = bytes;
+    pthread_mutex_unlock(&ws_lock);
+    ta_free(old);
+}
+
+void ta_gemm_workspace_release(void)
+{
+    pthread_mutex_lock(&ws_lock);
+    float *p = ws_ptr;
+    ws_ptr = NULL;
+    ws_bytes = 0;
+    pthread_mutex_unlock(&ws_lock);
+    ta_free(p);
+}
+
+/* ------------------------------------------------------------------- driver */
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* K == 0: C = beta * C (beta == 0 writes zeros without reading C). */
+static void scale_c(const problem *pr)
+{
+    for (int64_t i = 0; i < pr->M; i++)
+        for (int64_t j = 0; j < pr->N; j++) {
+            float *c = pr->C + i * pr->rsc + j * pr->csc;
+            *c = pr->beta == 0.0f ? 0.0f : pr->beta * *c;
+        }
+}
+
+/* Problem number p of the batch (row-major order over batch->shape). */
+static problem batch_problem(const problem *base, const ta_gemm_batch *batch, int64_t p)
+{
+    problem pr = *base;
+    for (int i = batch ? batch->ndim - 1 : -1; i >= 0; i--) {
+        int64_t x = p % batch->shape[i];
+        p /= batch->shape[i];
+        pr.A += x * batch->stride_a[i];
+        pr.B += x * batch->stride_b[i];
+        pr.C += x * batch->stride_c[i];
+    }
+    return pr;
 }
 
 ta_status ta_gemm_strided(float *C, int64_t rsc, int64_t csc, const float *A, int64_t rsa,
@@ -24,17 +254,156 @@ ta_status ta_gemm_strided(float *C, int64_t rsc, int64_t csc, const float *A, in
     int64_t nb = 1;
     if (batch)
         for (int i = 0; i < batch->ndim; i++) nb *= batch->shape[i];
-    for (int64_t p = 0; p < nb; p++) {
-        int64_t oa = 0, ob = 0, oc = 0, rem = p;
-        for (int i = batch ? batch->ndim - 1 : -1; i >= 0; i--) {
-            int64_t x = rem % batch->shape[i];
-            rem /= batch->shape[i];
-            oa += x * batch->stride_a[i];
-            ob += x * batch->stride_b[i];
-            oc += x * batch->stride_c[i];
+    if (nb == 0 || M == 0 || N == 0) return TA_OK;
+
+    ta_gemm_batch tb;
+    /* The kernels store rows of C with unit stride: a column-major C is done as
+     * C^T = B^T A^T (A and B trade places, rows and columns trade strides). */
+    if (csc != 1 && rsc == 1) {
+        const float *t = A;
+        A = B;
+        B = t;
+        int64_t s;
+        s = rsa, rsa = csb, csb = s;
+        s = csa, csa = rsb, rsb = s;
+        s = M, M = N, N = s;
+        rsc = csc, csc = 1;
+        if (batch) {
+            tb = *batch;
+            memcpy(tb.stride_a, batch->stride_b, sizeof tb.stride_a);
+            memcpy(tb.stride_b, batch->stride_a, sizeof tb.stride_b);
+            batch = &tb;
         }
-        gemm_one(C + oc, rsc, csc, A + oa, rsa, csa, B + ob, rsb, csb, M, N, K, alpha, beta);
     }
+    const problem base = {C, A, B, rsc, csc, rsa, csa, rsb, csb, M, N, K, alpha, beta};
+    if (K == 0) {
+        for (int64_t p = 0; p < nb; p++) {
+            problem pr = batch_problem(&base, batch, p);
+            scale_c(&pr);
+        }
+        return TA_OK;
+    }
+
+    const ta_kernels *kt = ta_kernels_active();
+    const blocking bk = {kt->sgemm_ukr, kt->sgemm_mr, kt->sgemm_nr, kt->sgemm_kc,
+                         kt->sgemm_mc, kt->sgemm_nc};
+
+    /* Work items: whole problems when the batch alone balances the threads (the
+     * attention shapes), else each problem cut into `threads` chunks of columns (or of
+     * rows when C is tall), in multiples of NR (MR) so edge tiles stay at the edges. */
+    int nt = ta_threads();
+    const double fmas = (double)nb * (double)M * (double)N * (double)K;
+    if (fmas < (double)SERIAL_FMAS) nt = 1;
+    int64_t parts = (nb % nt == 0 || nb >= 4 * (int64_t)nt) ? 1 : nt;
+    int64_t chunk_m = M, chunk_n = N;
+    if (parts > 1) {
+        if (N >= M) chunk_n = round_up((N + parts - 1) / parts, bk.nr);
+        else chunk_m = round_up((M + parts - 1) / parts, bk.mr);
+    }
+    const int64_t parts_m = (M + chunk_m - 1) / chunk_m, parts_n = (N + chunk_n - 1) / chunk_n;
+    const int64_t items = nb * parts_m * parts_n;
+    if ((int64_t)nt > items) nt = (int)items;
+
+    /* Per-thread packing buffers, sized to what a chunk needs: one block for the call,
+     * allocated before any thread writes C (so on failure C is untouched). */
+    const int64_t kc = TA_MIN(bk.kc, K);
+    const int64_t size_a = round_up(TA_MIN(bk.mc, round_up(chunk_m, bk.mr)) * kc, 16);
+    const int64_t size_b = round_up(TA_MIN(bk.nc, round_up(chunk_n, bk.nr)) * kc, 16);
+    const size_t per_thread = (size_t)(size_a + size_b);
+    const size_t bytes = per_thread * sizeof(float) * (size_t)nt;
+    size_t got;
+    float *buf = workspace_take(bytes, &got);
+    if (!buf)
+        return ta_error(TA_ENOMEM, "ta_gemm: cannot allocate %zu bytes of packing buffers",
+                        bytes);
+
+    #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
+    for (int64_t it = 0; it < items; it++) {
+        float *pa = buf + per_thread * (size_t)omp_get_thread_num(), *pb = pa + size_a;
+        const int64_t p = it / (parts_m * parts_n), r = it % (parts_m * parts_n);
+        const int64_t m0 = r / parts_n * chunk_m, n0 = r % parts_n * chunk_n;
+        problem pr = batch_problem(&base, batch, p);
+        gemm_chunk(&bk, &pr, m0, TA_MIN(M, m0 + chunk_m), n0, TA_MIN(N, n0 + chunk_n), pa,
+                   pb);
+    }
+    workspace_give(buf, got);
+    return TA_OK;
+}
+
+/* ------------------------------------------------------- public entry points */
+
+/* |offset| of the farthest element of an operand with extents n[i] and strides s[i];
+ * false when it does not fit the index range (elements of 4 bytes in a ptrdiff_t). */
+static bool operand_span(int64_t *out, int count, const int64_t *n, const int64_t *s)
+{
+    int64_t total = 0;
+    for (int i = 0; i < count; i++) {
+        if (n[i] == 0) {
+            *out = 0;
+            return true;
+        }
+        if (s[i] == INT64_MIN) return false;
+        int64_t t, mag = s[i] < 0 ? -s[i] : s[i];
+        if (__builtin_mul_overflow(n[i] - 1, mag, &t) ||
+            __builtin_add_overflow(total, t, &total))
+            return false;
+    }
+    *out = total;
+    return total <= (int64_t)(PTRDIFF_MAX / (ptrdiff_t)sizeof(float));
+}
+
+/* Shared validation of ta_sgemm (batch == 1 and fn "ta_sgemm") and ta_sgemm_batched. */
+static ta_status check_args(const char *fn, const float *C, int64_t bsc, int64_t rsc,
+                            int64_t csc, const float *A, int64_t bsa, int64_t rsa, int64_t csa,
+                            const float *B, int64_t bsb, int64_t rsb, int64_t csb,
+                            int64_t batch, int64_t M, int64_t N, int64_t K)
+{
+    const int64_t dims[4] = {batch, M, N, K};
+    const char *names[4] = {"batch", "M", "N", "K"};
+    for (int i = 0; i < 4; i++)
+        if (dims[i] < 0)
+            return ta_error(TA_EINVAL, "%s: %s is negative (%lld)", fn, names[i],
+                            (long long)dims[i]);
+    if (batch == 0 || M == 0 || N == 0) return TA_OK; /* nothing is read or written */
+    if (!C)
+        return ta_error(TA_EINVAL, "%s: C is NULL but C is %lld x %lld", fn, (long long)M,
+                        (long long)N);
+    if (K > 0 && !A)
+        return ta_error(TA_EINVAL, "%s: A is NULL but A is %lld x %lld", fn, (long long)M,
+                        (long long)K);
+    if (K > 0 && !B)
+        return ta_error(TA_EINVAL, "%s: B is NULL but B is %lld x %lld", fn, (long long)K,
+                        (long long)N);
+    int64_t span;
+    const int64_t nc[3] = {batch, M, N}, sc[3] = {bsc, rsc, csc};
+    const int64_t na[3] = {batch, M, K}, sa[3] = {bsa, rsa, csa};
+    const int64_t nB[3] = {batch, K, N}, sB[3] = {bsb, rsb, csb};
+    if (!operand_span(&span, 3, nc, sc))
+        return ta_error(TA_ESHAPE,
+                        "%s: C strides (batch %lld, row %lld, column %lld) over [%lld, %lld, "
+                        "%lld] overflow the index range",
+                        fn, (long long)bsc, (long long)rsc, (long long)csc, (long long)batch,
+                        (long long)M, (long long)N);
+    if (!operand_span(&span, 3, na, sa))
+        return ta_error(TA_ESHAPE,
+                        "%s: A strides (batch %lld, row %lld, column %lld) over [%lld, %lld, "
+                        "%lld] overflow the index range",
+                        fn, (long long)bsa, (long long)rsa, (long long)csa, (long long)batch,
+                        (long long)M, (long long)K);
+    if (!operand_span(&span, 3, nB, sB))
+        return ta_error(TA_ESHAPE,
+                        "%s: B strides (batch %lld, row %lld, column %lld) over [%lld, %lld, "
+                        "%lld] overflow the index range",
+                        fn, (long long)bsb, (long long)rsb, (long long)csb, (long long)batch,
+                        (long long)K, (long long)N);
+    /* Distinct (b, i, j) must be distinct elements of C; a zero stride over an extent
+     * > 1 is the overlap one can check cheaply (and the likely mistake). */
+    if ((M > 1 && rsc == 0) || (N > 1 && csc == 0) || (batch > 1 && bsc == 0))
+        return ta_error(TA_ESHAPE,
+                        "%s: C has a zero stride (batch %lld, row %lld, column %lld) over "
+                        "[%lld, %lld, %lld]: its elements must be distinct",
+                        fn, (long long)bsc, (long long)rsc, (long long)csc, (long long)batch,
+                        (long long)M, (long long)N);
     return TA_OK;
 }
 
@@ -43,6 +412,10 @@ ta_status ta_sgemm_batched(float *C, int64_t bsc, int64_t rsc, int64_t csc, cons
                            int64_t rsb, int64_t csb, int64_t batch, int64_t M, int64_t N,
                            int64_t K, float alpha, float beta)
 {
+    // C: [batch, M, N], A: [batch, M, K], B: [batch, K, N], all with element strides
+    ta_status st = check_args("ta_sgemm_batched", C, bsc, rsc, csc, A, bsa, rsa, csa, B, bsb,
+                              rsb, csb, batch, M, N, K);
+    if (st != TA_OK) return st;
     ta_gemm_batch b = {.ndim = 1, .shape = {batch}, .stride_a = {bsa}, .stride_b = {bsb},
                        .stride_c = {bsc}};
     return ta_gemm_strided(C, rsc, csc, A, rsa, csa, B, rsb, csb, M, N, K, alpha, beta, &b);
@@ -52,5 +425,9 @@ ta_status ta_sgemm(float *C, int64_t rsc, int64_t csc, const float *A, int64_t r
                    const float *B, int64_t rsb, int64_t csb, int64_t M, int64_t N, int64_t K,
                    float alpha, float beta)
 {
+    // C: [M, N], A: [M, K], B: [K, N], all with element strides
+    ta_status st = check_args("ta_sgemm", C, 0, rsc, csc, A, 0, rsa, csa, B, 0, rsb, csb, 1, M,
+                              N, K);
+    if (st != TA_OK) return st;
     return ta_gemm_strided(C, rsc, csc, A, rsa, csa, B, rsb, csb, M, N, K, alpha, beta, NULL);
 }

@@ -25,4 +25,8 @@ ta_status ta_gemm_strided(float *C, int64_t rsc, int64_t csc,
                           int64_t M, int64_t N, int64_t K, float alpha, float beta,
                           const ta_gemm_batch *batch);
 
+/* The engine keeps its packing block between calls (fresh memory is slow to touch);
+ * this frees it. Call it before ta_set_allocator swaps the hook after GEMM calls. */
+void ta_gemm_workspace_release(void);
+
 #endif

@@ -1,0 +1,151 @@
+/* The attention backward micro-kernels (FlashAttention-2 backward, src/ops/sdpa_backward.c),
+ * written once over a small vector vocabulary and instantiated per ISA by
+ * attn_bwd_scalar.c, attn_bwd_avx2.c and attn_bwd_avx512.c (each with its own -m flags).
+ *
+ * The including file defines:
+ *   VT, VL          the vector type and its lanes (float and 1 for scalar code);
+ *   MR, NV          the GEMM micro-tile: MR rows by NV vectors of columns, MR * NV
+ *                   accumulators held in registers;
+ *   V_ZERO() V_SET1(x) V_LOADU(p) V_STOREU(p, v) V_LOADN(p, n) (lanes >= n read as 0, memory
+ *   past them untouched) V_STOREN(p, v, n) V_SUB V_MUL V_FMA(a, b, c) = a*b+c;
+ *   NAME_GEMM, NAME_DSOFTMAX, FILL_FN: the exported names.
+ *
+ * One GEMM form serves all five products of a backward block, because its A operand is
+ * read element by element (broadcast) through two arbitrary strides and only B and C need
+ * unit column strides: S = Q K^T and dP = dO V^T read K^T and V^T from tiles packed
+ * [D][keys]; dV += P^T dO, dK += dS^T Q read the score tile transposed through the strides
+ * (rsa = 1, csa = ld) and dO / Q rows in place; dQ += dS K reads K rows in place. */
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <stdint.h>
+
+#define BWD_INLINE static inline __attribute__((always_inline))
+
+/* Rows 0 .. mr-1 and column vectors 0 .. nv-1 (the last one holding `last` lanes when TAIL)
+ * of C = (acc ? C : 0) + A B over k steps. mr, nv and TAIL are constants after inlining. */
+BWD_INLINE void gemm_micro(float *c, int64_t ldc, const float *a, int64_t rsa, int64_t csa,
+                           const float *b, int64_t ldb, int64_t k, int acc, const int mr,
+                           const int nv, const int TAIL, int last)
+{
+    VT cr[MR][NV];
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; r++) {
+        if (r >= mr) break;
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; v++) {
+            if (v >= nv) break;
+            if (!acc)
+                cr[r][v] = V_ZERO();
+            else if (TAIL && v == nv - 1)
+                cr[r][v] = V_LOADN(c + r * ldc + v * VL, last);
+            else
+                cr[r][v] = V_LOADU(c + r * ldc + v * VL);
+        }
+    }
+    for (int64_t p = 0; p < k; p++) {
+        VT bv[NV];
+        const float *br = b + p * ldb, *ap = a + p * csa;
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; v++) {
+            if (v >= nv) break;
+            bv[v] = (TAIL && v == nv - 1) ? V_LOADN(br + v * VL, last) : V_LOADU(br + v * VL);
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; r++) {
+            if (r >= mr) break;
+            VT ab = V_SET1(ap[r * rsa]);
+#pragma GCC unroll 16
+            for (int v = 0; v < NV; v++)
+                if (v < nv) cr[r][v] = V_FMA(ab, bv[v], cr[r][v]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; r++) {
+        if (r >= mr) break;
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; v++) {
+            if (v >= nv) break;
+            if (TAIL && v == nv - 1)
+                V_STOREN(c + r * ldc + v * VL, cr[r][v], last);
+            else
+                V_STOREU(c + r * ldc + v * VL, cr[r][v]);
+        }
+    }
+}
+
+/* All m rows of one column strip (nv vectors) of C: full MR-row tiles, then one tile of
+ * the leftover rows (an instance per count keeps it in registers). */
+BWD_INLINE void gemm_strip(float *c, int64_t ldc, const float *a, int64_t rsa, int64_t csa,
+                           const float *b, int64_t ldb, int64_t m, int64_t k, int acc,
+                           const int nv, const int TAIL, int last)
+{
+    int64_t i = 0;
+    for (; i + MR <= m; i += MR)
+        gemm_micro(c + i * ldc, ldc, a + i * rsa, rsa, csa, b, ldb, k, acc, MR, nv, TAIL, last);
+    switch (m - i) {
+#define ROWS_TAIL(n) case n: if (n < MR) gemm_micro(c + i * ldc, ldc, a + i * rsa, rsa, csa, b, ldb, k, acc, n, nv, TAIL, last); break;
+    ROWS_TAIL(1) ROWS_TAIL(2) ROWS_TAIL(3) ROWS_TAIL(4) ROWS_TAIL(5) ROWS_TAIL(6) ROWS_TAIL(7)
+#undef ROWS_TAIL
+    default: break;
+    }
+}
+
+/* C [m, n] (row stride ldc, unit columns) = (acc ? C : 0) + A [m, k] B [k, n], where
+ * A[i, p] = a[i * rsa + p * csa] and B[p, j] = b[p * ldb + j]. Each C element is one
+ * float32 FMA chain over p = 0, 1, ..., k-1 (after C itself when acc): the order never
+ * depends on where the element lies. acc == 0: C is not read. Only the n columns are
+ * read or written (masked tails). */
+void NAME_GEMM(float *c, int64_t ldc, const float *a, int64_t rsa, int64_t csa, const float *b,
+               int64_t ldb, int64_t m, int64_t n, int64_t k, int acc)
+{
+    const int64_t W = (int64_t)NV * VL;
+    int64_t j = 0;
+    for (; j + W <= n; j += W) gemm_strip(c + j, ldc, a, rsa, csa, b + j, ldb, m, k, acc, NV, 0, VL);
+    int64_t rest = n - j;
+    if (rest <= 0) return;
+    int nv = (int)((rest + VL - 1) / VL), last = (int)(rest - (int64_t)(nv - 1) * VL);
+    switch (nv) {
+#define COLS_TAIL(x) case x: if (x <= NV) gemm_strip(c + j, ldc, a, rsa, csa, b + j, ldb, m, k, acc, x, 1, last); break;
+    COLS_TAIL(1) COLS_TAIL(2) COLS_TAIL(3) COLS_TAIL(4) COLS_TAIL(5) COLS_TAIL(6) COLS_TAIL(7)
+    COLS_TAIL(8)
+#undef COLS_TAIL
+    default: break;
+    }
+}
+
+/* The softmax backward of one block, rows r < m of the score tile s and the dP tile dp
+ * (row stride ld, n columns):
+ *   lse[r] == -inf (the row attends to nothing): both rows become 0;
+ *   otherwise  P = exp(s * scale - lse[r])  (into s; a masked score -inf gives 0)
+ *              dS = P * (dP - di[r])          (into dp), di = rowsum(dO * O).
+ * exp is the table's attn_exp (one call per row, in place). */
+void NAME_DSOFTMAX(float *s, float *dp, int64_t ld, const float *lse, const float *di,
+                   int64_t m, int64_t n, float scale, void (*exp_row)(float *, const float *, int64_t))
+{
+    const VT sc = V_SET1(scale);
+    for (int64_t r = 0; r < m; r++) {
+        float *sr = s + r * ld, *dr = dp + r * ld;
+        if (lse[r] == -INFINITY) {
+            for (int64_t j = 0; j < n; j++) sr[j] = dr[j] = 0.0f;
+            continue;
+        }
+        const VT l = V_SET1(lse[r]), d = V_SET1(di[r]);
+        int64_t j = 0;
+        for (; j + VL <= n; j += VL) V_STOREU(sr + j, V_SUB(V_MUL(V_LOADU(sr + j), sc), l));
+        if (j < n) V_STOREN(sr + j, V_SUB(V_MUL(V_LOADN(sr + j, (int)(n - j)), sc), l), (int)(n - j));
+        exp_row(sr, sr, n);
+        for (j = 0; j + VL <= n; j += VL)
+            V_STOREU(dr + j, V_MUL(V_LOADU(sr + j), V_SUB(V_LOADU(dr + j), d)));
+        if (j < n) {
+            int t = (int)(n - j);
+            V_STOREN(dr + j, V_MUL(V_LOADN(sr + j, t), V_SUB(V_LOADN(dr + j, t), d)), t);
+        }
+    }
+}
+
+void FILL_FN(ta_kernels *k)
+{
+    k->attn_bwd_gemm = NAME_GEMM;
+    k->attn_bwd_dsoftmax = NAME_DSOFTMAX;
+}

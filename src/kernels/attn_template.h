@@ -1,0 +1,244 @@
+/* The attention micro-kernels, written once over a small vector vocabulary and
+ * instantiated per ISA by attn_scalar.c, attn_avx2.c and attn_avx512.c (each with its
+ * own -m flags). Contracts: docs/kernels.md, section "Attention".
+ *
+ * The including file defines:
+ *   VT, VL           the vector type and its lanes (float and 1 for scalar code);
+ *   QV, KJ           Q.K^T micro-tile: QV vectors of queries (MQ = QV * VL lanes) by KJ
+ *                    keys, QV * KJ accumulators held in registers;
+ *   PR, PC           P.V micro-tile: PR query rows by PC vectors of output columns;
+ *   V_ZERO() V_SET1(x) V_LOADU(p) V_STOREU(p, v) V_LOADN(p, n) (lanes >= n read as 0,
+ *   memory past them untouched) V_STOREN(p, v, n) V_ADD V_SUB V_MUL V_FMA(a, b, c) = a*b+c
+ *   V_MAX(s, m) (m when s is NaN) V_NEGINF_TO_ZERO(v) V_EXP(v);
+ *   NAME_QK, NAME_SOFTMAX, NAME_PV, NAME_EXP, FILL_FN: the exported names.
+ *
+ * Layout (lanes are queries, so the online softmax is vertical, never a horizontal
+ * reduction): the query tile is packed transposed, qp[p * MQ + r] = Q[row r, p] * scale;
+ * a score tile is s[j * MQ + r] for key j of the tile and query row r. */
+#include "kernels/kernels.h"
+
+#include <stdint.h>
+
+#define MQ (QV * VL)
+#define ATTN_INLINE static inline __attribute__((always_inline))
+
+/* s[j, :] = qp^T k_j for nj keys (nj a constant after inlining). */
+ATTN_INLINE void qk_micro(float *s, const float *qp, const float *k, int64_t ldk, int64_t d,
+                          const int nj)
+{
+    VT acc[KJ][QV];
+    const float *kr[KJ];
+#pragma GCC unroll 16
+    for (int j = 0; j < KJ; j++) {
+        kr[j] = k + (j < nj ? j : 0) * ldk;
+#pragma GCC unroll 16
+        for (int q = 0; q < QV; q++) acc[j][q] = V_ZERO();
+    }
+    for (int64_t p = 0; p < d; p++) {
+        if ((p & 15) == 0) /* the next micro-tile's keys, one line ahead per row */
+#pragma GCC unroll 16
+            for (int j = 0; j < KJ; j++) __builtin_prefetch(kr[j] + KJ * ldk + p);
+        VT qv[QV];
+#pragma GCC unroll 16
+        for (int q = 0; q < QV; q++) qv[q] = V_LOADU(qp + p * MQ + q * VL);
+#pragma GCC unroll 16
+        for (int j = 0; j < KJ; j++) {
+            if (j >= nj) break;
+            VT kb = V_SET1(kr[j][p]);
+#pragma GCC unroll 16
+            for (int q = 0; q < QV; q++) acc[j][q] = V_FMA(kb, qv[q], acc[j][q]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < KJ; j++) {
+        if (j >= nj) break;
+#pragma GCC unroll 16
+        for (int q = 0; q < QV; q++) V_STOREU(s + j * MQ + q * VL, acc[j][q]);
+    }
+}
+
+/* One query vector (VL rows) of qk_micro: for tiles a row bound cuts. */
+ATTN_INLINE void qk_micro1(float *s, const float *qp, const float *k, int64_t ldk, int64_t d,
+                           const int nj)
+{
+    VT acc[KJ];
+    const float *kr[KJ];
+#pragma GCC unroll 16
+    for (int j = 0; j < KJ; j++) {
+        kr[j] = k + (j < nj ? j : 0) * ldk;
+        acc[j] = V_ZERO();
+    }
+    for (int64_t p = 0; p < d; p++) {
+        if ((p & 15) == 0)
+#pragma GCC unroll 16
+            for (int j = 0; j < KJ; j++) __builtin_prefetch(kr[j] + KJ * ldk + p);
+        VT qv = V_LOADU(qp + p * MQ);
+#pragma GCC unroll 16
+        for (int j = 0; j < KJ; j++) {
+            if (j >= nj) break;
+            acc[j] = V_FMA(V_SET1(kr[j][p]), qv, acc[j]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < KJ; j++) {
+        if (j >= nj) break;
+        V_STOREU(s + j * MQ, acc[j]);
+    }
+}
+
+#define QK_SWITCH(call, n)                                                                 \
+    switch (n) { /* one instance per key count keeps each unrolled */                      \
+    case 1: call(1); break; case 2: call(2); break; case 3: call(3); break;                \
+    case 4: call(4); break; case 5: call(5); break; case 6: call(6); break;                \
+    case 7: call(7); break; case 8: call(8); break; case 9: call(9); break;                \
+    case 10: call(10); break; case 11: call(11); break; case 12: call(12); break;          \
+    default: break;                                                                        \
+    }
+
+/* s [nk, MQ] = (qp [d, MQ])^T-contract k [nk rows of d, row stride ldk]. rowk NULL: every
+ * row needs all nk keys; else row r needs keys < rowk[r] only, and a query vector whose
+ * rows all need fewer keys than a micro-tile starts at skips it (those scores are left
+ * as they were: the caller masks them). */
+void NAME_QK(float *s, const float *qp, const float *k, int64_t ldk, int64_t nk, int64_t d,
+             const int32_t *rowk)
+{
+    int32_t need[QV];
+    for (int q = 0; q < QV; q++) {
+        need[q] = rowk ? 0 : (int32_t)nk;
+        for (int r = 0; rowk && r < VL; r++)
+            if (rowk[q * VL + r] > need[q]) need[q] = rowk[q * VL + r];
+    }
+    for (int64_t j = 0; j < nk; j += KJ) {
+        int nj = (int)(nk - j < KJ ? nk - j : KJ), all = 1;
+        for (int q = 0; q < QV; q++) all &= need[q] > j;
+        float *sj = s + j * MQ;
+        const float *kj = k + j * ldk;
+        if (all) {
+#define QK_FULL(n) if (n <= KJ) qk_micro(sj, qp, kj, ldk, d, n)
+            QK_SWITCH(QK_FULL, nj)
+#undef QK_FULL
+        } else {
+            for (int q = 0; q < QV; q++) {
+                if (need[q] <= j) continue;
+#define QK_ONE(n) if (n <= KJ) qk_micro1(sj + q * VL, qp + q * VL, kj, ldk, d, n)
+                QK_SWITCH(QK_ONE, nj)
+#undef QK_ONE
+            }
+        }
+    }
+}
+
+/* One online-softmax step over a score tile s [nk, MQ], per query lane r:
+ *   m' = max(m, max_j s[j]) (NaN scores do not enter the max; they reach l below),
+ *   u  = m' unless m' = -inf (then 0, so that -inf - -inf never makes a NaN),
+ *   alpha = exp(m - u), s[j] = exp(s[j] - u), l = l * alpha + sum_j s[j], m = m'.
+ * The sum runs over j in order: the result depends only on the tile. */
+void NAME_SOFTMAX(float *s, float *m, float *l, float *alpha, int64_t nk)
+{
+    for (int q = 0; q < QV; q++) {
+        VT mo = V_LOADU(m + q * VL), mx = mo;
+        for (int64_t j = 0; j < nk; j++) mx = V_MAX(V_LOADU(s + j * MQ + q * VL), mx);
+        VT u = V_NEGINF_TO_ZERO(mx);
+        VT a = V_EXP(V_SUB(mo, u));
+        VT sum0 = V_ZERO(), sum1 = V_ZERO();
+        int64_t j = 0;
+        for (; j + 2 <= nk; j += 2) { /* two chains: the add latency, not the exp, bounds one */
+            VT p0 = V_EXP(V_SUB(V_LOADU(s + j * MQ + q * VL), u));
+            VT p1 = V_EXP(V_SUB(V_LOADU(s + (j + 1) * MQ + q * VL), u));
+            V_STOREU(s + j * MQ + q * VL, p0);
+            V_STOREU(s + (j + 1) * MQ + q * VL, p1);
+            sum0 = V_ADD(sum0, p0);
+            sum1 = V_ADD(sum1, p1);
+        }
+        if (j < nk) {
+            VT p0 = V_EXP(V_SUB(V_LOADU(s + j * MQ + q * VL), u));
+            V_STOREU(s + j * MQ + q * VL, p0);
+            sum0 = V_ADD(sum0, p0);
+        }
+        V_STOREU(l + q * VL, V_FMA(V_LOADU(l + q * VL), a, V_ADD(sum0, sum1)));
+        V_STOREU(m + q * VL, mx);
+        V_STOREU(alpha + q * VL, a);
+    }
+}
+
+/* Rows r0 .. r0+PR-1, column vectors c0 .. c0+NV-1 (the last one holding `last` lanes)
+ * of o = o * alpha + p^T v. NV and TAIL are constants after inlining. */
+ATTN_INLINE void pv_micro(float *o, int64_t ldo, const float *p, const float *alpha,
+                          const float *v, int64_t ldv, int64_t nk, const int NV, const int TAIL,
+                          int last)
+{
+    VT acc[PR][PC];
+#pragma GCC unroll 16
+    for (int r = 0; r < PR; r++) {
+        VT a = V_SET1(alpha[r]);
+#pragma GCC unroll 16
+        for (int c = 0; c < PC; c++)
+            if (c < NV) acc[r][c] = V_MUL(V_LOADU(o + r * ldo + c * VL), a);
+    }
+    for (int64_t j = 0; j < nk; j++) {
+        VT vv[PC];
+        const float *vr = v + j * ldv;
+#pragma GCC unroll 16
+        for (int c = 0; c < PC; c++) {
+            if (c >= NV) break;
+            vv[c] = (TAIL && c == NV - 1) ? V_LOADN(vr + c * VL, last) : V_LOADU(vr + c * VL);
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < PR; r++) {
+            VT pb = V_SET1(p[j * MQ + r]);
+#pragma GCC unroll 16
+            for (int c = 0; c < PC; c++)
+                if (c < NV) acc[r][c] = V_FMA(pb, vv[c], acc[r][c]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < PR; r++)
+#pragma GCC unroll 16
+        for (int c = 0; c < PC; c++)
+            if (c < NV) V_STOREU(o + r * ldo + c * VL, acc[r][c]);
+}
+
+/* o [MQ rows, ldo] = o * alpha (per row) + p [nk, MQ]^T v [nk rows of dv, stride ldv],
+ * for the row groups that hold rows < mq; columns >= dv of o (padding up to ldo, a
+ * multiple of VL) get finite junk or NaN, never a read of v past dv. */
+void NAME_PV(float *o, int64_t ldo, const float *p, const float *alpha, const float *v,
+             int64_t ldv, int64_t nk_all, int64_t dv, int64_t mq, const int32_t *rowk)
+{
+    const int64_t W = (int64_t)PC * VL; /* columns per micro-tile */
+    for (int64_t r0 = 0; r0 < mq; r0 += PR) {
+        float *orow = o + r0 * ldo;
+        int64_t nk = rowk ? 0 : nk_all; /* keys past every row's need hold p = 0: skip */
+        for (int r = 0; rowk && r < PR; r++)
+            if (rowk[r0 + r] > nk) nk = rowk[r0 + r];
+        int64_t c0 = 0;
+        for (; c0 + W <= dv; c0 += W)
+            pv_micro(orow + c0, ldo, p + r0, alpha + r0, v + c0, ldv, nk, PC, 0, VL);
+        int64_t rest = dv - c0;
+        if (rest <= 0) continue;
+        int nv = (int)((rest + VL - 1) / VL), last = (int)(rest - (int64_t)(nv - 1) * VL);
+        switch (nv) {
+#define PV_TAIL(n) case n: if (n <= PC) pv_micro(orow + c0, ldo, p + r0, alpha + r0, v + c0, ldv, nk, n, 1, last); break;
+        PV_TAIL(1) PV_TAIL(2) PV_TAIL(3) PV_TAIL(4) PV_TAIL(5) PV_TAIL(6) PV_TAIL(7) PV_TAIL(8)
+#undef PV_TAIL
+        default: break;
+        }
+    }
+}
+
+/* y[i] = exp(x[i]) for i < n (x and y may be the same array). */
+void NAME_EXP(float *y, const float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + VL <= n; i += VL) V_STOREU(y + i, V_EXP(V_LOADU(x + i)));
+    if (i < n) V_STOREN(y + i, V_EXP(V_LOADN(x + i, (int)(n - i))), (int)(n - i));
+}
+
+void FILL_FN(ta_kernels *k)
+{
+    k->attn_mq = MQ;
+    k->attn_pr = PR;
+    k->attn_qk = NAME_QK;
+    k->attn_softmax = NAME_SOFTMAX;
+    k->attn_pv = NAME_PV;
+    k->attn_exp = NAME_EXP;
+}
