@@ -301,8 +301,16 @@ typedef struct ta_sdpa_opts {
  * exp of the scaled, masked scores; NaN for a NaN row).
  * Paths: TA_SDPA_REFERENCE runs the seed's algorithm (einsum 'bhid,bhjd->bhij', scale,
  * mask, softmax, einsum 'bhij,bhjd->bhid') with one [B, H, Lq, Lk] scratch allocated
- * per call (opts->weights itself when given); TA_SDPA_AUTO currently runs it too;
- * TA_SDPA_FUSED returns TA_EUNSUPPORTED until the fused kernel lands.
+ * per call (opts->weights itself when given). TA_SDPA_FUSED runs FlashAttention-2 on
+ * the CPU: tiles of queries against tiles of keys, online softmax, never forming
+ * Lq x Lk (extra memory: tens of KiB per thread), skipping key tiles that the causal
+ * limit or the key lengths hide; it refuses opts->weights (TA_EUNSUPPORTED). With
+ * Lq small and Lk large (decoding) it splits the keys into shape-determined chunks
+ * merged exactly by their log-sum-exp. TA_SDPA_AUTO takes the fused path unless
+ * weights are requested. Both paths agree within a few float ulps of the softmax; one
+ * difference: the fused path never reads V at a key that is blocked for every row of a
+ * tile, so a NaN/inf in V there does not reach rows that cannot see it (the reference
+ * spreads it through 0 * NaN as PyTorch does).
  * Errors (message names the argument and shapes, e.g. "ta_sdpa: K has head_dim 32 but
  * Q has 64"): TA_EINVAL (NULL, bad enum, non-finite scale, key length outside [0, Lk],
  * overlapping outputs), TA_ESHAPE (ranks, extents, H % Hkv, mask broadcast, output
@@ -312,6 +320,22 @@ typedef struct ta_sdpa_opts {
  * O or opts->weights partly written; opts->lse is written last). */
 ta_status ta_sdpa(ta_tensor *O, const ta_tensor *Q, const ta_tensor *K, const ta_tensor *V,
                   const ta_sdpa_opts *opts);
+
+/* Gradients of ta_sdpa: given dO = dL/dO and the forward's inputs, output O and
+ * log-sum-exp (opts->lse of the forward call, [B, H, Lq]), computes
+ *   dQ [B, H, Lq, D], dK [B, Hkv, Lk, D], dV [B, Hkv, Lk, Dv] (overwritten).
+ * opts: the options of the forward call (scale, causal, mask, mask_mode, key_lengths,
+ * path); opts->weights and opts->lse must be NULL here. With GQA, dK and dV sum over
+ * the query heads of each group. Additive masks get no gradient. A query row that
+ * attended to nothing contributes nothing. FlashAttention-2 style: the probabilities
+ * are recomputed block by block from Q, K and the LSE, D_i = rowsum(dO_i * O_i),
+ * dS = P * (dP - D); Lq x Lk is never materialised on the fused path (TA_SDPA_AUTO,
+ * TA_SDPA_FUSED); TA_SDPA_REFERENCE materialises it (the test oracle).
+ * Deterministic: bitwise identical results for any thread count.
+ * Errors as ta_sdpa, plus shapes of dO, O, lse and the gradient outputs. */
+ta_status ta_sdpa_backward(ta_tensor *dQ, ta_tensor *dK, ta_tensor *dV, const ta_tensor *dO,
+                           const ta_tensor *Q, const ta_tensor *K, const ta_tensor *V,
+                           const ta_tensor *O, const ta_tensor *lse, const ta_sdpa_opts *opts);
 
 /* ------------------------------------------------------------------ files */
 
@@ -513,6 +537,84 @@ typedef struct ta_attention_opts {
 ta_status ta_attention_forward(ta_tensor *out, ta_attention *layer, const ta_tensor *queries,
                                const ta_tensor *keys, const ta_tensor *values,
                                const ta_attention_opts *opts);
+
+/* Backward of ta_attention_forward: given d_out = dL/dout [N, Lq, E] and the forward's
+ * inputs and opts, ACCUMULATES (adds to, like PyTorch's .grad) the gradients of
+ *   - every parameter, into the layer's gradient buffers (ta_attention_grad), and
+ *   - the inputs, into d_queries [N, Lq, E], d_keys and d_values [N, Lk, E] (any strides;
+ *     each may be NULL when not wanted).
+ * Self attention (one tensor x passed as queries, keys and values): pass one gradient
+ * buffer dx three times; the three contributions add up to dL/dx. Zero the buffers
+ * (ta_attention_zero_grad, ta_tensor_fill) before the first backward of a step.
+ * The forward is recomputed inside (nothing is cached between calls), so a backward
+ * needs no preceding forward; opts is the forward's (opts->weights is ignored).
+ * Seed layout: a query row whose keys are all masked has uniform weights (the -1e20
+ * fill), so its gradient is that of a mean: dV gets 1/Lk of its output gradient at
+ * every key, the scores none (as PyTorch's autograd computes it). Torch layout: such a
+ * row (output 0) passes no gradient. Masks get no gradient.
+ * The attention core runs ta_sdpa_backward. Bitwise identical for any thread count.
+ * d_out and the inputs may alias the input gradients (everything is computed before
+ * anything is accumulated). Errors as ta_attention_forward, plus the shapes of d_out
+ * and of the input gradients; on error nothing is accumulated (except that an
+ * allocation failure inside the GEMM engine could leave it partly done). */
+ta_status ta_attention_backward(ta_tensor *d_queries, ta_tensor *d_keys, ta_tensor *d_values,
+                                ta_attention *layer, const ta_tensor *d_out,
+                                const ta_tensor *queries, const ta_tensor *keys,
+                                const ta_tensor *values, const ta_attention_opts *opts);
+/* Sets every parameter gradient of the layer to 0 (they start at 0). */
+ta_status ta_attention_zero_grad(ta_attention *layer);
+/* *view becomes a writable view (contiguous, the parameter's shape) of the gradient of
+ * the parameter called name ("in_proj_weight"); valid until ta_attention_free. Unknown
+ * name: TA_EINVAL. With ta_attention_param, this gives the (param, grad) pairs that
+ * ta_optimizer_step takes:
+ *     for (int i = 0; i < ta_attention_param_count(l); i++) {
+ *         ta_attention_param(&p[i], l, ta_attention_param_name(l, i));
+ *         ta_attention_grad(&g[i], l, ta_attention_param_name(l, i)); } */
+ta_status ta_attention_grad(ta_tensor *view, const ta_attention *layer, const char *name);
+
+/* ------------------------------------------------------------ optimisers */
+
+/* SGD and AdamW with PyTorch 1.13's formulas (torch.optim.SGD, torch.optim.AdamW, the
+ * single-tensor path; float32 arithmetic as torch does it, hyperparameters in double as
+ * Python passes them). An optimiser updates any list of (parameter, gradient) float32
+ * tensors in place: an attention layer's (ta_attention_param / ta_attention_grad), an
+ * embedding table, a read-out matrix... A training step is
+ *     zero the gradients; forward; backward (accumulating); ta_optimizer_step(opt, n, p, g);
+ * State (momentum, moments) is kept per position: the i-th tensor of every step must be
+ * the same parameter; the first step fixes n and each position's element count, and a
+ * later step with a different n or count fails (TA_EINVAL / TA_ESHAPE). Any strides;
+ * params[i] and grads[i] have the same shape and must not overlap. Elementwise, so
+ * bitwise identical for any thread count. Release with ta_optimizer_free. */
+typedef struct ta_optimizer ta_optimizer;
+
+/* torch.optim.SGD(lr, momentum, dampening, weight_decay, nesterov): per element
+ *   g = grad + weight_decay * p
+ *   if momentum != 0: buf = g on the first step, else buf = momentum * buf + (1 - dampening) * g
+ *                     g = nesterov ? g + momentum * buf : buf
+ *   p = p - lr * g
+ * lr, momentum, weight_decay >= 0 and finite; nesterov needs momentum > 0 and
+ * dampening == 0 (as PyTorch). */
+ta_status ta_optimizer_sgd(ta_optimizer **opt, double lr, double momentum, double dampening,
+                           double weight_decay, int nesterov);
+/* torch.optim.AdamW(lr, betas=(beta1, beta2), eps, weight_decay) (amsgrad off): at step t
+ * (1, 2, ...) per element
+ *   p = p * (1 - lr * weight_decay)                       (decoupled weight decay)
+ *   m = beta1 * m + (1 - beta1) * grad;  v = beta2 * v + (1 - beta2) * grad^2
+ *   p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+ * PyTorch's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 1e-2.
+ * beta1, beta2 in [0, 1); lr, eps, weight_decay >= 0 and finite. */
+ta_status ta_optimizer_adamw(ta_optimizer **opt, double lr, double beta1, double beta2,
+                             double eps, double weight_decay);
+/* One update of params[0..n-1] with grads[0..n-1] (the gradients are only read). */
+ta_status ta_optimizer_step(ta_optimizer *opt, int n, ta_tensor *const *params,
+                            const ta_tensor *const *grads);
+/* The learning rate (for schedules: change it between steps). */
+ta_status ta_optimizer_set_lr(ta_optimizer *opt, double lr);
+double ta_optimizer_lr(const ta_optimizer *opt);
+/* Steps taken so far. */
+int64_t ta_optimizer_steps(const ta_optimizer *opt);
+/* NULL is fine. */
+void ta_optimizer_free(ta_optimizer *opt);
 
 /* ----------------------------------------------------------- measurement */
 

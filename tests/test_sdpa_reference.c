@@ -612,7 +612,7 @@ static void test_errors_name_argument_and_shapes(void **state)
     o.path = (ta_sdpa_path)9;
     TA_CHECK_ERR(ta_sdpa(O, Q, K, V, &o), TA_EINVAL, "ta_sdpa: opts->path = 9 is not");
     o.path = TA_SDPA_FUSED;
-    TA_CHECK_ERR(ta_sdpa(O, Q, K, V, &o), TA_EUNSUPPORTED, "ta_sdpa: the fused path (TA_SDPA_FUSED) is not built yet");
+    TA_CHECK_ERR(ta_sdpa(O, Q, K, V, &o), TA_EUNSUPPORTED, "ta_sdpa: the fused path (TA_SDPA_FUSED) never forms");
     o.path = TA_SDPA_AUTO;
 
     /* aliasing */
@@ -654,10 +654,15 @@ static void test_null_opts_is_default(void **state)
     TA_CHECK_OK(ta_tensor_empty(&K, 4, s)); TA_CHECK_OK(ta_randn(&K, 2));
     TA_CHECK_OK(ta_tensor_empty(&V, 4, s)); TA_CHECK_OK(ta_randn(&V, 3));
     TA_CHECK_OK(ta_tensor_empty(&O1, 4, s)); TA_CHECK_OK(ta_tensor_empty(&O2, 4, s));
+    /* NULL options: the automatic path (fused, no weights wanted) with scale 1/sqrt(D) */
     TA_CHECK_OK(ta_sdpa(&O1, &Q, &K, &V, NULL));
-    ta_sdpa_opts o = {.scale = (float)(1.0 / sqrt(8.0)), .path = TA_SDPA_REFERENCE};
+    ta_sdpa_opts o = {.scale = (float)(1.0 / sqrt(8.0)), .path = TA_SDPA_FUSED};
     TA_CHECK_OK(ta_sdpa(&O2, &Q, &K, &V, &o));
     assert_memory_equal(O1.data, O2.data, sizeof(float) * 96);
+    o.path = TA_SDPA_REFERENCE;
+    TA_CHECK_OK(ta_sdpa(&O2, &Q, &K, &V, &o));
+    for (int i = 0; i < 96; i++)
+        assert_true(fabsf(((float *)O1.data)[i] - ((float *)O2.data)[i]) <= 1e-6f);
     /* empty problems succeed and write nothing */
     const int64_t e0[4] = {0, 2, 6, 8};
     ta_tensor Qe, Oe;

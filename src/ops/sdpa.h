@@ -37,6 +37,23 @@ ta_status ta_sdpa_reference_run(const ta_sdpa_problem *p);
  * per call (plus the key-split partials of small-Lq problems) before writing O. */
 ta_status ta_sdpa_fused_run(const ta_sdpa_problem *p);
 
+/* One ta_sdpa_backward call after validation (sdpa_backward.c): the forward problem
+ * (p.O is the forward's output, read only here; p.weights and p.lse are NULL), dO
+ * [B,H,Lq,Dv] and the forward's LSE [B,H,Lq] (inputs), dQ [B,H,Lq,D], dK [B,Hkv,Lk,D],
+ * dV [B,Hkv,Lk,Dv] (outputs, overlapping nothing). */
+typedef struct ta_sdpa_grad_problem {
+    ta_sdpa_problem p;
+    const ta_tensor *dO, *lse;
+    ta_tensor *dQ, *dK, *dV;
+} ta_sdpa_grad_problem;
+
+/* The materialised backward (sdpa_backward_reference.c): P and dP as [B,H,Lq,Lk] tensors
+ * and the products on einsum; the oracle of the fused path. */
+ta_status ta_sdpa_backward_reference_run(const ta_sdpa_grad_problem *g);
+
+/* The fused FlashAttention-2 backward (sdpa_backward.c): never materialises Lq x Lk. */
+ta_status ta_sdpa_backward_fused_run(const ta_sdpa_grad_problem *g);
+
 /* Softmax of one row x[0], x[xs], ... (n entries) into out[0], out[os], ... (out may
  * be x: in place). Returns the row's log-sum-exp (natural log). Rules:
  *   a NaN anywhere            -> every entry NaN, LSE NaN;

@@ -266,9 +266,9 @@ ta_status ta_sdpa(ta_tensor *O, const ta_tensor *Q, const ta_tensor *K, const ta
     if (st) return st;
     switch (p.path) {
     case TA_SDPA_FUSED:
-        return ta_error(TA_EUNSUPPORTED, "ta_sdpa: the fused path (TA_SDPA_FUSED) is not built "
-                        "yet; use TA_SDPA_REFERENCE or TA_SDPA_AUTO");
-    case TA_SDPA_AUTO: /* will pick the fused path unless weights are requested */
+        return ta_sdpa_fused_run(&p); /* refuses weights: it never forms them */
+    case TA_SDPA_AUTO: /* fused unless the weights are wanted */
+        return p.weights ? ta_sdpa_reference_run(&p) : ta_sdpa_fused_run(&p);
     case TA_SDPA_REFERENCE:
     default:
         return ta_sdpa_reference_run(&p);

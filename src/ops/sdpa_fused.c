@@ -1,0 +1,449 @@
+/* The fused SDPA forward (FlashAttention-2, Dao 2023, Algorithm 1) on the CPU.
+ *
+ * The rows of one (batch, kv head) group, r = g * Lq + i for the G = H / Hkv query
+ * heads h = hkv * G + g that share K and V, are cut into query tiles of attn_mq rows
+ * (a tile stays inside one head when Lq >= attn_mq, and spans heads otherwise, so a
+ * decode step with grouped heads still fills the vector lanes). For each tile the
+ * keys run in tiles of TA_FUSED_NK:
+ *     S  = (scale Q_tile) K_tile^T                   attn_qk, in L1
+ *     S  = mask(S)                                   only on tiles a bound cuts
+ *     m' = max(m, rowmax S), P = exp(S - m'),        attn_softmax
+ *     l  = l exp(m - m') + rowsum P
+ *     O  = O exp(m - m') + P V_tile                  attn_pv (rescale fused)
+ * and at the end O / l and LSE = m + log l. Keys past the last row's bound
+ * (ta_mask_row_end: causal limit and key length) are never visited.
+ *
+ * On tiles that a row bound cuts (the causal diagonal, a key length) the kernels get
+ * each row's key count and skip the blocks no row of theirs needs.
+ *
+ * Threads take whole work items (a tile, or a tile's key chunk) from a list ordered by
+ * group, then by cost within the group (a causal tile near the diagonal's end costs
+ * more): the threads share one group's K and V in cache, and the cheap items fill the
+ * gaps at the end. Each output row is computed by one thread in a fixed order, so
+ * results do not depend on the thread count. Problems with few tiles and many keys
+ * (decode) also split the keys into chunks of about TA_FUSED_SPLIT keys, fixed by the
+ * shape alone, whose partial (m, l, O) are merged by log-sum-exp in chunk order.
+ *
+ * Semantics are the reference path's (blocked scores are -inf whatever Q K^T held;
+ * empty rows give O = 0 and LSE -inf; NaN and +inf scores make the row NaN), with one
+ * difference: the fused path skips V at keys that no row of a block attends, so a NaN
+ * or inf in V at a key blocked for a row reaches that row only sometimes (when a
+ * neighbouring row of its block attends the key and p = 0 meets it), where the
+ * reference path's 0 * NaN always spreads it. */
+#include "core/core.h"
+#include "kernels/kernels.h"
+#include "ops/sdpa.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TA_FUSED_NK 64       /* keys per tile: the S tile (mq x 64 floats) stays in L1 */
+#define TA_FUSED_SPLIT 512   /* keys per chunk when the keys are split (a multiple of NK) */
+#define TA_FUSED_FEW_TILES 16 /* split the keys when there are fewer tiles than this */
+#define TA_FUSED_MAX_CHUNKS 64 /* at most this many chunks (then the chunks widen) */
+
+/* One unit of work: rows [r0, r0 + mq) of group (b, hkv), keys [jlo, jhi). */
+typedef struct fused_item {
+    int64_t b, hkv, r0, mq, jlo, jhi;
+    int64_t tile;  /* index of the tile (its partials live at tile * nchunks + chunk) */
+    int64_t chunk;
+    double cost;
+} fused_item;
+
+/* A thread's scratch, sized once per call. */
+typedef struct fused_ws {
+    float *qp, *s, *o, *m, *l, *alpha, *kp, *vp;
+    int64_t *end;  /* per row: ta_mask_row_end */
+    int32_t *rowk; /* per row: keys of the current tile it needs */
+} fused_ws;
+
+typedef struct fused_plan {
+    const ta_sdpa_problem *p;
+    const ta_kernels *k;
+    int64_t G, mq_max, ldo, nchunks;
+    bool pack_k, pack_v; /* K or V not unit-stride along D: copy each key tile */
+    size_t ws_floats;    /* per thread */
+} fused_plan;
+
+static inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* Head and query index of row r of a group. */
+static inline void row_hi(const fused_plan *f, int64_t hkv, int64_t r, int64_t *h, int64_t *i)
+{
+    int64_t Lq = f->p->Lq;
+    *h = hkv * f->G + r / Lq;
+    *i = r % Lq;
+}
+
+static fused_ws ws_carve(const fused_plan *f, float *base)
+{
+    const ta_sdpa_problem *p = f->p;
+    int64_t mq = f->mq_max;
+    fused_ws w;
+    float *x = base;
+#define CARVE(field, n) (w.field = x, x += round_up((n), 16))
+    CARVE(qp, mq * (p->D ? p->D : 1));
+    CARVE(s, mq * TA_FUSED_NK);
+    CARVE(o, mq * f->ldo);
+    CARVE(m, mq);
+    CARVE(l, mq);
+    CARVE(alpha, mq);
+    w.end = (int64_t *)x;
+    x += round_up(2 * mq, 16);
+    w.rowk = (int32_t *)x;
+    x += round_up(mq, 16);
+    w.kp = w.vp = NULL;
+    if (f->pack_k) CARVE(kp, TA_FUSED_NK * p->D);
+    if (f->pack_v) CARVE(vp, TA_FUSED_NK * p->Dv);
+#undef CARVE
+    return w;
+}
+
+/* Q rows of the tile, scaled, into qp [D, mq_max] (rows past mq are zero). */
+static void pack_q(const fused_plan *f, const fused_item *it, float *qp)
+{
+    const ta_sdpa_problem *p = f->p;
+    const ta_tensor *Q = p->Q;
+    int64_t MQ = f->mq_max, D = p->D;
+    for (int64_t r = 0; r < MQ; r++) {
+        if (r >= it->mq) {
+            for (int64_t d = 0; d < D; d++) qp[d * MQ + r] = 0.0f;
+            continue;
+        }
+        int64_t h, i;
+        row_hi(f, it->hkv, it->r0 + r, &h, &i);
+        const float *q = (const float *)Q->data + it->b * Q->stride[0] + h * Q->stride[1] +
+                         i * Q->stride[2];
+        for (int64_t d = 0; d < D; d++) qp[d * MQ + r] = q[d * Q->stride[3]] * p->scale;
+    }
+}
+
+/* Rows [n0, n0 + n) x columns [0, cols) of a [*, L, cols] slice into dst [n, cols]. */
+static void pack_rows(float *dst, const ta_tensor *t, int64_t b, int64_t hkv, int64_t n0,
+                      int64_t n, int64_t cols)
+{
+    const float *src = (const float *)t->data + b * t->stride[0] + hkv * t->stride[1];
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t c = 0; c < cols; c++)
+            dst[j * cols + c] = src[(n0 + j) * t->stride[2] + c * t->stride[3]];
+}
+
+/* Blocks the scores of a key tile [j0, j0 + nk) that a bound or the mask tensor hides:
+ * with a mask tensor the mask plan decides every score (scale 1: Q is pre-scaled);
+ * otherwise only the keys past each row's end become -inf. */
+static void mask_tile(const fused_plan *f, const fused_item *it, float *s, int64_t j0,
+                      int64_t nk)
+{
+    const ta_mask_plan *mp = &f->p->mask;
+    int64_t MQ = f->mq_max;
+    for (int64_t r = 0; r < it->mq; r++) {
+        int64_t h, i;
+        row_hi(f, it->hkv, it->r0 + r, &h, &i);
+        if (mp->mask) {
+            ta_mask_apply(mp, it->b, h, i, j0, nk, 1.0f, s + r, MQ);
+        } else {
+            int64_t t = ta_mask_row_end(mp, it->b, i) - j0;
+            for (t = t < 0 ? 0 : t; t < nk; t++) s[t * MQ + r] = -INFINITY;
+        }
+    }
+}
+
+/* The online softmax of one work item: leaves the unnormalised O, m and l of its rows
+ * in the workspace. */
+static void run_item(const fused_plan *f, const fused_item *it, const fused_ws *w)
+{
+    const ta_sdpa_problem *p = f->p;
+    const ta_kernels *k = f->k;
+    int64_t MQ = f->mq_max, D = p->D, Dv = p->Dv;
+    for (int64_t r = 0; r < MQ; r++) {
+        w->m[r] = -INFINITY;
+        w->l[r] = 0.0f;
+    }
+    memset(w->o, 0, sizeof(float) * (size_t)(MQ * f->ldo));
+    if (it->jhi <= it->jlo) return;
+    pack_q(f, it, w->qp);
+
+    /* The smallest row bound: key tiles below it need no mask unless a tensor exists. */
+    int64_t clean_end = p->Lk;
+    for (int64_t r = 0; r < it->mq; r++) {
+        int64_t h, i;
+        row_hi(f, it->hkv, it->r0 + r, &h, &i);
+        w->end[r] = ta_mask_row_end(&p->mask, it->b, i);
+        if (w->end[r] < clean_end) clean_end = w->end[r];
+    }
+    /* Scores a kernel skips stay as they are: keep the padding lanes defined. */
+    memset(w->s, 0, sizeof(float) * (size_t)(MQ * TA_FUSED_NK));
+    const ta_tensor *K = p->K, *V = p->V;
+    const float *kb = (const float *)K->data + it->b * K->stride[0] + it->hkv * K->stride[1];
+    const float *vb = (const float *)V->data + it->b * V->stride[0] + it->hkv * V->stride[1];
+    for (int64_t j0 = it->jlo; j0 < it->jhi; j0 += TA_FUSED_NK) {
+        int64_t nk = TA_MIN(TA_FUSED_NK, it->jhi - j0);
+        const float *kt = kb + j0 * K->stride[2];
+        int64_t ldk = K->stride[2];
+        if (f->pack_k) {
+            pack_rows(w->kp, K, it->b, it->hkv, j0, nk, D);
+            kt = w->kp;
+            ldk = D;
+        }
+        /* A tile that a row bound cuts (the causal diagonal, a key length): each row's
+         * key count lets the kernels skip the blocks no row of theirs needs. */
+        const int32_t *rowk = NULL;
+        bool cut = j0 + nk > clean_end;
+        if (cut || it->mq < MQ) { /* a short tile (decode) skips its empty vectors too */
+            for (int64_t r = 0; r < MQ; r++) {
+                int64_t e = r < it->mq ? (cut ? w->end[r] - j0 : nk) : 0;
+                w->rowk[r] = (int32_t)(e < 0 ? 0 : e > nk ? nk : e);
+            }
+            rowk = w->rowk;
+        }
+        k->attn_qk(w->s, w->qp, kt, ldk, nk, D, rowk);
+        if (p->mask.mask || cut) mask_tile(f, it, w->s, j0, nk);
+        k->attn_softmax(w->s, w->m, w->l, w->alpha, nk);
+        if (Dv == 0) continue;
+        const float *vt = vb + j0 * V->stride[2];
+        int64_t ldv = V->stride[2];
+        if (f->pack_v) {
+            pack_rows(w->vp, V, it->b, it->hkv, j0, nk, Dv);
+            vt = w->vp;
+            ldv = Dv;
+        }
+        k->attn_pv(w->o, f->ldo, w->s, w->alpha, vt, ldv, nk, Dv, it->mq, rowk);
+    }
+}
+
+/* O row and LSE of row r of a tile from nch partial (m, l, o) triples, merged in chunk
+ * order in double: M = max m_c, L = sum l_c e^(m_c - M), O = sum o_c e^(m_c - M) / L.
+ * A row with L = 0 attends to nothing: O = 0, LSE = -inf. NaN in l or o stays NaN. */
+static void finish_row(const fused_plan *f, int64_t b, int64_t hkv, int64_t r,
+                       const float *const *m, const float *const *l, const float *const *o,
+                       int64_t nch)
+{
+    const ta_sdpa_problem *p = f->p;
+    int64_t h, i;
+    row_hi(f, hkv, r, &h, &i);
+    double M = -INFINITY, fc[TA_FUSED_MAX_CHUNKS], L = 0.0;
+    for (int64_t c = 0; c < nch; c++)
+        if (m[c][0] > M) M = m[c][0];
+    double u = M == -INFINITY ? 0.0 : M;
+    for (int64_t c = 0; c < nch; c++) {
+        fc[c] = exp((double)m[c][0] - u);
+        L += (double)l[c][0] * fc[c];
+    }
+    const ta_tensor *O = p->O;
+    float *orow = (float *)O->data + b * O->stride[0] + h * O->stride[1] + i * O->stride[2];
+    if (L == 0.0) {
+        for (int64_t d = 0; d < p->Dv; d++) orow[d * O->stride[3]] = 0.0f;
+    } else {
+        for (int64_t d = 0; d < p->Dv; d++) {
+            double acc = 0.0;
+            for (int64_t c = 0; c < nch; c++) acc += (double)o[c][d] * fc[c];
+            orow[d * O->stride[3]] = (float)(acc / L);
+        }
+    }
+    if (p->lse) {
+        const ta_tensor *T = p->lse;
+        ((float *)T->data)[b * T->stride[0] + h * T->stride[1] + i * T->stride[2]] =
+            L == 0.0 ? -INFINITY : (float)(u + log(L));
+    }
+}
+
+/* The unsplit case of finish_row for the rows of a work item, in float: O = o * (1/l),
+ * LSE = m + log l (l = 0: O = 0, LSE = -inf; a NaN l gives NaN in both). */
+static void finish_item(const fused_plan *f, const fused_item *it, const fused_ws *w)
+{
+    const ta_sdpa_problem *p = f->p;
+    const ta_tensor *O = p->O, *T = p->lse;
+    int64_t os = O->stride[3], Dv = p->Dv;
+    for (int64_t r = 0; r < it->mq; r++) {
+        int64_t h, i;
+        row_hi(f, it->hkv, it->r0 + r, &h, &i);
+        float *orow = (float *)O->data + it->b * O->stride[0] + h * O->stride[1] +
+                      i * O->stride[2];
+        const float *o = w->o + r * f->ldo;
+        float l = w->l[r], inv = l == 0.0f ? 0.0f : 1.0f / l; /* inv NaN when l is */
+        if (os == 1)
+            for (int64_t d = 0; d < Dv; d++) orow[d] = l == 0.0f ? 0.0f : o[d] * inv;
+        else
+            for (int64_t d = 0; d < Dv; d++) orow[d * os] = l == 0.0f ? 0.0f : o[d] * inv;
+        if (T)
+            ((float *)T->data)[it->b * T->stride[0] + h * T->stride[1] + i * T->stride[2]] =
+                l == 0.0f ? -INFINITY : (float)((double)w->m[r] + log((double)l));
+    }
+}
+
+/* Cost model for the schedule: multiply-adds of the visited keys plus the tile set-up. */
+static double item_cost(const fused_plan *f, const fused_item *it)
+{
+    const ta_sdpa_problem *p = f->p;
+    return (double)(it->jhi - it->jlo) * (double)f->mq_max * (double)(p->D + p->Dv) +
+           (double)f->mq_max * (double)(p->D + f->ldo) * 4.0;
+}
+
+/* Order of the work list: group by group, so that the threads work on the same K and V
+ * (in L2) at the same time, and within a group the costliest items first, so that the
+ * cheap ones fill the gaps at the end (dynamic schedule). */
+static int cmp_items(const void *a, const void *b)
+{
+    const fused_item *x = a, *y = b;
+    if (x->b != y->b || x->hkv != y->hkv)
+        return x->b != y->b ? (x->b < y->b ? -1 : 1) : (x->hkv < y->hkv ? -1 : 1);
+    if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
+    return x->tile != y->tile ? (x->tile < y->tile ? -1 : 1) : (x->chunk < y->chunk ? -1 : 1);
+}
+
+/* The tiles of a group: per head when Lq fills a tile, across heads otherwise. Returns
+ * the number of tiles; fills starts/sizes when given. */
+static int64_t group_tiles(const fused_plan *f, int64_t *r0, int64_t *mq)
+{
+    int64_t Lq = f->p->Lq, G = f->G, MQ = f->mq_max, n = 0;
+    if (Lq >= MQ) {
+        for (int64_t g = 0; g < G; g++)
+            for (int64_t i = 0; i < Lq; i += MQ, n++)
+                if (r0) {
+                    r0[n] = g * Lq + i;
+                    mq[n] = TA_MIN(MQ, Lq - i);
+                }
+    } else {
+        for (int64_t r = 0; r < G * Lq; r += MQ, n++)
+            if (r0) {
+                r0[n] = r;
+                mq[n] = TA_MIN(MQ, G * Lq - r);
+            }
+    }
+    return n;
+}
+
+ta_status ta_sdpa_fused_run(const ta_sdpa_problem *p)
+{
+    if (p->weights)
+        return ta_error(TA_EUNSUPPORTED, "ta_sdpa: the fused path (TA_SDPA_FUSED) never forms "
+                        "the [B, H, Lq, Lk] weights; request them with TA_SDPA_REFERENCE or "
+                        "TA_SDPA_AUTO");
+    int64_t rows = p->B * p->H * p->Lq;
+    if (rows == 0) return TA_OK;
+
+    fused_plan f = {.p = p, .k = ta_kernels_active()};
+    f.G = p->H / p->Hkv;
+    f.mq_max = f.k->attn_mq;
+    f.ldo = round_up(p->Dv ? p->Dv : 1, 16);
+    f.pack_k = p->K->stride[3] != 1 && p->D > 1;
+    f.pack_v = p->V->stride[3] != 1 && p->Dv > 1;
+
+    /* Tiles and their key bounds. */
+    int64_t tpg = group_tiles(&f, NULL, NULL), ngroups = p->B * p->Hkv;
+    int64_t ntiles = ngroups * tpg;
+    bool split = ntiles < TA_FUSED_FEW_TILES && p->Lk >= 2 * TA_FUSED_SPLIT;
+    f.nchunks = split ? (p->Lk + TA_FUSED_SPLIT - 1) / TA_FUSED_SPLIT : 1;
+    if (f.nchunks > TA_FUSED_MAX_CHUNKS) f.nchunks = TA_FUSED_MAX_CHUNKS; /* widen them */
+    int64_t chunk_keys = split ? round_up((p->Lk + f.nchunks - 1) / f.nchunks, TA_FUSED_NK)
+                               : p->Lk;
+    if (split) f.nchunks = (p->Lk + chunk_keys - 1) / chunk_keys;
+
+    size_t wsf = 0;
+    {
+        int64_t MQ = f.mq_max;
+        wsf = (size_t)(round_up(MQ * (p->D ? p->D : 1), 16) + round_up(MQ * TA_FUSED_NK, 16) +
+                       round_up(MQ * f.ldo, 16) + 3 * round_up(MQ, 16) +
+                       round_up(2 * MQ, 16) + round_up(MQ, 16));
+        if (f.pack_k) wsf += (size_t)round_up(TA_FUSED_NK * p->D, 16);
+        if (f.pack_v) wsf += (size_t)round_up(TA_FUSED_NK * p->Dv, 16);
+    }
+    f.ws_floats = wsf;
+
+    int64_t nitems_max = ntiles * f.nchunks;
+    int nt = ta_threads();
+    if (nt > nitems_max) nt = (int)nitems_max;
+    if (nt < 1) nt = 1;
+
+    /* Everything is allocated before O is written. Partials (split only): per tile and
+     * chunk, m and l of mq_max rows, then mq_max rows of Dv. */
+    int64_t mq_used = TA_MIN(f.mq_max, p->Lq >= f.mq_max ? f.mq_max : f.G * p->Lq);
+    int64_t part_floats = 2 * mq_used + mq_used * p->Dv;
+    size_t n_items_b = sizeof(fused_item) * (size_t)nitems_max;
+    size_t n_tiles_b = 2 * sizeof(int64_t) * (size_t)tpg;
+    size_t n_ws_b = sizeof(float) * wsf * (size_t)nt;
+    size_t n_part_b = split ? sizeof(float) * (size_t)round_up(part_floats * nitems_max, 16) : 0;
+    char *mem = ta_alloc(n_items_b + n_tiles_b + n_ws_b + n_part_b + 64);
+    if (!mem) return TA_ENOMEM;
+    float *ws_base = (float *)mem; /* 64-byte aligned: first */
+    float *parts = (float *)(mem + n_ws_b);
+    fused_item *items = (fused_item *)(mem + n_ws_b + n_part_b);
+    int64_t *t_r0 = (int64_t *)(mem + n_ws_b + n_part_b + n_items_b), *t_mq = t_r0 + tpg;
+    group_tiles(&f, t_r0, t_mq);
+
+    int64_t nitems = 0;
+    for (int64_t g = 0; g < ngroups; g++) {
+        for (int64_t t = 0; t < tpg; t++) {
+            fused_item base = {.b = g / p->Hkv, .hkv = g % p->Hkv, .r0 = t_r0[t], .mq = t_mq[t],
+                               .tile = g * tpg + t};
+            int64_t jmax = 0; /* the largest row bound of the tile */
+            for (int64_t r = 0; r < base.mq; r++) {
+                int64_t h, i;
+                row_hi(&f, base.hkv, base.r0 + r, &h, &i);
+                int64_t e = ta_mask_row_end(&p->mask, base.b, i);
+                if (e > jmax) jmax = e;
+            }
+            for (int64_t c = 0; c < f.nchunks; c++) {
+                fused_item it = base;
+                it.chunk = c;
+                it.jlo = c * chunk_keys;
+                it.jhi = TA_MIN(it.jlo + chunk_keys, jmax);
+                if (it.jhi < it.jlo) it.jhi = it.jlo;
+                if (split && it.jhi == it.jlo && c > 0) {
+                    /* an empty chunk: its partial is "nothing seen" */
+                    float *pt = parts + (it.tile * f.nchunks + c) * part_floats;
+                    for (int64_t r = 0; r < mq_used; r++) {
+                        pt[r] = -INFINITY;
+                        pt[mq_used + r] = 0.0f;
+                    }
+                    memset(pt + 2 * mq_used, 0, sizeof(float) * (size_t)(mq_used * p->Dv));
+                    continue;
+                }
+                it.cost = item_cost(&f, &it);
+                items[nitems++] = it;
+            }
+        }
+    }
+    qsort(items, (size_t)nitems, sizeof *items, cmp_items);
+
+#pragma omp parallel num_threads(nt)
+    {
+        fused_ws w = ws_carve(&f, ws_base + (size_t)omp_get_thread_num() * wsf);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t n = 0; n < nitems; n++) {
+            const fused_item *it = &items[n];
+            run_item(&f, it, &w);
+            if (!split) {
+                finish_item(&f, it, &w);
+            } else {
+                float *pt = parts + (it->tile * f.nchunks + it->chunk) * part_floats;
+                memcpy(pt, w.m, sizeof(float) * (size_t)it->mq);
+                memcpy(pt + mq_used, w.l, sizeof(float) * (size_t)it->mq);
+                for (int64_t r = 0; r < it->mq; r++)
+                    memcpy(pt + 2 * mq_used + r * p->Dv, w.o + r * f.ldo,
+                           sizeof(float) * (size_t)p->Dv);
+            }
+        }
+    }
+
+    if (split) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t t = 0; t < ntiles; t++) {
+            int64_t g = t / tpg, tt = t % tpg;
+            const float *m[TA_FUSED_MAX_CHUNKS], *l[TA_FUSED_MAX_CHUNKS], *o[TA_FUSED_MAX_CHUNKS];
+            for (int64_t r = 0; r < t_mq[tt]; r++) {
+                for (int64_t c = 0; c < f.nchunks; c++) {
+                    const float *pt = parts + (t * f.nchunks + c) * part_floats;
+                    m[c] = pt + r;
+                    l[c] = pt + mq_used + r;
+                    o[c] = pt + 2 * mq_used + r * p->Dv;
+                }
+                finish_row(&f, g / p->Hkv, g % p->Hkv, t_r0[tt] + r, m, l, o, f.nchunks);
+            }
+        }
+    }
+    ta_free(mem);
+    return TA_OK;
+}
