@@ -10,6 +10,7 @@ static const char help[] =
     "                       [--mask M.npy --mask-mode keep|block|additive]\n"
     "                       [--key-lengths L.npy] [--scale S] [--threads N]\n"
     "                       [--weights W.npy] [--lse LSE.npy]\n"
+    "                       [--grad-out dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]\n"
     "\n"
     "Scaled dot-product attention softmax(Q K^T * scale + mask) V.\n"
     "  Q [B,H,Lq,D], K [B,Hkv,Lk,D], V [B,Hkv,Lk,Dv] (H % Hkv == 0), O [B,H,Lq,Dv].\n"
@@ -22,9 +23,14 @@ static const char help[] =
     "  --scale        default 1/sqrt(D)\n"
     "  --weights      also write the attention weights [B,H,Lq,Lk]\n"
     "  --lse          also write the log-sum-exp of each query row [B,H,Lq]\n"
-    "A query row that may attend to no key gets output 0, weights 0 and LSE -inf.\n"
-    "Outputs are .npy <f4, each written whole or not at all.\n"
-    "(--grad-out/--dq/--dk/--dv, the backward pass, are not available in this version.)\n";
+    "  --grad-out     dO = dL/dO [B,H,Lq,Dv]: also run the backward pass and write the\n"
+    "  --dq --dk --dv gradients dQ [B,H,Lq,D], dK [B,Hkv,Lk,D], dV [B,Hkv,Lk,Dv] (all four\n"
+    "                 flags together; dK and dV sum over the query heads of a group;\n"
+    "                 additive masks get no gradient)\n"
+    "A query row that may attend to no key gets output 0, weights 0 and LSE -inf, and\n"
+    "contributes no gradient.\n"
+    "Outputs are .npy <f4, each written whole or not at all, and only after every\n"
+    "computation succeeded.\n";
 
 enum { O_Q, O_K, O_V, O_OUT, O_CAUSAL, O_MASK, O_MODE, O_KLEN, O_SCALE, O_THREADS, O_W, O_LSE,
        O_GRAD, O_DQ, O_DK, O_DV };
@@ -60,9 +66,10 @@ int cmd_sdpa(int argc, char **argv)
     }
     if (!opts[O_Q].given || !opts[O_K].given || !opts[O_V].given || !opts[O_OUT].given)
         return cli_error(CLI_USAGE, "sdpa needs --q, --k, --v and -o (see --help)");
-    if (opts[O_GRAD].given || opts[O_DQ].given || opts[O_DK].given || opts[O_DV].given)
-        return cli_error(CLI_USAGE, "--grad-out/--dq/--dk/--dv: the backward pass is not "
-                                    "available in this version");
+    bool grad = opts[O_GRAD].given || opts[O_DQ].given || opts[O_DK].given || opts[O_DV].given;
+    if (grad && !(opts[O_GRAD].given && opts[O_DQ].given && opts[O_DK].given && opts[O_DV].given))
+        return cli_error(CLI_USAGE, "the backward pass needs all of --grad-out, --dq, --dk "
+                                    "and --dv");
     ta_sdpa_opts so = {0};
     if (opts[O_CAUSAL].given) {
         const char *a = opts[O_CAUSAL].value;
@@ -85,6 +92,7 @@ int cmd_sdpa(int argc, char **argv)
     if (!cli_threads(&opts[0])) return CLI_USAGE;
 
     ta_tensor q = {0}, k = {0}, v = {0}, mask = {0}, o = {0}, w = {0}, lse = {0};
+    ta_tensor dout = {0}, dq = {0}, dk = {0}, dv = {0};
     int64_t *klen = NULL;
     ta_status st;
     rc = CLI_FAIL;
@@ -120,14 +128,40 @@ int cmd_sdpa(int argc, char **argv)
         if ((st = ta_tensor_empty(&w, 4, wshape))) { cli_fail(st, "sdpa"); goto done; }
         so.weights = &w;
     }
-    if (opts[O_LSE].given) {
+    if (opts[O_LSE].given || grad) { /* the backward needs the forward's LSE */
         if ((st = ta_tensor_empty(&lse, 3, oshape))) { cli_fail(st, "sdpa"); goto done; }
         so.lse = &lse;
     }
+    if (grad) { /* load dO before computing anything: a bad file fails early */
+        if ((st = ta_npy_load(&dout, opts[O_GRAD].value))) { cli_fail(st, "reading --grad-out"); goto done; }
+        if (k.ndim != 4) {
+            cli_error(CLI_FAIL, "--k must have 4 dims [B,Hkv,Lk,D], got %d", k.ndim);
+            goto done;
+        }
+        if ((st = ta_tensor_empty(&dq, 4, q.shape)) || (st = ta_tensor_empty(&dk, 4, k.shape))) {
+            cli_fail(st, "sdpa");
+            goto done;
+        }
+        int64_t vshape[4] = {k.shape[0], k.shape[1], k.shape[2], v.shape[3]};
+        if ((st = ta_tensor_empty(&dv, 4, vshape))) { cli_fail(st, "sdpa"); goto done; }
+    }
     if ((st = ta_sdpa(&o, &q, &k, &v, &so))) { cli_fail(st, "sdpa"); goto done; }
+    if (grad) {
+        ta_sdpa_opts bo = so;
+        bo.weights = NULL;
+        bo.lse = NULL;
+        bo.path = TA_SDPA_AUTO;
+        if ((st = ta_sdpa_backward(&dq, &dk, &dv, &dout, &q, &k, &v, &o, &lse, &bo))) {
+            cli_fail(st, "sdpa backward");
+            goto done;
+        }
+    }
     if ((st = ta_npy_save(opts[O_OUT].value, &o))) { cli_fail(st, "writing -o"); goto done; }
     if (so.weights && (st = ta_npy_save(opts[O_W].value, &w))) { cli_fail(st, "writing --weights"); goto done; }
-    if (so.lse && (st = ta_npy_save(opts[O_LSE].value, &lse))) { cli_fail(st, "writing --lse"); goto done; }
+    if (opts[O_LSE].given && (st = ta_npy_save(opts[O_LSE].value, &lse))) { cli_fail(st, "writing --lse"); goto done; }
+    if (grad && (st = ta_npy_save(opts[O_DQ].value, &dq))) { cli_fail(st, "writing --dq"); goto done; }
+    if (grad && (st = ta_npy_save(opts[O_DK].value, &dk))) { cli_fail(st, "writing --dk"); goto done; }
+    if (grad && (st = ta_npy_save(opts[O_DV].value, &dv))) { cli_fail(st, "writing --dv"); goto done; }
     rc = CLI_OK;
 done:
     ta_tensor_free(&q);
@@ -137,6 +171,10 @@ done:
     ta_tensor_free(&o);
     ta_tensor_free(&w);
     ta_tensor_free(&lse);
+    ta_tensor_free(&dout);
+    ta_tensor_free(&dq);
+    ta_tensor_free(&dk);
+    ta_tensor_free(&dv);
     ta_npy_free(klen);
     return rc;
 }

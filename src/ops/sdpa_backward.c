@@ -1,0 +1,420 @@
+/* ta_sdpa_backward: validation, dispatch, and the fused backward (FlashAttention-2, Dao
+ * 2023, Algorithm 2) on the CPU.
+ *
+ * With P = exp(S - LSE) recomputed from Q, K and the forward's LSE, the gradients are
+ *     dV = P^T dO,   dP = dO V^T,   D_i = rowsum(dO_i * O_i),   dS = P * (dP - D),
+ *     dQ = scale * dS K,   dK = scale * dS^T Q            (dK, dV summed over a GQA group).
+ * D is computed first (O(B*H*Lq)). Then, for a key tile of BWD_NK keys of one (batch, kv
+ * head) group, the query tiles of BWD_MQ rows of every head of the group run in order;
+ * each block (query tile x key tile) does, all in L1/L2-sized tiles:
+ *     S  = Q_t K_t^T                  attn_bwd_gemm (K_t^T packed once per key tile)
+ *     S  = mask(S)                    only on blocks a bound cuts, or with a mask tensor
+ *     dP = dO_t V_t^T                 attn_bwd_gemm (V_t^T packed once per key tile)
+ *     P  = exp(S*scale - LSE), dS = P * (dP - D)          attn_bwd_dsoftmax
+ *     dV_t += P^T dO_t,  dK_t += dS^T Q_t                 attn_bwd_gemm, tile accumulators
+ *     dQ_t += dS K_t                                      (plan "group", see below)
+ * Blocks whose rows all end before the key tile (causal, key lengths: ta_mask_row_end)
+ * are skipped; Lq x Lk is never formed.
+ *
+ * dQ sums over key tiles, dK and dV over query tiles. To stay deterministic without
+ * atomics, every output element is owned by one work item that adds in a fixed order:
+ *   plan "group" (the usual case: enough (batch, kv head) groups to feed the threads):
+ *     a work item is a whole group; it walks the key tiles in order and keeps the
+ *     group's dQ rows in a per-thread buffer (G * Lq * D floats: O(L), not O(L^2)), so
+ *     every product is done once: 2.5x the forward's FLOPs.
+ *   plan "split" (few groups, or a dQ buffer above BWD_GROUP_DQ_MAX): pass 1 takes
+ *     (group, key tile) items for dK and dV; pass 2 takes (head, query tile) items that
+ *     recompute S, P, dP and dS over the key tiles in order for dQ (3.5x the forward).
+ * The plan depends on the shape only, never on the thread count, so results are
+ * bitwise identical for any number of threads. */
+#include "core/core.h"
+#include "core/tensor_internal.h"
+#include "kernels/kernels.h"
+#include "ops/sdpa.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+/* Tiles: 64 x 64 blocks keep S, dP (16 KiB each) and the dK, dV accumulators in L1/L2;
+ * 32 x 64, 128 x 64 and 64 x 128 measured the same within noise (B=32, H=8, L=512, D=64). */
+#define BWD_NK 64                  /* keys per tile */
+#define BWD_MQ 64                  /* query rows per tile */
+#define BWD_GROUP_MIN 8            /* plan "group" needs this many (batch, kv head) groups */
+#define BWD_GROUP_DQ_MAX (4 << 20) /* ... and a group dQ buffer of at most 4 MiB */
+
+/* ------------------------------------------------------------------ validation */
+
+/* A tensor of exactly `shape` (inputs: any strides). */
+static ta_status check_shape(const char *fn, const char *name, const ta_tensor *t, int ndim,
+                             const int64_t *shape, const char *dims)
+{
+    ta_status st = ta_tensor_check(fn, name, t);
+    if (st) return st;
+    bool same = t->ndim == ndim;
+    for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
+    if (!same) {
+        char s1[TA_SHAPE_STR_MAX], s2[TA_SHAPE_STR_MAX];
+        return ta_error(TA_ESHAPE, "%s: %s has shape %s, expected %s = %s", fn, name,
+                        ta_shape_str(s1, sizeof s1, t->ndim, t->shape), dims,
+                        ta_shape_str(s2, sizeof s2, ndim, shape));
+    }
+    return TA_OK;
+}
+
+/* An output: as above, and no two indices on one element. */
+static ta_status check_out(const char *fn, const char *name, const ta_tensor *t, int ndim,
+                           const int64_t *shape, const char *dims)
+{
+    ta_status st = check_shape(fn, name, t, ndim, shape, dims);
+    if (st) return st;
+    for (int d = 0; d < ndim; d++)
+        if (t->stride[d] == 0 && t->shape[d] > 1)
+            return ta_error(TA_EINVAL, "%s: %s has stride 0 in dim %d, so its elements alias",
+                            fn, name, d);
+    return TA_OK;
+}
+
+static ta_status validate(ta_sdpa_grad_problem *g, const char *fn, ta_tensor *dQ, ta_tensor *dK,
+                          ta_tensor *dV, const ta_tensor *dO, const ta_tensor *Q,
+                          const ta_tensor *K, const ta_tensor *V, const ta_tensor *O,
+                          const ta_tensor *lse, const ta_sdpa_opts *opts)
+{
+    if (opts && opts->weights)
+        return ta_error(TA_EINVAL, "%s: opts->weights must be NULL (the backward has no "
+                        "weights output)", fn);
+    if (opts && opts->lse)
+        return ta_error(TA_EINVAL, "%s: opts->lse must be NULL (pass the forward's LSE as the "
+                        "lse argument)", fn);
+    if (!O) return ta_error(TA_EINVAL, "%s: O is NULL", fn);
+    /* The forward's checks (Q, K, V, options, O's shape); O is an input here. */
+    ta_status st = ta_sdpa_validate(&g->p, fn, (ta_tensor *)O, Q, K, V, opts);
+    if (st) return st;
+    const ta_sdpa_problem *p = &g->p;
+    const int64_t qs[4] = {p->B, p->H, p->Lq, p->D}, os[4] = {p->B, p->H, p->Lq, p->Dv};
+    const int64_t ks[4] = {p->B, p->Hkv, p->Lk, p->D}, vs[4] = {p->B, p->Hkv, p->Lk, p->Dv};
+    st = check_shape(fn, "dO", dO, 4, os, "[B, H, Lq, Dv]");
+    if (!st) st = check_shape(fn, "lse", lse, 3, os, "[B, H, Lq]");
+    if (!st) st = check_out(fn, "dQ", dQ, 4, qs, "[B, H, Lq, D]");
+    if (!st) st = check_out(fn, "dK", dK, 4, ks, "[B, Hkv, Lk, D]");
+    if (!st) st = check_out(fn, "dV", dV, 4, vs, "[B, Hkv, Lk, Dv]");
+    if (st) return st;
+
+    const ta_tensor *ins[7] = {Q, K, V, O, dO, lse, opts ? opts->mask : NULL};
+    const char *in_names[7] = {"Q", "K", "V", "O", "dO", "lse", "opts->mask"};
+    ta_tensor *outs[3] = {dQ, dK, dV};
+    const char *out_names[3] = {"dQ", "dK", "dV"};
+    for (int o = 0; o < 3; o++) {
+        for (int i = 0; i < 7; i++)
+            if (ins[i] && ta_tensors_overlap(outs[o], ins[i]))
+                return ta_error(TA_EINVAL, "%s: %s overlaps %s; outputs must not share memory "
+                                "with inputs or other outputs", fn, out_names[o], in_names[i]);
+        for (int o2 = o + 1; o2 < 3; o2++)
+            if (ta_tensors_overlap(outs[o], outs[o2]))
+                return ta_error(TA_EINVAL, "%s: %s overlaps %s; outputs must not share memory "
+                                "with inputs or other outputs", fn, out_names[o], out_names[o2]);
+    }
+    g->dO = dO;
+    g->lse = lse;
+    g->dQ = dQ;
+    g->dK = dK;
+    g->dV = dV;
+    return TA_OK;
+}
+
+/* dO [B,H,Lq,Dv], Q [B,H,Lq,D], K [B,Hkv,Lk,D], V [B,Hkv,Lk,Dv], O [B,H,Lq,Dv], lse [B,H,Lq]
+ * -> dQ [B,H,Lq,D], dK [B,Hkv,Lk,D], dV [B,Hkv,Lk,Dv] */
+ta_status ta_sdpa_backward(ta_tensor *dQ, ta_tensor *dK, ta_tensor *dV, const ta_tensor *dO,
+                           const ta_tensor *Q, const ta_tensor *K, const ta_tensor *V,
+                           const ta_tensor *O, const ta_tensor *lse, const ta_sdpa_opts *opts)
+{
+    ta_sdpa_grad_problem g;
+    ta_status st = validate(&g, "ta_sdpa_backward", dQ, dK, dV, dO, Q, K, V, O, lse, opts);
+    if (st) return st;
+    if (g.p.path == TA_SDPA_REFERENCE) return ta_sdpa_backward_reference_run(&g);
+    return ta_sdpa_backward_fused_run(&g);
+}
+
+/* ---------------------------------------------------------------- fused path */
+
+/* A tensor's data and element strides, as the kernels read it. */
+typedef struct bwd_view {
+    const float *data;
+    int64_t s[4];
+} bwd_view;
+
+typedef struct bwd_plan {
+    const ta_sdpa_grad_problem *g;
+    const ta_kernels *k;
+    int64_t B, H, Hkv, G, Lq, Lk, D, Dv;
+    bwd_view q, k_, v, dout; /* q, k_ and dout have unit stride along D / Dv */
+    const float *lse, *di;   /* per row (b * H + h) * Lq + i */
+    int64_t dq_rows;         /* rows of the per-thread dQ buffer */
+    size_t ws_floats;        /* per thread */
+} bwd_plan;
+
+/* A thread's scratch, carved once per call. */
+typedef struct bwd_ws {
+    float *kt, *vt; /* K_t^T [D][NK], V_t^T [Dv][NK] */
+    float *s, *dp;  /* [MQ][NK] */
+    float *dk, *dv; /* [NK][D], [NK][Dv] */
+    float *dq;      /* [dq_rows][D] */
+} bwd_ws;
+
+static inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+static size_t ws_size(const bwd_plan *f, bwd_ws *w, float *base)
+{
+    float *x = base;
+    size_t n = 0;
+#define CARVE(field, count)                                     \
+    do {                                                        \
+        int64_t c_ = round_up(TA_MAX((int64_t)(count), 1), 16); \
+        if (w) w->field = x + n;                                \
+        n += (size_t)c_;                                        \
+    } while (0)
+    CARVE(kt, f->D * BWD_NK);
+    CARVE(vt, f->Dv * BWD_NK);
+    CARVE(s, BWD_MQ * BWD_NK);
+    CARVE(dp, BWD_MQ * BWD_NK);
+    CARVE(dk, BWD_NK * f->D);
+    CARVE(dv, BWD_NK * f->Dv);
+    CARVE(dq, f->dq_rows * f->D);
+#undef CARVE
+    return n;
+}
+
+static inline const float *at(const bwd_view *v, int64_t b, int64_t h, int64_t i)
+{
+    return v->data + b * v->s[0] + h * v->s[1] + i * v->s[2];
+}
+
+/* K_t^T and V_t^T of keys [j0, j0 + nk) of group (b, hkv), row stride BWD_NK. */
+static void pack_kv(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, int64_t j0, int64_t nk)
+{
+    const float *kr = at(&f->k_, b, hkv, j0), *vr = at(&f->v, b, hkv, j0);
+    for (int64_t j = 0; j < nk; j++)
+        for (int64_t d = 0; d < f->D; d++)
+            w->kt[d * BWD_NK + j] = kr[j * f->k_.s[2] + d * f->k_.s[3]];
+    for (int64_t j = 0; j < nk; j++)
+        for (int64_t d = 0; d < f->Dv; d++)
+            w->vt[d * BWD_NK + j] = vr[j * f->v.s[2] + d * f->v.s[3]];
+}
+
+/* The largest and smallest key bound of query rows [i0, i0 + mq) of batch b. */
+static void row_bounds(const bwd_plan *f, int64_t b, int64_t i0, int64_t mq, int64_t *lo,
+                       int64_t *hi)
+{
+    const ta_mask_plan *mp = &f->g->p.mask;
+    int64_t mn = f->Lk, mx = 0;
+    for (int64_t r = 0; r < mq; r++) {
+        int64_t e = ta_mask_row_end(mp, b, i0 + r);
+        mn = TA_MIN(mn, e);
+        mx = TA_MAX(mx, e);
+    }
+    *lo = mn;
+    *hi = mx;
+}
+
+/* One block: query rows [i0, i0 + mq) of head h against keys [j0, j0 + nk) (K_t^T and
+ * V_t^T already in w). kv: accumulate dV_t, dK_t in w; dq: NULL or the block's dQ rows
+ * (row stride D) to accumulate into. */
+static void run_block(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, int64_t i0,
+                      int64_t mq, int64_t j0, int64_t nk, bool kv, float *dq)
+{
+    const ta_sdpa_problem *p = &f->g->p;
+    const ta_kernels *k = f->k;
+    const int64_t NK = BWD_NK, D = f->D, Dv = f->Dv;
+    const float *q = at(&f->q, b, h, i0), *dout = at(&f->dout, b, h, i0);
+    int64_t qs = f->q.s[2], dos = f->dout.s[2];
+    int64_t row0 = (b * f->H + h) * f->Lq + i0;
+
+    k->attn_bwd_gemm(w->s, NK, q, qs, 1, w->kt, NK, mq, nk, D, 0); /* S = Q K^T */
+    float sc = p->scale;
+    int64_t lo, hi;
+    row_bounds(f, b, i0, mq, &lo, &hi);
+    if (p->mask.mask || j0 + nk > lo) { /* the mask plan scales and blocks; then scale 1 */
+        for (int64_t r = 0; r < mq; r++)
+            ta_mask_apply(&p->mask, b, h, i0 + r, j0, nk, p->scale, w->s + r * NK, 1);
+        sc = 1.0f;
+    }
+    k->attn_bwd_gemm(w->dp, NK, dout, dos, 1, w->vt, NK, mq, nk, Dv, 0); /* dP = dO V^T */
+    k->attn_bwd_dsoftmax(w->s, w->dp, NK, f->lse + row0, f->di + row0, mq, nk, sc, k->attn_exp);
+    if (kv) {
+        k->attn_bwd_gemm(w->dv, Dv, w->s, 1, NK, dout, dos, nk, Dv, mq, 1); /* dV += P^T dO */
+        k->attn_bwd_gemm(w->dk, D, w->dp, 1, NK, q, qs, nk, D, mq, 1);      /* dK += dS^T Q */
+    }
+    if (dq) /* dQ += dS K */
+        k->attn_bwd_gemm(dq, D, w->dp, NK, 1, at(&f->k_, b, h / f->G, j0), f->k_.s[2], mq, D,
+                         nk, 1);
+}
+
+/* Rows [0, n) of a [n][cols] buffer times alpha into rows [r0, r0 + n) of t[b, h]. */
+static void store_rows(ta_tensor *t, int64_t b, int64_t h, int64_t r0, int64_t n, int64_t cols,
+                       const float *src, float alpha)
+{
+    float *dst = (float *)t->data + b * t->stride[0] + h * t->stride[1] + r0 * t->stride[2];
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t c = 0; c < cols; c++)
+            dst[r * t->stride[2] + c * t->stride[3]] = src[r * cols + c] * alpha;
+}
+
+/* dK and dV of keys [j0, j0 + nk) of group (b, hkv), from every query tile of the group's
+ * heads in order; with dq (the group's [G * Lq][D] dQ buffer) also adds dS K into it. */
+static void run_key_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, int64_t j0,
+                         int64_t nk, float *dq)
+{
+    const ta_sdpa_grad_problem *g = f->g;
+    pack_kv(f, w, b, hkv, j0, nk);
+    memset(w->dk, 0, sizeof(float) * (size_t)(nk * f->D));
+    memset(w->dv, 0, sizeof(float) * (size_t)(nk * f->Dv));
+    for (int64_t gi = 0; gi < f->G; gi++) {
+        int64_t h = hkv * f->G + gi;
+        for (int64_t i0 = 0; i0 < f->Lq; i0 += BWD_MQ) {
+            int64_t mq = TA_MIN(BWD_MQ, f->Lq - i0), lo, hi;
+            row_bounds(f, b, i0, mq, &lo, &hi);
+            if (hi <= j0) continue; /* every row of the tile ends before these keys */
+            run_block(f, w, b, h, i0, mq, j0, nk, true,
+                      dq ? dq + (gi * f->Lq + i0) * f->D : NULL);
+        }
+    }
+    store_rows(g->dK, b, hkv, j0, nk, f->D, w->dk, g->p.scale);
+    store_rows(g->dV, b, hkv, j0, nk, f->Dv, w->dv, 1.0f);
+}
+
+/* Plan "group": everything of group (b, hkv). */
+static void run_group(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv)
+{
+    memset(w->dq, 0, sizeof(float) * (size_t)(f->G * f->Lq * f->D));
+    for (int64_t j0 = 0; j0 < f->Lk; j0 += BWD_NK)
+        run_key_tile(f, w, b, hkv, j0, TA_MIN(BWD_NK, f->Lk - j0), w->dq);
+    for (int64_t gi = 0; gi < f->G; gi++)
+        store_rows(f->g->dQ, b, hkv * f->G + gi, 0, f->Lq, f->D, w->dq + gi * f->Lq * f->D,
+                   f->g->p.scale);
+}
+
+/* Plan "split", pass 2: dQ of query rows [i0, i0 + mq) of head h, over the key tiles in
+ * order (recomputing S, P, dP and dS). */
+static void run_query_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, int64_t i0)
+{
+    int64_t mq = TA_MIN(BWD_MQ, f->Lq - i0), lo, hi;
+    memset(w->dq, 0, sizeof(float) * (size_t)(mq * f->D));
+    row_bounds(f, b, i0, mq, &lo, &hi);
+    for (int64_t j0 = 0; j0 < hi; j0 += BWD_NK) {
+        int64_t nk = TA_MIN(BWD_NK, f->Lk - j0);
+        pack_kv(f, w, b, h / f->G, j0, nk);
+        run_block(f, w, b, h, i0, mq, j0, nk, false, w->dq);
+    }
+    store_rows(f->g->dQ, b, h, i0, mq, f->D, w->dq, f->g->p.scale);
+}
+
+/* A view of t with unit stride along the last dim: t itself, or a contiguous copy made
+ * into buf (numel floats). */
+static bwd_view unit_view(const ta_tensor *t, float **buf)
+{
+    bwd_view v = {.data = t->data, .s = {t->stride[0], t->stride[1], t->stride[2], t->stride[3]}};
+    if (t->stride[3] == 1 || t->shape[3] <= 1) {
+        v.s[3] = 1;
+        return v;
+    }
+    ta_tensor c;
+    ta_tensor_from_buffer(&c, *buf, 4, t->shape, NULL);
+    ta_tensor_copy(&c, t);
+    v.data = *buf;
+    for (int d = 0; d < 4; d++) v.s[d] = c.stride[d];
+    *buf += round_up(ta_tensor_numel(t), 16);
+    return v;
+}
+
+static int64_t copy_floats(const ta_tensor *t)
+{
+    return t->stride[3] == 1 || t->shape[3] <= 1 ? 0 : round_up(ta_tensor_numel(t), 16);
+}
+
+/* D_i = rowsum(dO_i * O_i) (in double) and the LSE of every row, as flat arrays. */
+static void row_terms(const bwd_plan *f, float *di, float *lse, int nt)
+{
+    const ta_sdpa_grad_problem *g = f->g;
+    const ta_tensor *O = g->p.O, *dO = g->dO, *L = g->lse;
+    int64_t rows = f->B * f->H * f->Lq, H = f->H, Lq = f->Lq;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t b = r / (H * Lq), h = r / Lq % H, i = r % Lq;
+        const float *o = (const float *)O->data + b * O->stride[0] + h * O->stride[1] +
+                         i * O->stride[2];
+        const float *d = (const float *)dO->data + b * dO->stride[0] + h * dO->stride[1] +
+                         i * dO->stride[2];
+        double acc = 0.0;
+        for (int64_t c = 0; c < f->Dv; c++)
+            acc += (double)d[c * dO->stride[3]] * (double)o[c * O->stride[3]];
+        di[r] = (float)acc;
+        lse[r] = ((const float *)L->data)[b * L->stride[0] + h * L->stride[1] + i * L->stride[2]];
+    }
+}
+
+ta_status ta_sdpa_backward_fused_run(const ta_sdpa_grad_problem *g)
+{
+    const ta_sdpa_problem *p = &g->p;
+    bwd_plan f = {.g = g, .k = ta_kernels_active(), .B = p->B, .H = p->H, .Hkv = p->Hkv,
+                  .Lq = p->Lq, .Lk = p->Lk, .D = p->D, .Dv = p->Dv};
+    f.G = p->Hkv ? p->H / p->Hkv : 1;
+    int64_t rows = f.B * f.H * f.Lq, groups = f.B * f.Hkv;
+    if (groups == 0) return TA_OK; /* every output is empty */
+    int64_t nkt = (f.Lk + BWD_NK - 1) / BWD_NK;
+    double dq_bytes = 4.0 * (double)f.G * (double)f.Lq * (double)f.D;
+    bool group_plan = (groups >= BWD_GROUP_MIN || nkt <= 1) && dq_bytes <= BWD_GROUP_DQ_MAX;
+    f.dq_rows = group_plan ? f.G * f.Lq : BWD_MQ;
+    f.ws_floats = ws_size(&f, NULL, NULL);
+
+    int64_t qtiles = (f.Lq + BWD_MQ - 1) / BWD_MQ;
+    int64_t items1 = group_plan ? groups : groups * nkt, items2 = f.B * f.H * qtiles;
+    int nt = ta_threads();
+    if (nt > TA_MAX(items1, items2)) nt = (int)TA_MAX(TA_MAX(items1, items2), 1);
+
+    /* Everything is allocated before any output is written: per-thread workspaces, D and
+     * LSE per row, and unit-stride copies of Q, K, dO where their last dim is strided. */
+    size_t total = (size_t)nt * f.ws_floats + 2 * (size_t)round_up(TA_MAX(rows, 1), 16) +
+                   (size_t)(copy_floats(p->Q) + copy_floats(p->K) + copy_floats(g->dO));
+    size_t bytes;
+    if (!ta_mul_size(&bytes, total, sizeof(float)))
+        return ta_error(TA_ENOMEM, "ta_sdpa_backward: the workspace is too large");
+    float *mem = ta_alloc(bytes);
+    if (!mem) return TA_ENOMEM;
+    float *di = mem + (size_t)nt * f.ws_floats, *lse = di + round_up(TA_MAX(rows, 1), 16);
+    float *cp = lse + round_up(TA_MAX(rows, 1), 16);
+    f.q = unit_view(p->Q, &cp);
+    f.k_ = unit_view(p->K, &cp);
+    f.dout = unit_view(g->dO, &cp);
+    f.v = (bwd_view){.data = p->V->data,
+                     .s = {p->V->stride[0], p->V->stride[1], p->V->stride[2], p->V->stride[3]}};
+    row_terms(&f, di, lse, rows * f.Dv < 32768 ? 1 : nt);
+    f.di = di;
+    f.lse = lse;
+
+#pragma omp parallel num_threads(nt)
+    {
+        bwd_ws w;
+        ws_size(&f, &w, mem + (size_t)omp_get_thread_num() * f.ws_floats);
+        if (group_plan) {
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t it = 0; it < groups; it++) run_group(&f, &w, it / f.Hkv, it % f.Hkv);
+        } else {
+            /* pass 1: dK, dV per (group, key tile); early key tiles first (they see the
+             * most queries under a causal mask) */
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t it = 0; it < items1; it++) {
+                int64_t t = it / groups, grp = it % groups, j0 = t * BWD_NK;
+                run_key_tile(&f, &w, grp / f.Hkv, grp % f.Hkv, j0, TA_MIN(BWD_NK, f.Lk - j0),
+                             NULL);
+            }
+            /* pass 2: dQ per (head, query tile); late query tiles first (most keys) */
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t it = 0; it < items2; it++) {
+                int64_t t = qtiles - 1 - it / (f.B * f.H), bh = it % (f.B * f.H);
+                run_query_tile(&f, &w, bh / f.H, bh % f.H, t * BWD_MQ);
+            }
+        }
+    }
+    ta_free(mem);
+    return TA_OK;
+}

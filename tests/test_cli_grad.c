@@ -1,0 +1,249 @@
+/* The CLI's backward pass end to end: `tensorattn sdpa ... --grad-out dO.npy --dq dQ.npy
+ * --dk dK.npy --dv dV.npy` on the PyTorch autograd fixtures (tests/fixtures/sdpa_grad.tafx,
+ * tools/fixtures_sdpa_grad.py), gradients within 1e-4 of torch's float64 ones; the usage
+ * error for an incomplete flag set, and that a failed backward writes no file. */
+#include "ta_test.h"
+#include "fixtures.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char dir[64];
+static char err_text[8192];
+
+/* Runs the CLI with argv (NULL-terminated, argv[0] ignored); returns its exit status and
+ * leaves its stderr in err_text (stdout goes to a file in dir). */
+static int run_cli(const char **argv)
+{
+    char outp[128], errp[128];
+    snprintf(outp, sizeof outp, "%s/stdout", dir);
+    snprintf(errp, sizeof errp, "%s/stderr", dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fo = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int fe = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        argv[0] = TA_CLI_PATH;
+        execv(TA_CLI_PATH, (char *const *)argv);
+        _exit(127);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    FILE *f = fopen(errp, "r");
+    size_t n = f ? fread(err_text, 1, sizeof err_text - 1, f) : 0;
+    err_text[n] = '\0';
+    if (f) fclose(f);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static char *path_in(const char *name)
+{
+    static char buf[32][160];
+    static int next;
+    char *p = buf[next++ % 32];
+    snprintf(p, 160, "%s/%s", dir, name);
+    return p;
+}
+
+static int exists(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+static void save_record(const char *path, const ta_fixture_record *r)
+{
+    ta_tensor t;
+    TA_CHECK_OK(ta_fixture_tensor(&t, r));
+    TA_CHECK_OK(ta_npy_save(path, &t));
+    ta_tensor_free(&t);
+}
+
+/* An '<i8' .npy of a 1-d record, written by hand (ta_npy_save writes float32 only). */
+static void save_i64(const char *path, const ta_fixture_record *r)
+{
+    char header[128];
+    int n = snprintf(header, sizeof header,
+                     "{'descr': '<i8', 'fortran_order': False, 'shape': (%lld,), }",
+                     (long long)r->shape[0]);
+    int pad = (64 - (10 + n + 1) % 64) % 64;
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    unsigned short hl = (unsigned short)(n + pad + 1);
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    fwrite(&hl, 2, 1, f);
+    fwrite(header, 1, (size_t)n, f);
+    for (int i = 0; i < pad; i++) fputc(' ', f);
+    fputc('\n', f);
+    fwrite(r->data, 8, (size_t)r->numel, f);
+    fclose(f);
+}
+
+/* max |file - ref| for an f64 record of the same shape. */
+static double compare_npy(const char *path, const ta_fixture_record *ref)
+{
+    ta_tensor o;
+    TA_CHECK_OK(ta_npy_load(&o, path));
+    assert_int_equal(o.ndim, ref->ndim);
+    for (int d = 0; d < o.ndim; d++) assert_int_equal(o.shape[d], ref->shape[d]);
+    double *want = malloc(sizeof(double) * (size_t)(ref->numel ? ref->numel : 1));
+    TA_CHECK_OK(ta_fixture_to_f64(want, (size_t)ref->numel, ref));
+    double d = ta_test_max_abs_diff(o.data, want, (size_t)ref->numel);
+    free(want);
+    ta_tensor_free(&o);
+    return d;
+}
+
+/* The argv of one case (inputs written into dir); returns the argument count. */
+static int case_args(const ta_fixture_file *f, const char *name, const char **argv,
+                     char *mode, char *causal, char *scale)
+{
+    const char *meta = ta_fixture_case_meta(f, name);
+    ta_fixture_meta_get(meta, "causal", causal, 32);
+    ta_fixture_meta_get(meta, "scale", scale, 64);
+    int has_mode = ta_fixture_meta_get(meta, "mask_mode", mode, 32);
+    int a = 1;
+    argv[a++] = "sdpa";
+    const char *roles[4] = {"q", "k", "v", "dout"}, *flags[4] = {"--q", "--k", "--v", "--grad-out"};
+    for (int r = 0; r < 4; r++) {
+        char file[16];
+        snprintf(file, sizeof file, "%s.npy", roles[r]);
+        char *p = path_in(file);
+        save_record(p, ta_fixture_case_record(f, name, roles[r]));
+        argv[a++] = flags[r];
+        argv[a++] = p;
+    }
+    const ta_fixture_record *mask = ta_fixture_case_record(f, name, "mask");
+    const ta_fixture_record *klen = ta_fixture_case_record(f, name, "key_lengths");
+    if (mask) {
+        save_record(path_in("mask.npy"), mask);
+        argv[a++] = "--mask";
+        argv[a++] = path_in("mask.npy");
+        argv[a++] = "--mask-mode";
+        argv[a++] = has_mode ? mode : "keep";
+    }
+    if (klen) {
+        save_i64(path_in("klen.npy"), klen);
+        argv[a++] = "--key-lengths";
+        argv[a++] = path_in("klen.npy");
+    }
+    if (strcmp(causal, "none") != 0) {
+        argv[a++] = "--causal";
+        argv[a++] = causal;
+    }
+    if (strtod(scale, NULL) != 0.0) {
+        argv[a++] = "--scale";
+        argv[a++] = scale;
+    }
+    argv[a++] = "-o";
+    argv[a++] = path_in("o.npy");
+    argv[a++] = "--dq";
+    argv[a++] = path_in("dq.npy");
+    argv[a++] = "--dk";
+    argv[a++] = path_in("dk.npy");
+    argv[a++] = "--dv";
+    argv[a++] = path_in("dv.npy");
+    return a;
+}
+
+static void test_grad_fixtures(void **state)
+{
+    (void)state;
+    ta_fixture_file *f;
+    TA_CHECK_OK(ta_fixture_open(&f, "sdpa_grad.tafx"));
+    int ran = 0;
+    for (int c = 0; c < ta_fixture_case_count(f); c++) {
+        const char *name = ta_fixture_case_name(f, c);
+        char layout[32], mode[32], causal[32], scale[64];
+        ta_fixture_meta_get(ta_fixture_case_meta(f, name), "layout", layout, sizeof layout);
+        if (strcmp(layout, "bhld") != 0) continue; /* the CLI takes [B,H,L,D] files */
+        const char *argv[48] = {0};
+        case_args(f, name, argv, mode, causal, scale);
+        int rc = run_cli(argv);
+        if (rc != 0) fail_msg("case %s: exit %d: %s", name, rc, err_text);
+        double d = compare_npy(path_in("o.npy"), ta_fixture_case_record(f, name, "out"));
+        if (d > 1e-5) fail_msg("case %s: output differs by %g", name, d);
+        const char *files[3] = {"dq.npy", "dk.npy", "dv.npy"}, *roles[3] = {"dq", "dk", "dv"};
+        for (int r = 0; r < 3; r++) {
+            d = compare_npy(path_in(files[r]), ta_fixture_case_record(f, name, roles[r]));
+            if (d > 1e-4) fail_msg("case %s: %s differs by %g", name, roles[r], d);
+        }
+        ran++;
+    }
+    assert_true(ran >= 25);
+    ta_fixture_close(f);
+}
+
+static void expect_error(const char **argv, int code, const char *needle)
+{
+    int rc = run_cli(argv);
+    if (rc != code) fail_msg("exit %d, expected %d; stderr: %s", rc, code, err_text);
+    if (strncmp(err_text, "tensorattn: error: ", 19) != 0)
+        fail_msg("stderr does not start with 'tensorattn: error: ': %s", err_text);
+    char *nl = strchr(err_text, '\n');
+    if (!nl || nl[1] != '\0') fail_msg("stderr is not exactly one line: %s", err_text);
+    if (!strstr(err_text, needle)) fail_msg("stderr lacks '%s': %s", needle, err_text);
+}
+
+static void test_grad_errors(void **state)
+{
+    (void)state;
+    ta_fixture_file *f;
+    TA_CHECK_OK(ta_fixture_open(&f, "sdpa_grad.tafx"));
+    const char *name = ta_fixture_case_name(f, 1);
+    char mode[32], causal[32], scale[64];
+    const char *argv[48] = {0};
+    int a = case_args(f, name, argv, mode, causal, scale);
+    const char *o = path_in("o.npy"), *dq = path_in("dq.npy"), *dk = path_in("dk.npy"),
+               *dv = path_in("dv.npy");
+
+    /* all four flags or none */
+    const char *partial[48];
+    memcpy(partial, argv, sizeof partial);
+    partial[a - 2] = NULL; /* drop --dv */
+    expect_error(partial, 2, "needs all of --grad-out, --dq, --dk and --dv");
+
+    /* a dO of the wrong shape: exit 1, the library's message, and no file at all */
+    unlink(o); unlink(dq); unlink(dk); unlink(dv);
+    const int64_t bad_shape[4] = {1, 1, 1, 1};
+    ta_tensor bad;
+    TA_CHECK_OK(ta_tensor_zeros(&bad, 4, bad_shape));
+    TA_CHECK_OK(ta_npy_save(path_in("bad.npy"), &bad));
+    ta_tensor_free(&bad);
+    for (int i = 0; i < a; i++)
+        if (argv[i] && !strcmp(argv[i], "--grad-out")) argv[i + 1] = path_in("bad.npy");
+    expect_error(argv, 1, "ta_sdpa_backward: dO has shape [1, 1, 1, 1]");
+    assert_false(exists(o) || exists(dq) || exists(dk) || exists(dv));
+    ta_fixture_close(f);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    strcpy(dir, "/tmp/ta_cli_grad_XXXXXX");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_grad_fixtures),
+        cmocka_unit_test(test_grad_errors),
+    };
+    return cmocka_run_group_tests_name("cli_grad", tests, setup, teardown);
+}

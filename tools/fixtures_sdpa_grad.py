@@ -1,0 +1,166 @@
+"""The "sdpa_grad" fixture set: gradients of scaled dot-product attention from PyTorch
+autograd, for ta_sdpa_backward.
+
+Registered in gen_fixtures.py (`/usr/bin/python3 tools/gen_fixtures.py sdpa_grad` writes
+tests/fixtures/sdpa_grad.tafx); tests/test_sdpa_grad_torch.c and tests/test_cli_grad.c
+read it.
+
+Every case draws float32 q, k, v and dO, then runs ta_sdpa's semantics as explicit torch
+math in float64 (repeat_interleave for grouped heads, einsum, scale, masked_fill for
+causal / key lengths / keep and block masks, + for additive masks, softmax, einsum) and
+lets autograd compute dq, dk, dv of sum(dO * out). PyTorch gives NaN for a query row with
+no key to attend; tensorattn's contract is output 0, LSE -inf and no gradient from such a
+row, so the math fills those rows' scores with 0 before the softmax and zeroes their
+weights after it (no gradient flows through them). The same math in float32 must land
+within half the C test's tolerance (1e-4), or the tolerance would not mean much.
+
+Records of a case: meta; q, k, v, dout (f32, contiguous [B,H,L,D]); mask (u8 for
+keep/block, f32 for additive; its own broadcast shape) and key_lengths (i64 [B]) when
+used; out, lse, dq, dk, dv (f64). Meta keys: shape (B,H,Hkv,Lq,Lk,D,Dv), scale (0 = the
+default 1/sqrt(D)), causal (none|top_left|bottom_right), mask_mode, layout (bhld, or
+blhd: the C test passes [B, L, H, D] memory as permuted views), tags, seed, empty_rows.
+"""
+
+import math
+
+import torch
+
+TOL = 1e-4
+
+
+def sdpa_grad_math(q, k, v, dout, scale=0.0, causal="none", mask=None, mode="keep",
+                   key_lengths=None, dtype=torch.float64):
+    """Forward and autograd backward of ta_sdpa's semantics in `dtype`.
+    Returns out, lse, dq, dk, dv and the number of rows that attend to nothing."""
+    q = q.to(dtype).detach().requires_grad_(True)
+    k = k.to(dtype).detach().requires_grad_(True)
+    v = v.to(dtype).detach().requires_grad_(True)
+    B, H, Lq, D = q.shape
+    Hkv, Lk = k.shape[1], k.shape[2]
+    g = H // Hkv
+    kr = k.repeat_interleave(g, dim=1)  # query head h reads kv head h // g
+    vr = v.repeat_interleave(g, dim=1)
+    s = scale if scale != 0.0 else 1.0 / math.sqrt(D)
+    scores = torch.einsum("bhid,bhjd->bhij", q, kr) * s
+    blocked = torch.zeros(B, H, Lq, Lk, dtype=torch.bool)
+    if causal == "top_left":
+        blocked |= torch.triu(torch.ones(Lq, Lk), diagonal=1).bool()
+    elif causal == "bottom_right":
+        blocked |= torch.triu(torch.ones(Lq, Lk), diagonal=Lk - Lq + 1).bool()
+    if key_lengths is not None:
+        pad = torch.arange(Lk)[None, :] >= key_lengths[:, None]
+        blocked |= pad[:, None, None, :]
+    if mask is not None and mode == "keep":
+        blocked |= (mask == 0).expand(B, H, Lq, Lk)
+    elif mask is not None and mode == "block":
+        blocked |= (mask != 0).expand(B, H, Lq, Lk)
+    scores = scores.masked_fill(blocked, float("-inf"))
+    if mask is not None and mode == "additive":
+        scores = scores + mask.to(dtype)
+    empty = (scores == float("-inf")).all(dim=-1, keepdim=True)  # [B, H, Lq, 1]
+    safe = scores.masked_fill(empty, 0.0)
+    weights = torch.softmax(safe, dim=-1).masked_fill(empty, 0.0)
+    lse = torch.logsumexp(safe, dim=-1).masked_fill(empty[..., 0], float("-inf"))
+    out = torch.einsum("bhij,bhjd->bhid", weights, vr)
+    (out * dout.to(dtype)).sum().backward()
+    return (out.detach(), lse.detach(), q.grad.detach(), k.grad.detach(), v.grad.detach(),
+            int(empty.sum()))
+
+
+# (B, H, Hkv, Lq, Lk, D, Dv, options); options: scale, causal, mask=(shape, mode),
+# lengths=[...], layout="blhd", empty_mask_rows=True, tags=[...]
+CASES = [
+    (1, 1, 1, 1, 1, 8, 8, dict(tags=["size1"])),
+    (2, 2, 2, 3, 3, 16, 16, dict(tags=["odd"])),
+    (1, 2, 2, 17, 17, 16, 16, dict(tags=["odd"])),
+    (1, 1, 1, 1, 129, 16, 16, dict(causal="bottom_right", tags=["decode", "l129"])),
+    (1, 1, 1, 129, 3, 8, 8, dict(tags=["l129"])),
+    (1, 1, 1, 129, 129, 8, 8, dict(causal="top_left", tags=["causal", "l129"])),
+    *[(1, 1, 1, 3, 5, d, d, dict(tags=["head_dim"])) for d in (8, 16, 40, 64, 96, 128)],
+    (2, 2, 2, 5, 7, 16, 16, dict(scale=0.37, tags=["scale"])),
+    (1, 2, 2, 5, 7, 16, 16, dict(scale=-1.5, tags=["scale", "negative"])),
+    (2, 2, 2, 5, 9, 16, 16, dict(causal="top_left", tags=["causal"])),
+    (2, 2, 2, 9, 5, 16, 16, dict(causal="top_left", tags=["causal"])),
+    (2, 2, 2, 5, 9, 16, 16, dict(causal="bottom_right", tags=["causal"])),
+    (2, 2, 2, 9, 5, 16, 16, dict(causal="bottom_right", tags=["causal", "empty_rows"])),
+    (2, 3, 3, 5, 17, 8, 8, dict(mask=("LqLk", "keep"), tags=["mask"])),
+    (2, 3, 3, 5, 17, 8, 8, dict(mask=("B11Lk", "block"), tags=["mask", "padding"])),
+    (2, 3, 3, 5, 17, 8, 8, dict(mask=("1HLqLk", "additive"), tags=["mask"])),
+    (2, 3, 3, 5, 17, 8, 8, dict(mask=("BHLqLk", "keep"), tags=["mask"])),
+    (2, 3, 3, 5, 17, 8, 8, dict(mask=("Lk", "additive"), tags=["mask"])),
+    (2, 3, 3, 5, 17, 8, 8, dict(mask=("H1Lk", "block"), tags=["mask"])),
+    (2, 2, 2, 6, 6, 16, 16, dict(mask=("LqLk", "keep"), causal="top_left",
+                                 empty_mask_rows=True, tags=["mask", "empty_rows"])),
+    (4, 2, 2, 6, 11, 16, 16, dict(lengths=[0, 3, 11, 1], tags=["key_lengths"])),
+    (4, 2, 2, 6, 11, 16, 16, dict(lengths=[11, 0, 5, 2], causal="bottom_right",
+                                  tags=["key_lengths", "causal"])),
+    (2, 4, 2, 9, 13, 16, 16, dict(tags=["gqa"])),
+    (2, 4, 1, 9, 13, 16, 16, dict(causal="top_left", tags=["gqa", "mqa"])),
+    (1, 4, 2, 9, 13, 16, 16, dict(mask=("1HLqLk", "additive"), tags=["gqa", "mask"])),
+    (1, 2, 2, 7, 10, 16, 40, dict(tags=["dv"])),
+    (1, 2, 2, 7, 10, 8, 3, dict(causal="top_left", tags=["dv"])),
+    (3, 2, 1, 17, 19, 16, 24, dict(scale=0.2, causal="bottom_right",
+                                   mask=("B11Lk", "additive"), lengths=[19, 7, 0],
+                                   tags=["combined"])),
+    (2, 4, 4, 7, 9, 16, 16, dict(layout="blhd", causal="top_left",
+                                 tags=["layout", "noncontiguous"])),
+    (1, 1, 1, 70, 90, 32, 32, dict(causal="top_left", tags=["multi_tile"])),
+]
+
+
+def _mask(kind, mode, B, H, Lq, Lk):
+    shapes = {"LqLk": (Lq, Lk), "B11Lk": (B, 1, 1, Lk), "1HLqLk": (1, H, Lq, Lk),
+              "BHLqLk": (B, H, Lq, Lk), "Lk": (Lk,), "H1Lk": (H, 1, Lk)}
+    shape = shapes[kind]
+    if mode == "additive":
+        m = torch.randn(*shape, dtype=torch.float32)
+        m.view(-1)[3::7] = float("-inf")  # some keys blocked additively
+        return m
+    return torch.rand(*shape) < (0.7 if mode == "keep" else 0.3)  # bool
+
+
+def gen_sdpa_grad(w):
+    """Writes every case of CASES into w (a gen_fixtures.TafxWriter)."""
+    for idx, (B, H, Hkv, Lq, Lk, D, Dv, opt) in enumerate(CASES):
+        case = f"grad{idx:03d}"
+        seed = 7000 + idx
+        torch.manual_seed(seed)
+        q = torch.randn(B, H, Lq, D, dtype=torch.float32)
+        k = torch.randn(B, Hkv, Lk, D, dtype=torch.float32)
+        v = torch.randn(B, Hkv, Lk, Dv, dtype=torch.float32)
+        dout = torch.randn(B, H, Lq, Dv, dtype=torch.float32)
+        meta = {"shape": [B, H, Hkv, Lq, Lk, D, Dv], "scale": opt.get("scale", 0.0),
+                "causal": opt.get("causal", "none"), "layout": opt.get("layout", "bhld"),
+                "tags": opt.get("tags", []), "seed": seed}
+        mask = lengths = None
+        if "mask" in opt:
+            mkind, mode = opt["mask"]
+            mask = _mask(mkind, mode, B, H, Lq, Lk)
+            if opt.get("empty_mask_rows"):
+                mask[1, :] = False  # query row 1 keeps no key
+                mask[4, :] = False
+            meta["mask_mode"] = mode
+        if "lengths" in opt:
+            lengths = torch.tensor(opt["lengths"], dtype=torch.int64)
+        args = dict(scale=opt.get("scale", 0.0), causal=meta["causal"], mask=mask,
+                    mode=meta.get("mask_mode", "keep"), key_lengths=lengths)
+        out, lse, dq, dk, dv, empty = sdpa_grad_math(q, k, v, dout, **args)
+        got32 = sdpa_grad_math(q, k, v, dout, dtype=torch.float32, **args)
+        for name, a, b in (("dq", dq, got32[2]), ("dk", dk, got32[3]), ("dv", dv, got32[4])):
+            err = (a - b.double()).abs().max().item() if a.numel() else 0.0
+            assert err <= TOL / 2, f"{case}: torch float32 {name} misses {TOL / 2} ({err:.3g})"
+        meta["empty_rows"] = empty
+        w.add_case(case, meta)
+        w.add(f"{case}/q", q)
+        w.add(f"{case}/k", k)
+        w.add(f"{case}/v", v)
+        w.add(f"{case}/dout", dout)
+        if mask is not None:
+            w.add(f"{case}/mask", mask)
+        if lengths is not None:
+            w.add(f"{case}/key_lengths", lengths)
+        w.add(f"{case}/out", out)
+        w.add(f"{case}/lse", lse)
+        w.add(f"{case}/dq", dq)
+        w.add(f"{case}/dk", dk)
+        w.add(f"{case}/dv", dv)
