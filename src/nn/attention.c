@@ -19,6 +19,7 @@
  * nothing here; ta_sdpa's reference path still allocates its own score scratch. */
 #include "core/core.h"
 #include "core/tensor_internal.h"
+#include "nn/attention_internal.h"
 #include "ops/gemm.h"
 
 #include <math.h>
@@ -26,26 +27,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MAX_PARAMS 5
-
-typedef struct ta_attention_param_slot {
-    const char *name;
-    ta_tensor value; /* owning, contiguous */
-    ta_tensor grad;  /* reserved for backward (not allocated yet): same shape as value */
-} ta_attention_param_slot;
-
-struct ta_attention {
-    ta_layout layout;
-    int64_t E, H, D;
-    int nparams;
-    ta_attention_param_slot p[MAX_PARAMS];
-    unsigned char *ws; /* forward scratch, grown on demand */
-    size_t ws_bytes;
-};
+#define MAX_PARAMS TA_ATTN_MAX_PARAMS
 
 /* Parameter indices (the state_dict order documented in the header). */
-enum { SEED_VALUES = 0, SEED_KEYS = 1, SEED_QUERIES = 2, SEED_FC_W = 3, SEED_FC_B = 4 };
-enum { TORCH_IN_W = 0, TORCH_IN_B = 1, TORCH_OUT_W = 2, TORCH_OUT_B = 3 };
+enum { SEED_VALUES = TA_SEED_VALUES, SEED_KEYS = TA_SEED_KEYS, SEED_QUERIES = TA_SEED_QUERIES,
+       SEED_FC_W = TA_SEED_FC_W, SEED_FC_B = TA_SEED_FC_B };
+enum { TORCH_IN_W = TA_TORCH_IN_W, TORCH_IN_B = TA_TORCH_IN_B, TORCH_OUT_W = TA_TORCH_OUT_W,
+       TORCH_OUT_B = TA_TORCH_OUT_B };
 
 static const char *const SEED_NAMES[5] = {"values.weight", "keys.weight", "queries.weight",
                                           "fc_out.weight", "fc_out.bias"};
@@ -82,6 +70,7 @@ void ta_attention_free(ta_attention *layer)
         ta_tensor_free(&layer->p[i].grad);
     }
     ta_free(layer->ws);
+    ta_free(layer->bws);
     ta_free(layer);
 }
 
@@ -118,6 +107,8 @@ static ta_status layer_alloc(ta_attention **out, ta_layout layout, int64_t E, in
         int nd = param_shape(shape, layout, i, E, l->D);
         l->p[i].name = layout == TA_LAYOUT_SEED ? SEED_NAMES[i] : TORCH_NAMES[i];
         ta_status st = ta_tensor_zeros(&l->p[i].value, nd, shape);
+        /* the gradient buffer (.grad), zero until a backward accumulates into it */
+        if (!st) st = ta_tensor_zeros(&l->p[i].grad, nd, shape);
         if (st) {
             ta_attention_free(l);
             return st;
@@ -644,13 +635,17 @@ static ta_status check_output(const char *fn, const char *name, const ta_tensor 
     return TA_OK;
 }
 
-ta_status ta_attention_forward(ta_tensor *out, ta_attention *layer, const ta_tensor *queries,
-                               const ta_tensor *keys, const ta_tensor *values,
-                               const ta_attention_opts *opts)
+ta_status ta_attention_check_input(const char *fn, const char *name, const ta_tensor *x, int64_t E)
+{
+    return check_input(fn, name, x, E);
+}
+
+ta_status ta_attention_run(ta_attention_fwd *keep, const char *fn, ta_tensor *out,
+                           ta_attention *layer, const ta_tensor *queries, const ta_tensor *keys,
+                           const ta_tensor *values, const ta_attention_opts *opts)
 {
     /* out [N, Lq, E]; queries [N, Lq, E]; keys, values [N, Lk, E];
      * opts: mask -> [N, H, Lq, Lk], key_padding_mask [N, Lk], weights [N, (H,) Lq, Lk] */
-    const char *fn = "ta_attention_forward";
     char s1[TA_SHAPE_STR_MAX], s2[TA_SHAPE_STR_MAX];
     ta_attention_opts none;
     memset(&none, 0, sizeof none);
@@ -672,12 +667,15 @@ ta_status ta_attention_forward(ta_tensor *out, ta_attention *layer, const ta_ten
                         ta_shape_str(s2, sizeof s2, 3, queries->shape));
     const int64_t N = queries->shape[0], Lq = queries->shape[1], Lk = keys->shape[1];
     const int64_t oshape[3] = {N, Lq, E};
-    if (!out) return ta_error(TA_EINVAL, "%s: out is NULL", fn);
-    if ((st = check_output(fn, "out", out, 3, oshape, "[N, Lq, E]"))) return st;
+    if (!out && !keep) return ta_error(TA_EINVAL, "%s: out is NULL", fn);
+    if (out && (st = check_output(fn, "out", out, 3, oshape, "[N, Lq, E]"))) return st;
+    /* the backward needs the LSE of every layout (and no weights) */
+    const int want_lse = layout == TA_LAYOUT_SEED || keep;
 
     /* masks */
     const int64_t target[4] = {N, H, Lq, Lk};
-    ta_tensor m4, kpm4;
+    ta_attention_fwd local;
+    ta_attention_fwd *f = keep ? keep : &local;
     const ta_tensor *mask = NULL, *kpm = opts->key_padding_mask;
     if (!mask_mode_ok(opts->mask_mode))
         return ta_error(TA_EINVAL, "%s: mask_mode %d is not a ta_mask_mode", fn, (int)opts->mask_mode);
@@ -691,8 +689,8 @@ ta_status ta_attention_forward(ta_tensor *out, ta_attention *layer, const ta_ten
         return ta_error(TA_EINVAL, "%s: the seed layout's key_padding_mask is boolean (TA_MASK_KEEP "
                         "or TA_MASK_BLOCK); TA_MASK_ADDITIVE is for the torch layout", fn);
     if (opts->mask) {
-        if ((st = mask_view4(&m4, fn, "mask", opts->mask, layout, target))) return st;
-        mask = &m4;
+        if ((st = mask_view4(&f->m4, fn, "mask", opts->mask, layout, target))) return st;
+        mask = &f->m4;
     }
     if (kpm) {
         if ((st = ta_tensor_check(fn, "key_padding_mask", kpm))) return st;
@@ -704,7 +702,7 @@ ta_status ta_attention_forward(ta_tensor *out, ta_attention *layer, const ta_ten
         }
     }
     /* weights */
-    ta_tensor *wout = opts->weights;
+    ta_tensor *wout = keep ? NULL : opts->weights;
     if (wout) {
         if (opts->average_weights) {
             const int64_t ws[3] = {N, Lq, Lk};
@@ -725,7 +723,7 @@ ta_status ta_attention_forward(ta_tensor *out, ta_attention *layer, const ta_ten
     const int64_t nq = N * Lq * E, nk = N * Lk * E; /* fit: shapes validated, E <= 2^24 */
     bool ok = ws_add(&w.q, &w.total, nq, sizeof(float)) && ws_add(&w.k, &w.total, nk, sizeof(float)) &&
               ws_add(&w.v, &w.total, nk, sizeof(float)) && ws_add(&w.o, &w.total, nq, sizeof(float)) &&
-              ws_add(&w.lse, &w.total, layout == TA_LAYOUT_SEED ? N * H * Lq : 0, sizeof(float)) &&
+              ws_add(&w.lse, &w.total, want_lse ? N * H * Lq : 0, sizeof(float)) &&
               ws_add(&w.lens, &w.total, N, sizeof(int64_t));
     int64_t nw = 0;
     if (ok && wout && opts->average_weights)
@@ -733,16 +731,16 @@ ta_status ta_attention_forward(ta_tensor *out, ta_attention *layer, const ta_ten
     if (ok && kpm) {
         if (!mask) {
             /* [N, Lk] as [N, 1, 1, Lk]: ta_sdpa broadcasts it. */
-            memset(&kpm4, 0, sizeof kpm4);
-            kpm4.data = kpm->data;
-            kpm4.dtype = TA_F32;
-            kpm4.ndim = 4;
-            kpm4.shape[0] = N;
-            kpm4.shape[1] = kpm4.shape[2] = 1;
-            kpm4.shape[3] = Lk;
-            kpm4.stride[0] = N > 1 ? kpm->stride[0] : 0;
-            kpm4.stride[3] = Lk > 1 ? kpm->stride[1] : 0;
-            sdpa_mask = &kpm4;
+            memset(&f->kpm4, 0, sizeof f->kpm4);
+            f->kpm4.data = kpm->data;
+            f->kpm4.dtype = TA_F32;
+            f->kpm4.ndim = 4;
+            f->kpm4.shape[0] = N;
+            f->kpm4.shape[1] = f->kpm4.shape[2] = 1;
+            f->kpm4.shape[3] = Lk;
+            f->kpm4.stride[0] = N > 1 ? kpm->stride[0] : 0;
+            f->kpm4.stride[3] = Lk > 1 ? kpm->stride[1] : 0;
+            sdpa_mask = &f->kpm4;
             sdpa_mode = opts->key_padding_mode;
         } else {
             combine = 1; /* decided below once the lengths are known */
@@ -759,14 +757,13 @@ ta_status ta_attention_forward(ta_tensor *out, ta_attention *layer, const ta_ten
     float *Qp = (float *)(ws + w.q), *Kp = (float *)(ws + w.k), *Vp = (float *)(ws + w.v);
     float *Ob = (float *)(ws + w.o), *lse = (float *)(ws + w.lse);
     int64_t *lens = (int64_t *)(ws + w.lens);
-    ta_tensor comb;
     if (combine) {
         if (padding_lengths(lens, kpm, opts->key_padding_mode)) {
             use_lengths = 1; /* suffix padding: key lengths, no combined mask */
         } else {
-            contiguous_view(&comb, (float *)(ws + w.mask), 4, comb_shape);
-            combine_masks(&comb, mask, opts->mask_mode, kpm, opts->key_padding_mode);
-            sdpa_mask = &comb;
+            contiguous_view(&f->comb, (float *)(ws + w.mask), 4, comb_shape);
+            combine_masks(&f->comb, mask, opts->mask_mode, kpm, opts->key_padding_mode);
+            sdpa_mask = &f->comb;
             sdpa_mode = TA_MASK_ADDITIVE;
         }
     }
@@ -813,7 +810,7 @@ ta_status ta_attention_forward(ta_tensor *out, ta_attention *layer, const ta_ten
         }
     }
     so.weights = w4;
-    if (layout == TA_LAYOUT_SEED) {
+    if (want_lse) {
         const int64_t ls[3] = {N, H, Lq};
         contiguous_view(&lse_t, lse, 3, ls);
         so.lse = &lse_t;
@@ -821,6 +818,21 @@ ta_status ta_attention_forward(ta_tensor *out, ta_attention *layer, const ta_ten
     if ((st = ta_sdpa(&Ov, &Qv, &Kv, &Vv, &so))) return st;
     if (layout == TA_LAYOUT_SEED && Lk > 0) seed_uniform_rows(Ob, w4, lse, Vp, N, H, Lq, Lk, D);
     if (wout && opts->average_weights) average_heads(wout, &wtmp);
+    if (keep) {
+        keep->N = N;
+        keep->Lq = Lq;
+        keep->Lk = Lk;
+        keep->Qp = Qp;
+        keep->Kp = Kp;
+        keep->Vp = Vp;
+        keep->Ob = Ob;
+        keep->lse = lse;
+        keep->so = so;
+        keep->so.weights = NULL;
+        keep->so.lse = NULL;
+        /* so.key_lengths points into layer->ws, which stays put until the next call */
+        if (!out) return TA_OK;
+    }
 
     /* 3. output projection into the caller's out */
     const ta_tensor *ow = layout == TA_LAYOUT_SEED ? &p[SEED_FC_W].value : &p[TORCH_OUT_W].value;
@@ -833,4 +845,12 @@ ta_status ta_attention_forward(ta_tensor *out, ta_attention *layer, const ta_ten
     r.sc[0] = out->stride[0];
     r.sc[1] = out->stride[1];
     return linear_rows(out->data, out->stride[2], Ob, 1, &r, ow->data, E, E, ob->data);
+}
+
+ta_status ta_attention_forward(ta_tensor *out, ta_attention *layer, const ta_tensor *queries,
+                               const ta_tensor *keys, const ta_tensor *values,
+                               const ta_attention_opts *opts)
+{
+    /* out [N, Lq, E]; queries [N, Lq, E]; keys, values [N, Lk, E] */
+    return ta_attention_run(NULL, "ta_attention_forward", out, layer, queries, keys, values, opts);
 }
