@@ -1,13 +1,16 @@
-/* tensorattn bench: times GEMM and einsum on this machine and states each result as a
- * fraction of the FMA peak measured in the same run (bench/README.md has the method and
- * the JSON schema). Uses only the public header.
+/* tensorattn bench: times GEMM, einsum and scaled dot-product attention (fused and
+ * reference paths) on this machine and states each result as a fraction of the FMA peak
+ * measured in the same run, and each fused attention case against the reference path
+ * on the same inputs (bench/README.md has the method and the JSON schema). Uses only
+ * the public header.
  *
  * A case is one row of a table: a name, its shape fields, a flop count, and four
  * functions -- setup (allocate and touch every buffer once), run (one call of the code
  * under test), check (compare sampled outputs with a float64 oracle written here, not
- * with the library), and an optional cleanup. New kinds of case (attention: fused vs
- * reference, masks) add a builder that appends rows; the harness does not change. */
+ * with the library), and an optional cleanup. A new kind of case adds a builder that
+ * appends rows; the harness does not change. */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
 
 #include "bench.h"
 #include "tensorattn.h"
@@ -17,16 +20,19 @@
 #include <errno.h>
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #define BENCH_MAX_TENSORS 6
-#define BENCH_MAX_CASES 64
+#define BENCH_MAX_CASES 96
 #define BENCH_MAX_RUNS 10000 /* a cap on timed runs of tiny cases */
 #define BENCH_SAMPLES 64     /* random output elements checked per call ... */
 #define BENCH_RUN 4096       /* ... plus a run of consecutive ones, the first and the last */
@@ -34,13 +40,14 @@
 
 /* ------------------------------------------------------------------ types */
 
-typedef enum bench_shape { BENCH_SHAPE_GEMM, BENCH_SHAPE_ATTN } bench_shape;
+typedef enum bench_shape { BENCH_SHAPE_GEMM, BENCH_SHAPE_ATTN, BENCH_SHAPE_SDPA } bench_shape;
 
 typedef struct bench_config {
     int quick;
     const char *json_path;
     const char *filter;
     int list;
+    int peers;            /* --peers: time the seed's PyTorch code on the seed shapes */
     int threads;          /* the bench thread count (--threads, else the library's) */
     int min_runs;         /* timed runs: at least min_runs and at least min_seconds */
     double min_seconds;
@@ -51,8 +58,8 @@ typedef struct bench_config {
 typedef struct bench_case bench_case;
 struct bench_case {
     char name[64];
-    const char *kind; /* "sgemm", "sgemm_batched", "einsum" */
-    const char *path; /* the code path timed: "gemm", "einsum" */
+    const char *kind; /* "sgemm", "sgemm_batched", "einsum", "sdpa" */
+    const char *path; /* the code path timed: "gemm", "einsum", "fused", "reference" */
     bench_shape shape;
     /* BENCH_SHAPE_GEMM: C[batch][M,N] = A[batch][M,K] op(B)[batch][K,N];
      * layout "NN" (B stored [K,N]) or "NT" (B stored [N,K], as K in Q K^T). */
@@ -63,6 +70,16 @@ struct bench_case {
     int64_t B, H, Lq, Lk, D;
     const char *spec;
     const char *letters;
+    /* BENCH_SHAPE_SDPA: Q [B,H,Lq,D], K and V [B,Hkv,Lk,D], O [B,H,Lq,D]; the causal
+     * alignment, the ta_sdpa path, the unmasked (query, key) pairs, and the index of
+     * the same shape's case on the other path (-1: none). */
+    int64_t Hkv;
+    ta_causal causal;
+    ta_sdpa_path sdpa_path;
+    double pairs;
+    int pair;
+    const ta_tensor *ref_out; /* the reference path's output on the same inputs, or NULL */
+    char skip_reason[160];    /* non-empty: not run, status "skipped" */
     double flops;     /* floating-point operations of one run */
     int threads;      /* threads the case runs on */
     double tolerance; /* largest accepted max_rel_err */
@@ -79,11 +96,21 @@ struct bench_case {
     int output;
     int64_t bsa, rsa, csa, bsb, rsb, csb; /* GEMM operand strides */
 
+    ta_status last_status; /* of the last library call that failed (TA_EUNSUPPORTED:
+                              the path is not built: status "unavailable") */
+
     /* Results. */
-    const char *status; /* "ok", "check_failed", "error", or NULL (not run) */
+    const char *status; /* "ok", "check_failed", "error", "unavailable", "skipped", or
+                           NULL (filtered out) */
     char error[512];
     double cold_s, median_s, min_s, gflops, peak_gflops, peak_fraction, max_rel_err;
     int runs;
+    double max_abs_diff_ref;     /* sdpa fused: max |O - O_reference| (NaN: not compared) */
+    double speedup_vs_reference; /* sdpa: reference median / this median (NaN: unknown) */
+    /* Library memory beyond the live buffers when the call started: the peak during a
+     * timed call (largest over the timed runs) and during the cold call; -1: unknown. */
+    double extra_bytes, extra_bytes_cold;
+    double speedup_vs_torch; /* sdpa: the torch peer's median / this median (NaN: unknown) */
 };
 
 typedef struct bench_peak {
@@ -102,6 +129,17 @@ typedef struct bench_state {
     bench_case cases[BENCH_MAX_CASES];
     int ncases;
     double *times; /* BENCH_MAX_RUNS timings, allocated once */
+    /* A reference sdpa output kept for its fused twin, which runs next on the same
+     * inputs (kept_for: that case's index, -1: none). */
+    ta_tensor kept;
+    int kept_for;
+    /* --peers: what the torch peer reported (JSON lines, parsed), or why it did not run. */
+    struct {
+        const char *status; /* NULL (not asked), "ok", "skipped" */
+        char reason[512];
+        char command[4096];
+        cJSON *rows; /* an array of the peer's JSON objects */
+    } torch;
 } bench_state;
 
 /* ------------------------------------------------------------ small tools */
@@ -137,6 +175,7 @@ static int case_fail(bench_case *c, const char *fmt, ...)
 /* A library call failed: keep its status and sentence. */
 static int case_lib_fail(bench_case *c, const char *what, ta_status st)
 {
+    c->last_status = st;
     return case_fail(c, "%s failed: %s: %s", what, ta_status_name(st), ta_last_error());
 }
 
@@ -188,6 +227,98 @@ static double median_of(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ------------------------------------------------------ counting allocator */
+
+/* extra_bytes: how much memory a call takes beyond its inputs and outputs. The bench
+ * installs this hook (ta_set_allocator) once, first thing in ta_bench_main, before the
+ * library has allocated anything, and never removes it: a block must be released by
+ * the hook that allocated it, and a library may keep a workspace alive between calls.
+ * It allocates as the default hook does (aligned_alloc, huge pages advised from 2 MiB
+ * up; ta_alloc advises only for its own default), so timings are unchanged; and it
+ * tracks the bytes outstanding and their high-water mark. The hook may be called from
+ * several threads, hence the mutex (a handful of calls per library call: no cost). A
+ * block the hook did not allocate (one made before it was installed) is released with
+ * free(), as the default would, and not counted. */
+#define BENCH_HUGE ((size_t)2 << 20)
+
+typedef struct bench_block {
+    void *ptr;
+    size_t bytes;
+} bench_block;
+
+static struct {
+    pthread_mutex_t lock;
+    bench_block *live; /* the blocks outstanding, in no order */
+    size_t nlive, cap;
+    size_t current, peak;
+    int lost; /* the table could not grow: counts are unknown from then on */
+} bench_mem = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, 0, 0, 0};
+
+static void *counting_alloc(size_t bytes, size_t alignment, void *user)
+{
+    (void)user;
+    size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+    if (rounded < bytes) return NULL;
+    if (!rounded) rounded = alignment;
+    void *p = aligned_alloc(alignment, rounded);
+    if (!p) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (bytes >= BENCH_HUGE) madvise(p, rounded, MADV_HUGEPAGE);
+#endif
+    pthread_mutex_lock(&bench_mem.lock);
+    if (bench_mem.nlive == bench_mem.cap) {
+        size_t cap = bench_mem.cap ? 2 * bench_mem.cap : 256;
+        bench_block *grown = realloc(bench_mem.live, cap * sizeof *grown);
+        if (grown) {
+            bench_mem.live = grown;
+            bench_mem.cap = cap;
+        }
+    }
+    if (bench_mem.nlive < bench_mem.cap) {
+        bench_mem.live[bench_mem.nlive++] = (bench_block){p, rounded};
+        bench_mem.current += rounded;
+        if (bench_mem.current > bench_mem.peak) bench_mem.peak = bench_mem.current;
+    } else {
+        bench_mem.lost = 1;
+    }
+    pthread_mutex_unlock(&bench_mem.lock);
+    return p;
+}
+
+static void counting_free(void *ptr, void *user)
+{
+    (void)user;
+    pthread_mutex_lock(&bench_mem.lock);
+    for (size_t i = bench_mem.nlive; i-- > 0;) /* the newest blocks go first, mostly */
+        if (bench_mem.live[i].ptr == ptr) {
+            bench_mem.current -= bench_mem.live[i].bytes;
+            bench_mem.live[i] = bench_mem.live[--bench_mem.nlive];
+            break;
+        }
+    pthread_mutex_unlock(&bench_mem.lock);
+    free(ptr);
+}
+
+/* Starts a measurement: returns the bytes outstanding now and resets the peak to it. */
+static size_t mem_mark(void)
+{
+    pthread_mutex_lock(&bench_mem.lock);
+    size_t now = bench_mem.current;
+    bench_mem.peak = now;
+    pthread_mutex_unlock(&bench_mem.lock);
+    return now;
+}
+
+/* The peak outstanding bytes since mem_mark() returned `base`, above base; -1 if the
+ * counts are unknown. */
+static double mem_extra_since(size_t base)
+{
+    pthread_mutex_lock(&bench_mem.lock);
+    double extra = bench_mem.lost ? -1.0 : (double)(bench_mem.peak - base);
+    pthread_mutex_unlock(&bench_mem.lock);
+    return extra;
 }
 
 /* ---------------------------------------------------------------- progress */
@@ -541,6 +672,195 @@ static void add_einsum(bench_state *s, const char *name, const char *spec, const
     add_case(s, &c);
 }
 
+/* ------------------------------------------------------------ sdpa cases */
+
+#define BENCH_SDPA_ROWS 14       /* random query rows checked in float64 per call ... */
+#define BENCH_SDPA_RUN_ROWS 8    /* ... plus a run of consecutive ones, the first and the last */
+#define BENCH_REF_SCRATCH_MAX ((double)(4LL << 30)) /* the reference's [B,H,Lq,Lk] floats */
+
+/* The keys query row i may see: a prefix [0, n) of the Lk keys. */
+static int64_t sdpa_visible(ta_causal causal, int64_t i, int64_t Lq, int64_t Lk)
+{
+    int64_t n = causal == TA_CAUSAL_TOP_LEFT ? i + 1
+                : causal == TA_CAUSAL_BOTTOM_RIGHT ? i + Lk - Lq + 1 : Lk;
+    return n < 0 ? 0 : n > Lk ? Lk : n;
+}
+
+/* The unmasked (query, key) pairs of one (batch, head): the work a path that skips
+ * masked keys does, and the only work GFLOP/s counts. */
+static double sdpa_pairs(ta_causal causal, int64_t Lq, int64_t Lk)
+{
+    double pairs = 0.0;
+    for (int64_t i = 0; i < Lq; i++) pairs += (double)sdpa_visible(causal, i, Lq, Lk);
+    return pairs;
+}
+
+static const char *causal_name(ta_causal causal)
+{
+    return causal == TA_CAUSAL_TOP_LEFT ? "top_left"
+           : causal == TA_CAUSAL_BOTTOM_RIGHT ? "bottom_right" : "none";
+}
+
+/* t[0] = Q [B,H,Lq,D], t[1] = K, t[2] = V [B,Hkv,Lk,D]: N(0,1) as the seed's
+ * torch.randn, from fixed seeds, so both paths of a shape see the same inputs;
+ * t[3] = O [B,H,Lq,D], NaN. */
+static int sdpa_setup(bench_case *c)
+{
+    const int64_t q[4] = {c->B, c->H, c->Lq, c->D}, kv[4] = {c->B, c->Hkv, c->Lk, c->D};
+    const int64_t *shapes[3] = {q, kv, kv};
+    for (int i = 0; i < 3; i++) {
+        ta_status st = ta_tensor_empty(&c->t[i], 4, shapes[i]);
+        if (st != TA_OK) return case_lib_fail(c, "ta_tensor_empty", st);
+        st = ta_randn(&c->t[i], (uint64_t)i + 11);
+        if (st != TA_OK) return case_lib_fail(c, "ta_randn", st);
+    }
+    return new_output(c, &c->t[3], 4, q);
+}
+
+static int sdpa_run(bench_case *c)
+{
+    ta_sdpa_opts opts = {0}; /* scale 1/sqrt(D), no mask tensor, no weights */
+    opts.causal = c->causal;
+    opts.path = c->sdpa_path;
+    ta_status st = ta_sdpa(&c->t[3], &c->t[0], &c->t[1], &c->t[2], &opts);
+    if (st != TA_OK) return case_lib_fail(c, "ta_sdpa", st);
+    return 0;
+}
+
+/* Row (b, h, i) of softmax(Q K^T / sqrt(D)) V in float64, straight from the
+ * definition, over the keys the causal alignment lets it see (none: zeros, as ta_sdpa
+ * gives). w: Lk doubles of scratch. Returns the largest |O[b,h,i,d] - exact|. */
+static double sdpa_row_error(const bench_case *c, int64_t b, int64_t h, int64_t i, double *w)
+{
+    int64_t D = c->D, Lk = c->Lk, kvh = h / (c->H / c->Hkv);
+    const float *q = (const float *)c->t[0].data + ((b * c->H + h) * c->Lq + i) * D;
+    const float *k = (const float *)c->t[1].data + (b * c->Hkv + kvh) * Lk * D;
+    const float *v = (const float *)c->t[2].data + (b * c->Hkv + kvh) * Lk * D;
+    const float *o = (const float *)c->t[3].data + ((b * c->H + h) * c->Lq + i) * D;
+    int64_t n = sdpa_visible(c->causal, i, c->Lq, Lk);
+    double scale = 1.0 / sqrt((double)D), top = -INFINITY, sum = 0.0, worst = 0.0;
+    for (int64_t j = 0; j < n; j++) {
+        double dot = 0.0;
+        for (int64_t d = 0; d < D; d++) dot += (double)q[d] * (double)k[j * D + d];
+        w[j] = dot * scale;
+        if (w[j] > top) top = w[j];
+    }
+    for (int64_t j = 0; j < n; j++) sum += (w[j] = exp(w[j] - top));
+    for (int64_t d = 0; d < D; d++) {
+        double acc = 0.0;
+        for (int64_t j = 0; j < n; j++) acc += w[j] * (double)v[j * D + d];
+        double err = fabs((double)o[d] - (n ? acc / sum : 0.0));
+        if (!(err <= worst)) worst = err == err ? err : INFINITY; /* NaN fails */
+    }
+    return worst;
+}
+
+/* Sampled rows against float64 (first, last, random ones and a run of consecutive
+ * ones: every path); and, when the reference path ran on the same inputs in this run,
+ * every element against its output. Both are absolute errors: the outputs are
+ * weighted means of N(0,1) values, of order 1. */
+static int sdpa_check(bench_case *c, double *max_err)
+{
+    int64_t rows = c->B * c->H * c->Lq;
+    double *w = malloc((size_t)(c->Lk > 0 ? c->Lk : 1) * sizeof *w);
+    if (!w) return case_fail(c, "bench: out of memory for the float64 check");
+    uint64_t rng = 0x853c49e6748fea9bULL;
+    int64_t run_start = rows > BENCH_SDPA_RUN_ROWS
+                            ? (int64_t)(bench_rand(&rng) % (uint64_t)(rows - BENCH_SDPA_RUN_ROWS))
+                            : 0;
+    double worst = 0.0;
+    for (int n = 0; n < 2 + BENCH_SDPA_ROWS + BENCH_SDPA_RUN_ROWS && rows > 0; n++) {
+        int64_t r = n == 0 ? 0
+                    : n == 1 ? rows - 1
+                    : n < 2 + BENCH_SDPA_ROWS ? (int64_t)(bench_rand(&rng) % (uint64_t)rows)
+                    : run_start + (n - 2 - BENCH_SDPA_ROWS);
+        if (r >= rows) break;
+        double err = sdpa_row_error(c, r / (c->H * c->Lq), r / c->Lq % c->H, r % c->Lq, w);
+        if (!(err <= worst)) worst = err;
+    }
+    free(w);
+    if (c->ref_out) {
+        const float *o = c->t[3].data, *ref = c->ref_out->data;
+        int64_t n = ta_tensor_numel(&c->t[3]);
+        double diff = 0.0;
+        for (int64_t e = 0; e < n; e++) {
+            double d = fabs((double)o[e] - (double)ref[e]);
+            if (!(d <= diff)) diff = d == d ? d : INFINITY;
+        }
+        if (!(diff <= c->max_abs_diff_ref)) c->max_abs_diff_ref = diff;
+        if (!(diff <= worst)) worst = diff;
+    }
+    *max_err = worst;
+    return 0;
+}
+
+/* Appends the shape's reference case, then its fused twin (the reference runs first,
+ * so the fused case can be checked against its output). The reference is skipped
+ * where its [B, H, Lq, Lk] scratch would exceed 4 GiB. */
+static void add_sdpa(bench_state *s, const char *name, int64_t B, int64_t H, int64_t Hkv,
+                     int64_t Lq, int64_t Lk, int64_t D, ta_causal causal)
+{
+    static const struct {
+        ta_sdpa_path path;
+        const char *name;
+    } paths[2] = {{TA_SDPA_REFERENCE, "reference"}, {TA_SDPA_FUSED, "fused"}};
+    double pairs = (double)B * (double)H * sdpa_pairs(causal, Lq, Lk);
+    double scratch = (double)B * (double)H * (double)Lq * (double)Lk * sizeof(float);
+    int first = s->ncases;
+    for (int p = 0; p < 2; p++) {
+        bench_case c = {.kind = "sdpa", .path = paths[p].name, .shape = BENCH_SHAPE_SDPA,
+                        .B = B, .H = H, .Hkv = Hkv, .Lq = Lq, .Lk = Lk, .D = D,
+                        .causal = causal, .sdpa_path = paths[p].path, .pairs = pairs,
+                        /* Q K^T and P V: two multiply-adds per (pair, d) */
+                        .flops = 4.0 * pairs * (double)D, .threads = s->cfg.threads,
+                        .tolerance = BENCH_TOLERANCE, .output = 3, .setup = sdpa_setup,
+                        .run = sdpa_run, .check = sdpa_check, .pair = first + 1 - p};
+        snprintf(c.name, sizeof c.name, "%s_%s", name, paths[p].name);
+        if (paths[p].path == TA_SDPA_REFERENCE && scratch > BENCH_REF_SCRATCH_MAX)
+            snprintf(c.skip_reason, sizeof c.skip_reason,
+                     "the reference path's [B, H, Lq, Lk] scratch would take %.1f GiB (> 4 GiB)",
+                     scratch / (double)(1LL << 30));
+        add_case(s, &c);
+    }
+}
+
+/* The attention shapes: the seed's, a sweep of L at constant work, GQA, decoding, and a
+ * long causal sequence only the fused path can hold. */
+static void build_sdpa_cases(bench_state *s)
+{
+    int q = s->cfg.quick;
+    char name[64];
+    /* The seed: B=32, H=8, L=512, D=64 (B*H*L^2 = 2^26), with and without its causal
+     * mask (torch.triu(ones, diagonal=1) == top-left causal). */
+    int64_t L0 = q ? 128 : 512;
+    add_sdpa(s, "sdpa_seed", 32, 8, 8, L0, L0, 64, TA_CAUSAL_NONE);
+    add_sdpa(s, "sdpa_seed_causal", 32, 8, 8, L0, L0, 64, TA_CAUSAL_TOP_LEFT);
+    /* L at constant B*H*L^2 (2^26; --quick: 2^20): the same flops per call at every L,
+     * so the curve shows how each path scales with the sequence alone. H = 8 heads
+     * while B*H allows. The seed is the D=64 point at L=512. */
+    double work = q ? (double)(1 << 20) : (double)(1 << 26);
+    for (int64_t D = 64; D <= 128; D *= 2)
+        for (int64_t L = 128; L <= (q ? 256 : 8192); L *= 2) {
+            int64_t BH = (int64_t)(work / ((double)L * (double)L));
+            int64_t H = BH >= 8 ? 8 : BH, B = BH / H;
+            int causal_too = !q && D == 64 && (L == 128 || L == 2048 || L == 8192);
+            if (!q && D == 64 && L == 512) continue; /* the seed cases */
+            snprintf(name, sizeof name, "sdpa_L%lld_D%lld", (long long)L, (long long)D);
+            add_sdpa(s, name, B, H, H, L, L, D, TA_CAUSAL_NONE);
+            if (causal_too) {
+                snprintf(name, sizeof name, "sdpa_L%lld_D%lld_causal", (long long)L,
+                         (long long)D);
+                add_sdpa(s, name, B, H, H, L, L, D, TA_CAUSAL_TOP_LEFT);
+            }
+        }
+    /* Grouped-query attention: 32 query heads over 8 key/value heads. */
+    add_sdpa(s, "sdpa_gqa", 1, 32, 8, q ? 256 : 1024, q ? 256 : 1024, 128, TA_CAUSAL_NONE);
+    /* Decoding one token against a KV cache: Lq = 1 sees every key (bottom-right). */
+    add_sdpa(s, "sdpa_decode", 1, 32, 32, 1, q ? 1024 : 4096, 128, TA_CAUSAL_BOTTOM_RIGHT);
+    /* A long causal sequence: the reference's scratch would be 8 GiB. */
+    if (!q) add_sdpa(s, "sdpa_long_causal", 1, 2, 2, 32768, 32768, 64, TA_CAUSAL_TOP_LEFT);
+}
+
 /* ------------------------------------------------------------ case table */
 
 static void build_cases(bench_state *s)
@@ -560,6 +880,7 @@ static void build_cases(bench_state *s)
     add_einsum(s, "einsum_pv_bhij", "bhij,bhjd->bhid", "bhijd", B, H, L, D);
     add_einsum(s, "einsum_qk_nqhd", "nqhd,nkhd->nhqk", "nhqkd", B, H, L, D);
     add_einsum(s, "einsum_pv_nhql", "nhql,nlhd->nqhd", "nhqld", B, H, L, D);
+    build_sdpa_cases(s);
 }
 
 /* ---------------------------------------------------------------- harness */
@@ -596,32 +917,50 @@ static int check_case(bench_case *c)
     if (err > c->max_rel_err) c->max_rel_err = err;
     if (!(err <= c->tolerance)) {
         c->status = "check_failed";
-        return case_fail(c, "result check failed: max relative error %.3g > %.3g", err,
+        return case_fail(c, "result check failed: max %s error %.3g > %.3g",
+                         c->shape == BENCH_SHAPE_SDPA ? "absolute" : "relative", err,
                          c->tolerance);
     }
     return 0;
 }
 
-/* setup, cold call, check, warm-up, timed runs, check again. */
+/* setup, cold call, check, warm-up, timed runs, check again. Returns 0 when timed,
+ * 1 when the path is not built (the cold call returned TA_EUNSUPPORTED), -1 on failure.
+ * Every call's extra memory is measured: the counting hook's peak above what was
+ * outstanding when the call began. */
 static int time_case(bench_state *s, bench_case *c)
 {
     ta_status st = ta_set_num_threads(c->threads);
     if (st != TA_OK) return case_lib_fail(c, "ta_set_num_threads", st);
     if (c->setup(c)) return -1;
+    size_t base = mem_mark();
     double t0 = bench_now();
-    if (c->run(c)) return -1;
+    c->last_status = TA_OK;
+    if (c->run(c)) return c->last_status == TA_EUNSUPPORTED ? 1 : -1;
     c->cold_s = bench_now() - t0;
+    c->extra_bytes_cold = mem_extra_since(base);
     if (check_case(c)) return -1;
-    for (int i = 0; i < s->cfg.warmup_runs; i++)
+    /* A slow case (the reference path at the big sizes takes seconds) gets fewer runs
+     * so that the whole bench stays within minutes: its cold call warmed it up. */
+    int warmup = s->cfg.warmup_runs, min_runs = s->cfg.min_runs;
+    double min_seconds = s->cfg.min_seconds;
+    if (!s->cfg.quick && c->cold_s >= 1.0)
+        warmup = 0, min_runs = 2, min_seconds = 0.0;
+    else if (!s->cfg.quick && c->cold_s >= 0.25)
+        warmup = 1, min_runs = 3, min_seconds = 0.0;
+    for (int i = 0; i < warmup; i++)
         if (c->run(c)) return -1;
-    double start = bench_now();
+    double start = bench_now(), extra = 0.0;
     int n = 0;
-    while (n < BENCH_MAX_RUNS &&
-           (n < s->cfg.min_runs || bench_now() - start < s->cfg.min_seconds)) {
+    while (n < BENCH_MAX_RUNS && (n < min_runs || bench_now() - start < min_seconds)) {
+        base = mem_mark();
         t0 = bench_now();
         if (c->run(c)) return -1;
         s->times[n++] = bench_now() - t0;
+        double e = mem_extra_since(base);
+        extra = e < 0.0 || extra < 0.0 ? -1.0 : fmax(extra, e);
     }
+    c->extra_bytes = extra;
     /* The last output must be as right as the first (races, stale workspaces). */
     if (check_case(c)) return -1;
     c->runs = n;
@@ -635,16 +974,27 @@ static int time_case(bench_state *s, bench_case *c)
     return 0;
 }
 
-/* Denominator: the active ISA's peak on the case's thread count. */
+static int case_ok(const bench_case *c)
+{
+    return c->status && strcmp(c->status, "ok") == 0;
+}
+
+/* Denominator: the active ISA's peak on the case's thread count. An sdpa case is also
+ * set against the reference path on the same shape, when both ran. */
 static void finish_ratios(bench_state *s)
 {
     int above = 0;
     for (int i = 0; i < s->ncases; i++) {
         bench_case *c = &s->cases[i];
-        if (!c->status || strcmp(c->status, "ok") != 0) continue;
+        if (!case_ok(c)) continue;
         c->peak_gflops = known_peak(s, ta_active_isa(), c->threads);
         c->peak_fraction = c->peak_gflops > 0.0 ? c->gflops / c->peak_gflops : 0.0;
         above |= c->peak_fraction > 1.0;
+        if (c->shape == BENCH_SHAPE_SDPA && c->pair >= 0) {
+            const bench_case *ref = c->sdpa_path == TA_SDPA_REFERENCE ? c : &s->cases[c->pair];
+            if (case_ok(ref) && c->median_s > 0.0)
+                c->speedup_vs_reference = ref->median_s / c->median_s;
+        }
     }
     if (s->peak_spread > 0.1 || above)
         fprintf(stderr,
@@ -660,27 +1010,43 @@ static void shape_str(const bench_case *c, char *buf, size_t n)
     else if (c->shape == BENCH_SHAPE_GEMM)
         snprintf(buf, n, "%lld*%lldx%lldx%lld %s", (long long)c->batch, (long long)c->M,
                  (long long)c->N, (long long)c->K, c->layout);
-    else
+    else if (c->shape == BENCH_SHAPE_ATTN)
         snprintf(buf, n, "%s B%lld H%lld L%lld D%lld", c->spec, (long long)c->B,
                  (long long)c->H, (long long)c->Lq, (long long)c->D);
+    else {
+        char heads[32], lens[40];
+        if (c->Hkv != c->H) snprintf(heads, sizeof heads, "H%lld/%lld", (long long)c->H, (long long)c->Hkv);
+        else snprintf(heads, sizeof heads, "H%lld", (long long)c->H);
+        if (c->Lq != c->Lk) snprintf(lens, sizeof lens, "Lq%lld Lk%lld", (long long)c->Lq, (long long)c->Lk);
+        else snprintf(lens, sizeof lens, "L%lld", (long long)c->Lq);
+        snprintf(buf, n, "B%lld %s %s D%lld%s%s", (long long)c->B, heads, lens,
+                 (long long)c->D, c->causal ? " " : "", c->causal ? causal_name(c->causal) : "");
+    }
 }
 
 static void print_header(void)
 {
-    printf("%-18s %-34s %3s %5s %10s %10s %10s %9s %6s %9s\n", "case", "shape (MxNxK)", "thr",
-           "runs", "median ms", "min ms", "cold ms", "GFLOP/s", "%peak", "rel err");
+    printf("%-32s %-34s %3s %5s %10s %10s %10s %9s %6s %9s %7s %9s\n", "case", "shape", "thr",
+           "runs", "median ms", "min ms", "cold ms", "GFLOP/s", "%peak", "err", "x ref",
+           "extra MiB");
 }
 
 static void print_row(const bench_case *c)
 {
-    char shape[96];
+    char shape[160], speedup[16] = "-", extra[16] = "?";
     shape_str(c, shape, sizeof shape);
+    if (isfinite(c->speedup_vs_reference))
+        snprintf(speedup, sizeof speedup, "%.2f", c->speedup_vs_reference);
+    if (c->extra_bytes >= 0.0) snprintf(extra, sizeof extra, "%.1f", c->extra_bytes / (1 << 20));
     if (strcmp(c->status, "ok") == 0)
-        printf("%-18s %-34s %3d %5d %10.3f %10.3f %10.3f %9.1f %5.1f%% %9.2e\n", c->name, shape,
-               c->threads, c->runs, c->median_s * 1e3, c->min_s * 1e3, c->cold_s * 1e3,
-               c->gflops, 100.0 * c->peak_fraction, c->max_rel_err);
+        printf("%-32s %-34s %3d %5d %10.3f %10.3f %10.3f %9.1f %5.1f%% %9.2e %7s %9s\n",
+               c->name, shape, c->threads, c->runs, c->median_s * 1e3, c->min_s * 1e3,
+               c->cold_s * 1e3, c->gflops, 100.0 * c->peak_fraction, c->max_rel_err, speedup,
+               extra);
+    else if (!strcmp(c->status, "unavailable") || !strcmp(c->status, "skipped"))
+        printf("%-32s %-34s %3d  %s: %s\n", c->name, shape, c->threads, c->status, c->error);
     else
-        printf("%-18s %-34s %3d  FAILED (%s): %s\n", c->name, shape, c->threads, c->status,
+        printf("%-32s %-34s %3d  FAILED (%s): %s\n", c->name, shape, c->threads, c->status,
                c->error);
     fflush(stdout);
 }
@@ -714,6 +1080,198 @@ static void print_machine(const bench_state *s)
     fflush(stdout);
 }
 
+/* ---------------------------------------------------------------- peers */
+
+/* --peers: the seed's PyTorch code (bench/peers/torch_seed.py, run by Debian's
+ * /usr/bin/python3 with python3-torch) timed on the seed shapes that ran here, in its
+ * best configuration (glibc keeps freed memory, so calls reuse touched pages). Optional
+ * by nature: a missing python, torch or script skips it with the reason, never fails. */
+#define BENCH_PYTHON "/usr/bin/python3"
+#define BENCH_TORCH_TUNABLES \
+    "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"
+
+static int readable(const char *path)
+{
+    return access(path, R_OK) == 0;
+}
+
+/* The script: $TA_TORCH_PEER, else bench/peers/torch_seed.py under the current
+ * directory, beside the executable or one level up (a build directory in the tree). */
+static int find_torch_script(char *out, size_t n)
+{
+    const char *env = getenv("TA_TORCH_PEER");
+    if (env && *env) {
+        snprintf(out, n, "%s", env);
+        return readable(out);
+    }
+    if (readable("bench/peers/torch_seed.py")) {
+        snprintf(out, n, "bench/peers/torch_seed.py");
+        return 1;
+    }
+    char exe[2048];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) return 0;
+    exe[len] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash) return 0;
+    *slash = '\0';
+    static const char *const rel[] = {"bench/peers/torch_seed.py", "../bench/peers/torch_seed.py"};
+    for (int i = 0; i < 2; i++) {
+        int w = snprintf(out, n, "%s/%s", exe, rel[i]);
+        if (w > 0 && (size_t)w < n && readable(out)) return 1;
+    }
+    return 0;
+}
+
+static void torch_skip(bench_state *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->torch.reason, sizeof s->torch.reason, fmt, ap);
+    va_end(ap);
+    s->torch.status = "skipped";
+    progress_clear(s);
+    fprintf(stderr, "bench: the torch peer is skipped: %s\n", s->torch.reason);
+}
+
+/* The name a case shares with its peer row: "sdpa_seed_fused" -> "sdpa_seed". */
+static int sdpa_base_name(const bench_case *c, char *out, size_t n)
+{
+    size_t len = strlen(c->name), suffix = strlen(c->path) + 1;
+    if (c->shape != BENCH_SHAPE_SDPA || len <= suffix || len - suffix >= n) return 0;
+    memcpy(out, c->name, len - suffix);
+    out[len - suffix] = '\0';
+    return 1;
+}
+
+/* The seed's shapes (self-attention, the seed's own causal mask or none) that ran. */
+static int torch_eligible(const bench_state *s, int i)
+{
+    const bench_case *c = &s->cases[i];
+    if (c->shape != BENCH_SHAPE_SDPA || !case_ok(c) || strncmp(c->name, "sdpa_seed", 9) ||
+        c->Hkv != c->H || c->Lq != c->Lk || c->causal == TA_CAUSAL_BOTTOM_RIGHT)
+        return 0;
+    /* one row per shape: the first of its two paths that ran */
+    return !(c->pair >= 0 && c->pair < i && case_ok(&s->cases[c->pair]));
+}
+
+static void run_torch_peer(bench_state *s)
+{
+    char script[2048];
+    if (!find_torch_script(script, sizeof script) || strchr(script, '\'')) {
+        torch_skip(s, "bench/peers/torch_seed.py not found (set TA_TORCH_PEER)");
+        return;
+    }
+    if (access(BENCH_PYTHON, X_OK) != 0) {
+        torch_skip(s, "%s is not there", BENCH_PYTHON);
+        return;
+    }
+    char *cmd = s->torch.command;
+    size_t cap = sizeof s->torch.command;
+    int w = snprintf(cmd, cap, "GLIBC_TUNABLES=%s %s '%s' --json --threads %d --runs %d",
+                     BENCH_TORCH_TUNABLES, BENCH_PYTHON, script, s->cfg.threads,
+                     s->cfg.quick ? 2 : 3);
+    int shapes = 0;
+    for (int i = 0; i < s->ncases && w > 0 && (size_t)w < cap; i++) {
+        const bench_case *c = &s->cases[i];
+        char base[64];
+        if (!torch_eligible(s, i) || !sdpa_base_name(c, base, sizeof base)) continue;
+        w += snprintf(cmd + w, cap - (size_t)w, " --shape %s,%lld,%lld,%lld,%lld,%s", base,
+                      (long long)c->B, (long long)c->H, (long long)c->Lq, (long long)c->D,
+                      causal_name(c->causal));
+        shapes++;
+    }
+    if (w <= 0 || (size_t)w + 8 >= cap) {
+        torch_skip(s, "the peer's command line is too long");
+        return;
+    }
+    if (!shapes) {
+        torch_skip(s, "no seed attention case ran (see --filter)");
+        return;
+    }
+    progress(s, "the torch peer: the seed's PyTorch code on %d shape%s ...", shapes,
+             shapes == 1 ? "" : "s");
+    char redirected[sizeof s->torch.command + 8];
+    snprintf(redirected, sizeof redirected, "%s 2>&1", cmd);
+    FILE *p = popen(redirected, "r");
+    if (!p) {
+        torch_skip(s, "cannot start %s: %s", BENCH_PYTHON, strerror(errno));
+        return;
+    }
+    /* JSON lines are rows; anything else (a traceback) is kept to say why it failed. */
+    cJSON *rows = cJSON_CreateArray();
+    char line[4096], last[512] = "";
+    while (fgets(line, sizeof line, p)) {
+        cJSON *row = line[0] == '{' ? cJSON_Parse(line) : NULL;
+        if (row && rows && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(row, "name")) &&
+            cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(row, "median_s"))) {
+            cJSON_AddItemToArray(rows, row);
+        } else {
+            cJSON_Delete(row);
+            line[strcspn(line, "\n")] = '\0';
+            if (line[0]) snprintf(last, sizeof last, "%.500s", line);
+        }
+    }
+    int status = pclose(p);
+    if (!rows || status != 0) {
+        cJSON_Delete(rows);
+        torch_skip(s, "%s exited with status %d%s%s", BENCH_PYTHON,
+                   WIFEXITED(status) ? WEXITSTATUS(status) : -1, last[0] ? ": " : "", last);
+        return;
+    }
+    s->torch.rows = rows;
+    s->torch.status = "ok";
+}
+
+/* speedup_vs_torch for every sdpa case whose shape the peer timed. */
+static void finish_torch_ratios(bench_state *s)
+{
+    if (!s->torch.rows) return;
+    for (int i = 0; i < s->ncases; i++) {
+        bench_case *c = &s->cases[i];
+        char base[64];
+        if (!case_ok(c) || !sdpa_base_name(c, base, sizeof base)) continue;
+        const cJSON *row;
+        cJSON_ArrayForEach(row, s->torch.rows)
+        {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(row, "name");
+            double median = cJSON_GetObjectItemCaseSensitive(row, "median_s")->valuedouble;
+            if (strcmp(name->valuestring, base) == 0 && median > 0.0 && c->median_s > 0.0)
+                c->speedup_vs_torch = median / c->median_s;
+        }
+    }
+}
+
+static void print_torch(const bench_state *s)
+{
+    if (!s->torch.status) return;
+    printf("\npeer: the seed's PyTorch code (bench/peers/torch_seed.py, %d thread%s, "
+           "GLIBC_TUNABLES=%s)\n", s->cfg.threads, s->cfg.threads == 1 ? "" : "s",
+           BENCH_TORCH_TUNABLES);
+    if (!s->torch.rows) {
+        printf("  skipped: %s\n", s->torch.reason);
+        return;
+    }
+    const cJSON *row;
+    cJSON_ArrayForEach(row, s->torch.rows)
+    {
+        const char *name = cJSON_GetObjectItemCaseSensitive(row, "name")->valuestring;
+        const cJSON *g = cJSON_GetObjectItemCaseSensitive(row, "gflops");
+        printf("  %-20s median %10.3f ms  %7.1f GFLOP/s", name,
+               cJSON_GetObjectItemCaseSensitive(row, "median_s")->valuedouble * 1e3,
+               cJSON_IsNumber(g) ? g->valuedouble : NAN);
+        for (int i = 0; i < s->ncases; i++) {
+            const bench_case *c = &s->cases[i];
+            char base[64];
+            if (case_ok(c) && isfinite(c->speedup_vs_torch) &&
+                sdpa_base_name(c, base, sizeof base) && !strcmp(base, name))
+                printf("   %s x%.2f", c->path, c->speedup_vs_torch);
+        }
+        printf("\n");
+    }
+    fflush(stdout);
+}
+
 /* ---------------------------------------------------------------- JSON */
 
 static cJSON *case_json(const bench_case *c)
@@ -730,12 +1288,16 @@ static cJSON *case_json(const bench_case *c)
         cJSON_AddNumberToObject(o, "batch", (double)c->batch);
         cJSON_AddStringToObject(o, "layout", c->layout);
     } else {
+        int sdpa = c->shape == BENCH_SHAPE_SDPA;
         cJSON_AddNumberToObject(o, "B", (double)c->B);
         cJSON_AddNumberToObject(o, "H", (double)c->H);
+        if (sdpa) cJSON_AddNumberToObject(o, "Hkv", (double)c->Hkv);
         cJSON_AddNumberToObject(o, "Lq", (double)c->Lq);
         cJSON_AddNumberToObject(o, "Lk", (double)c->Lk);
         cJSON_AddNumberToObject(o, "D", (double)c->D);
-        cJSON_AddStringToObject(o, "spec", c->spec);
+        if (sdpa) cJSON_AddStringToObject(o, "causal", causal_name(c->causal));
+        if (sdpa) cJSON_AddNumberToObject(o, "pairs", c->pairs);
+        else cJSON_AddStringToObject(o, "spec", c->spec);
     }
     cJSON_AddNumberToObject(o, "threads", c->threads);
     cJSON_AddNumberToObject(o, "flops", c->flops);
@@ -752,8 +1314,18 @@ static cJSON *case_json(const bench_case *c)
     NUM("gflops", c->gflops, ok);
     NUM("peak_gflops", c->peak_gflops, ok);
     NUM("peak_fraction", c->peak_fraction, ok);
-    NUM("max_rel_err", c->max_rel_err, isfinite(c->max_rel_err) && c->max_rel_err >= 0.0);
+    /* sdpa outputs are of order 1: their error is absolute (bench/README.md). */
+    NUM(c->shape == BENCH_SHAPE_SDPA ? "max_abs_err" : "max_rel_err", c->max_rel_err,
+        isfinite(c->max_rel_err) && c->max_rel_err >= 0.0 && strcmp(c->status, "skipped") &&
+            strcmp(c->status, "unavailable"));
     NUM("tolerance", c->tolerance, 1);
+    if (c->shape == BENCH_SHAPE_SDPA) {
+        NUM("max_abs_diff_vs_reference", c->max_abs_diff_ref, isfinite(c->max_abs_diff_ref));
+        NUM("speedup_vs_reference", c->speedup_vs_reference, isfinite(c->speedup_vs_reference));
+        NUM("speedup_vs_torch", c->speedup_vs_torch, isfinite(c->speedup_vs_torch));
+    }
+    NUM("extra_bytes", c->extra_bytes, ok && c->extra_bytes >= 0.0);
+    NUM("extra_bytes_cold", c->extra_bytes_cold, c->cold_s > 0.0 && c->extra_bytes_cold >= 0.0);
 #undef NUM
     return o;
 }
@@ -789,6 +1361,21 @@ static cJSON *report_json(const bench_state *s)
         cJSON_AddNumberToObject(peaks, ta_isa_name(all_isas[i]),
                                 known_peak(s, all_isas[i], s->cfg.threads));
         cJSON_AddNumberToObject(peaks1, ta_isa_name(all_isas[i]), known_peak(s, all_isas[i], 1));
+    }
+    if (s->torch.status) {
+        cJSON *peers = cJSON_AddObjectToObject(root, "peers");
+        cJSON *torch = peers ? cJSON_AddObjectToObject(peers, "torch") : NULL;
+        if (!torch) {
+            cJSON_Delete(root);
+            return NULL;
+        }
+        cJSON_AddStringToObject(torch, "status", s->torch.status);
+        if (s->torch.rows) {
+            cJSON_AddStringToObject(torch, "command", s->torch.command);
+            cJSON_AddItemReferenceToObject(torch, "cases", s->torch.rows);
+        } else {
+            cJSON_AddStringToObject(torch, "reason", s->torch.reason);
+        }
     }
     for (int i = 0; i < s->ncases; i++) {
         if (!s->cases[i].status) continue; /* filtered out */
@@ -848,20 +1435,30 @@ done:
 static void print_help(void)
 {
     printf("usage: tensorattn bench [--quick] [--json FILE] [--threads N] [--filter SUBSTRING]\n"
-           "                        [--list]\n"
+           "                        [--list] [--peers]\n"
            "\n"
            "Measures the float32 FMA peak of this machine for every ISA it supports, then\n"
-           "times SGEMM (square 256..2048 and the seed's batched attention shapes) and the\n"
-           "seed's four einsums (B=32 H=8 L=512 D=64). Each case is checked against a float64\n"
-           "oracle before it is timed, warmed up, and run >= 5 times and >= 0.5 s; the table\n"
-           "gives the median, the minimum, the first (cold) call, GFLOP/s and the fraction of\n"
-           "the active ISA's measured peak on the case's thread count.\n"
+           "times SGEMM (square 256..2048 and the seed's batched attention shapes), the\n"
+           "seed's four einsums (B=32 H=8 L=512 D=64) and scaled dot-product attention\n"
+           "(ta_sdpa, reference and fused paths: the seed example, an L sweep at constant\n"
+           "work with D=64 and 128, GQA, decoding, a long causal sequence). Each case is\n"
+           "checked before it is timed (against a float64 oracle; a fused case also against\n"
+           "the reference output on the same inputs), warmed up, and run >= 5 times and\n"
+           ">= 0.5 s (slow cases: 2 or 3 runs); the table gives the median, the minimum, the\n"
+           "first (cold) call, GFLOP/s, the fraction of the active ISA's measured peak on the\n"
+           "case's thread count, the speed-up over the reference path and the extra memory\n"
+           "the call allocated. A path that is not built reads \"unavailable\"; a reference\n"
+           "whose [B,H,Lq,Lk] scratch would exceed 4 GiB reads \"skipped\".\n"
            "\n"
-           "  --quick            2 timed runs, smaller sizes (no 2048, L=128)\n"
+           "  --quick            2 timed runs, smaller sizes (no 2048, L<=256)\n"
            "  --json FILE        also write the results as JSON (schema: bench/README.md)\n"
            "  --threads N        threads for the library and the peak (default: all cores)\n"
            "  --filter SUBSTRING run only the cases whose name contains SUBSTRING\n"
+           "                     (e.g. sdpa_, _fused, sgemm_)\n"
            "  --list             print the case names and exit\n"
+           "  --peers            also time the seed's PyTorch code on the seed shapes\n"
+           "                     (bench/peers/torch_seed.py with " BENCH_PYTHON "; skipped,\n"
+           "                     with the reason, when python or torch is missing)\n"
            "  --help             this text\n"
            "\n"
            "Exit status: 0 success, 1 a case failed (error or result check) or the JSON\n"
@@ -892,6 +1489,8 @@ static int parse_args(bench_config *cfg, int argc, char **argv)
             cfg->quick = 1;
         } else if (!strcmp(key, "--list")) {
             cfg->list = 1;
+        } else if (!strcmp(key, "--peers")) {
+            cfg->peers = 1;
         } else if (!strcmp(key, "--json")) {
             if (!*val) return usage_error("--json needs a file name");
             cfg->json_path = val;
@@ -911,31 +1510,74 @@ static int parse_args(bench_config *cfg, int argc, char **argv)
     return 0;
 }
 
+static int selected(const bench_state *s, int i)
+{
+    return !s->cfg.filter || strstr(s->cases[i].name, s->cfg.filter) != NULL;
+}
+
+/* A reference sdpa output that its fused twin (run next, same inputs) will be checked
+ * against changes hands from the case to s->kept, so that teardown keeps it. */
+static void keep_reference_output(bench_state *s, bench_case *c)
+{
+    if (c->shape != BENCH_SHAPE_SDPA || c->sdpa_path != TA_SDPA_REFERENCE || !case_ok(c) ||
+        c->pair <= (int)(c - s->cases) || !selected(s, c->pair) ||
+        s->cases[c->pair].skip_reason[0])
+        return;
+    ta_tensor_free(&s->kept);
+    s->kept = c->t[c->output];
+    memset(&c->t[c->output], 0, sizeof c->t[c->output]);
+    s->kept_for = c->pair;
+}
+
 static int run_cases(bench_state *s)
 {
-    int selected = 0, done = 0, failed = 0;
-    for (int i = 0; i < s->ncases; i++)
-        selected += !s->cfg.filter || strstr(s->cases[i].name, s->cfg.filter) != NULL;
+    int nselected = 0, done = 0, failed = 0;
+    for (int i = 0; i < s->ncases; i++) nselected += selected(s, i);
     for (int i = 0; i < s->ncases; i++) {
         bench_case *c = &s->cases[i];
-        if (s->cfg.filter && !strstr(c->name, s->cfg.filter)) continue;
-        progress(s, "[%d/%d] %s ...", ++done, selected, c->name);
+        if (!selected(s, i)) continue;
+        progress(s, "[%d/%d] %s ...", ++done, nselected, c->name);
         c->max_rel_err = 0.0;
+        c->max_abs_diff_ref = NAN;
+        c->speedup_vs_reference = NAN;
+        c->speedup_vs_torch = NAN;
+        c->extra_bytes = c->extra_bytes_cold = -1.0;
+        if (c->skip_reason[0]) { /* decided when the case was built */
+            c->status = "skipped";
+            snprintf(c->error, sizeof c->error, "%s", c->skip_reason);
+            continue;
+        }
+        c->ref_out = s->kept_for == i ? &s->kept : NULL;
         c->status = "error"; /* until it succeeds */
-        if (time_case(s, c) == 0) c->status = "ok";
+        int r = time_case(s, c);
+        if (r == 0) c->status = "ok";
+        if (r > 0) c->status = "unavailable";
+        keep_reference_output(s, c);
         teardown(c);
-        if (strcmp(c->status, "ok") != 0) {
+        if (s->kept_for == i) { /* its fused twin has used it */
+            ta_tensor_free(&s->kept);
+            s->kept_for = -1;
+            c->ref_out = NULL;
+        }
+        if (r > 0) {
+            progress_clear(s);
+            fprintf(stderr, "bench: %s is unavailable: %s\n", c->name, c->error);
+        } else if (r < 0) {
             progress_clear(s);
             fprintf(stderr, "tensorattn: error: bench case %s: %s\n", c->name, c->error);
             failed++;
         }
     }
+    ta_tensor_free(&s->kept); /* a twin that was filtered out or failed before using it */
+    s->kept_for = -1;
     ta_set_num_threads(s->cfg.threads);
     return failed ? -1 : 0;
 }
 
 int ta_bench_main(int argc, char **argv)
 {
+    /* First, before the library allocates anything (see counting_alloc). */
+    ta_set_allocator(counting_alloc, counting_free, NULL);
     bench_state *s = calloc(1, sizeof *s);
     if (!s) {
         fprintf(stderr, "tensorattn: error: bench: out of memory\n");
@@ -947,6 +1589,7 @@ int ta_bench_main(int argc, char **argv)
         return rc < 0 ? 0 : rc;
     }
     bench_config *cfg = &s->cfg;
+    s->kept_for = -1;
     if (cfg->threads && ta_set_num_threads(cfg->threads) != TA_OK) {
         fprintf(stderr, "tensorattn: error: %s\n", ta_last_error());
         free(s);
@@ -986,13 +1629,17 @@ int ta_bench_main(int argc, char **argv)
         rc = 1;
     } else {
         if (run_cases(s)) rc = 1;
+        if (cfg->peers) run_torch_peer(s);
         if (recheck_peaks(s)) rc = 1;
         finish_ratios(s);
+        finish_torch_ratios(s);
         print_machine(s);
         print_table(s);
+        print_torch(s);
         if (cfg->json_path && write_json(s, cfg->json_path)) rc = 1;
     }
     progress_clear(s);
+    cJSON_Delete(s->torch.rows);
     free(s->times);
     free(s);
     return rc;

@@ -1,7 +1,10 @@
 /* tensorattn bench: the command line and the JSON report (schema: bench/README.md).
- * Runs the real CLI on one small case (--quick --threads 1 --filter sgemm_256, about a
- * second, most of it the FMA peak measurements) and checks that the report is whole
- * and self-consistent. Skips, saying why, while the CLI does not route `bench` yet. */
+ * Runs the real CLI on small cases (--quick --threads 1 --filter sgemm_256, then the
+ * decode attention case on both paths; about a second each, most of it the FMA peak
+ * measurements) and checks that the report is whole and self-consistent, that the
+ * reference path's extra memory covers its [B, H, Lq, Lk] scratch, and that a fused
+ * path that is not built yet reads "unavailable" without failing the run. Skips,
+ * saying why, while the CLI does not route `bench` yet. */
 #include "tensorattn.h"
 
 #include <cjson/cJSON.h>
@@ -87,6 +90,11 @@ static const char *str(const cJSON *o, const char *key)
     return v->valuestring;
 }
 
+static int is_null(const cJSON *o, const char *key)
+{
+    return cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(o, key));
+}
+
 static void assert_close(double got, double want, double rel)
 {
     if (!(fabs(got - want) <= rel * fabs(want)))
@@ -157,6 +165,118 @@ static void test_json_report_is_whole_and_consistent(void **state)
     cJSON_Delete(root);
 }
 
+/* Runs `tensorattn bench ARGS --json TMP` (expecting exit 0) and returns the report. */
+static cJSON *bench_report(const char *args)
+{
+    char path[] = "/tmp/ta_test_bench_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char cmd[512], *log = NULL;
+    snprintf(cmd, sizeof cmd, "bench %s --json %s", args, path);
+    int rc = run_cli(cmd, &log);
+    if (rc != 0) {
+        unlink(path);
+        fail_msg("tensorattn %s exited %d:\n%s", cmd, rc, log ? log : "");
+    }
+    free(log);
+    char *text = read_file(path);
+    unlink(path);
+    assert_non_null(text);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    assert_non_null(root);
+    return root;
+}
+
+static const cJSON *find_case(const cJSON *root, const char *name)
+{
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(root, "cases"))
+        if (strcmp(str(c, "name"), name) == 0) return c;
+    fail_msg("the report has no case %s", name);
+    return NULL;
+}
+
+/* The fields every attention row carries, and its flop count from the shape. */
+static void check_sdpa_shape(const cJSON *c, const char *path)
+{
+    assert_string_equal(str(c, "kind"), "sdpa");
+    assert_string_equal(str(c, "path"), path);
+    assert_int_equal((int64_t)num(c, "B"), 1);
+    assert_int_equal((int64_t)num(c, "H"), 32);
+    assert_int_equal((int64_t)num(c, "Hkv"), 32);
+    assert_int_equal((int64_t)num(c, "Lq"), 1);
+    assert_int_equal((int64_t)num(c, "Lk"), 1024);
+    assert_int_equal((int64_t)num(c, "D"), 128);
+    /* One query row that sees every key (bottom-right): B*H*Lk pairs. */
+    assert_string_equal(str(c, "causal"), "bottom_right");
+    assert_close(num(c, "pairs"), 32.0 * 1024, 0.0);
+    assert_close(num(c, "flops"), 4.0 * 32 * 1024 * 128, 0.0);
+    assert_close(num(c, "tolerance"), 1e-4, 0.0);
+}
+
+static void test_attention_cases_report_both_paths(void **state)
+{
+    (void)state;
+    if (!bench_wired()) skip();
+    cJSON *root = bench_report("--quick --threads 1 --filter sdpa_decode");
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "machine");
+    double peak = num(m, "fma_peak_gflops");
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "cases")), 2);
+
+    const cJSON *ref = find_case(root, "sdpa_decode_reference");
+    check_sdpa_shape(ref, "reference");
+    assert_string_equal(str(ref, "status"), "ok");
+    double median = num(ref, "median_s");
+    assert_true(median > 0.0 && num(ref, "cold_s") > 0.0);
+    assert_close(num(ref, "gflops"), num(ref, "flops") / median * 1e-9, 1e-9);
+    assert_close(num(ref, "peak_fraction"), num(ref, "gflops") / peak, 1e-9);
+    double err = num(ref, "max_abs_err");
+    assert_true(err >= 0.0 && err <= 1e-4);
+    assert_close(num(ref, "speedup_vs_reference"), 1.0, 1e-12);
+    assert_true(is_null(ref, "max_abs_diff_vs_reference"));
+    /* The reference path allocates its [B, H, Lq, Lk] score scratch in every call;
+     * the counting allocator must see at least that much, and not absurdly more. */
+    double scratch = 32.0 * 1 * 1024 * sizeof(float);
+    double extra = num(ref, "extra_bytes"), cold = num(ref, "extra_bytes_cold");
+    if (!(extra >= scratch && extra < 64 * scratch && cold >= scratch))
+        fail_msg("extra_bytes %.0f, extra_bytes_cold %.0f: expected >= the %.0f-byte scratch",
+                 extra, cold, scratch);
+
+    const cJSON *fused = find_case(root, "sdpa_decode_fused");
+    check_sdpa_shape(fused, "fused");
+    const char *status = str(fused, "status");
+    if (strcmp(status, "unavailable") == 0) { /* not built yet: said so, nothing made up */
+        assert_non_null(strstr(str(fused, "error"), "TA_EUNSUPPORTED"));
+        assert_true(is_null(fused, "median_s") && is_null(fused, "gflops") &&
+                    is_null(fused, "speedup_vs_reference") && is_null(fused, "extra_bytes"));
+    } else {
+        assert_string_equal(status, "ok");
+        /* Checked element by element against the reference run on the same inputs. */
+        double diff = num(fused, "max_abs_diff_vs_reference");
+        assert_true(diff >= 0.0 && diff <= 1e-4);
+        assert_true(num(fused, "max_abs_err") <= 1e-4);
+        assert_close(num(fused, "speedup_vs_reference"), median / num(fused, "median_s"), 1e-9);
+        assert_true(num(fused, "extra_bytes") >= 0.0);
+    }
+    cJSON_Delete(root);
+}
+
+static void test_reference_too_big_is_skipped(void **state)
+{
+    (void)state;
+    if (!bench_wired()) skip();
+    /* Full mode holds the long causal case: 2 heads of 32768^2 scores would be 8 GiB. */
+    cJSON *root = bench_report("--threads 1 --filter sdpa_long_causal_reference");
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "cases")), 1);
+    const cJSON *c = find_case(root, "sdpa_long_causal_reference");
+    assert_string_equal(str(c, "status"), "skipped");
+    assert_non_null(strstr(str(c, "error"), "4 GiB"));
+    assert_true(is_null(c, "median_s") && is_null(c, "cold_s") && is_null(c, "extra_bytes"));
+    cJSON_Delete(root);
+}
+
 static void test_bad_command_lines_exit_2_with_one_error_line(void **state)
 {
     (void)state;
@@ -189,6 +309,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_report_is_whole_and_consistent),
+        cmocka_unit_test(test_attention_cases_report_both_paths),
+        cmocka_unit_test(test_reference_too_big_is_skipped),
         cmocka_unit_test(test_bad_command_lines_exit_2_with_one_error_line),
         cmocka_unit_test(test_unwritable_json_path_fails_with_1),
     };
