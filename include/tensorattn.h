@@ -67,7 +67,10 @@ const char *ta_version(void);
 /* One allocation hook for everything the library allocates. alloc must return memory
  * aligned to at least `alignment` bytes (a power of two, >= 64), or NULL. Passing
  * NULL for both restores the default (aligned_alloc, 2 MiB-aligned and
- * MADV_HUGEPAGE-advised from 2 MiB up). Not thread-safe: set it before any other call. */
+ * MADV_HUGEPAGE-advised from 2 MiB up). Not thread-safe: call it while no other
+ * tensorattn call runs, and free tensors made under one hook before switching to
+ * another. Workspaces the library keeps between calls (the GEMM packing block) are
+ * released through the old hook before the switch. */
 typedef void *(*ta_alloc_fn)(size_t bytes, size_t alignment, void *user);
 typedef void (*ta_free_fn)(void *ptr, void *user);
 void ta_set_allocator(ta_alloc_fn alloc, ta_free_fn release, void *user);

@@ -168,8 +168,8 @@ static void gemm_chunk(const blocking *bk, const problem *pr, int64_t m0, int64_
  * 4 KiB page here, and glibc hands large blocks back to the OS on free, so a block
  * allocated per call was fresh memory every call (1024^3 on 2 threads: ~100-126
  * GFLOP/s, against ~200 with the block kept). One block is cached; concurrent callers each take it or allocate their own.
- * It comes from the allocation hook, which the public header requires be set before
- * any other call; ta_gemm_workspace_release frees it (tests that swap hooks call it). */
+ * It comes from the allocation hook; ta_gemm_workspace_release frees it, and is
+ * registered with the core so that ta_set_allocator releases it before switching hooks. */
 static pthread_mutex_t ws_lock = PTHREAD_MUTEX_INITIALIZER;
 static float *ws_ptr;
 static size_t ws_bytes;
@@ -177,6 +177,7 @@ static size_t ws_bytes;
 /* A block of at least `bytes`; *got receives its size (for workspace_give). */
 static float *workspace_take(size_t bytes, size_t *got)
 {
+    ta_register_cache(ta_gemm_workspace_release);
     pthread_mutex_lock(&ws_lock);
     float *p = ws_ptr;
     size_t have = ws_bytes;
