@@ -139,8 +139,8 @@ int cmd_demo(int argc, char **argv)
            t_warm, flops / t_warm * 1e-9);
     printf("max |reference - fused| = %.3g; fused is %.1fx faster (warm)\n", maxdiff,
            t_ref / t_warm);
-    printf("(GFLOP/s count useful FLOPs: 4*B*H*D per %s query-key pair)\n",
-           causal ? "unmasked" : "");
+    printf("(GFLOP/s count useful FLOPs: 4*B*H*D per %squery-key pair)\n",
+           causal ? "unmasked " : "");
     rc = CLI_OK;
 done:
     ta_tensor_free(&q);
