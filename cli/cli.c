@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -98,7 +99,9 @@ bool cli_float(const char *opt, const char *text, float *out)
     char *end;
     errno = 0;
     double v = strtod(text, &end);
-    if (errno || end == text || *end || !isfinite(v)) {
+    /* finite as a float too: 1e39 is a finite double, and converting a double beyond
+     * the float range is undefined behaviour */
+    if (errno || end == text || *end || !isfinite(v) || fabs(v) > FLT_MAX) {
         cli_error(CLI_USAGE, "%s expects a finite number, got '%s'", opt, text);
         return false;
     }

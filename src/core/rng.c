@@ -114,7 +114,8 @@ ta_status ta_randint(int64_t *out, size_t n, int64_t low, int64_t high, uint64_t
         uint64_t x = ((uint64_t)r.v[0] << 32) | r.v[1];
         /* Lemire-style multiply-shift would be biased by < 2^-64 * range; the modulo
          * bias is the same order for 64-bit x: both negligible for our ranges. */
-        out[i] = low + (int64_t)(x % range);
+        /* unsigned arithmetic: low + offset may not fit int64 midway (range > 2^63) */
+        out[i] = (int64_t)((uint64_t)low + x % range);
     }
     return TA_OK;
 }

@@ -33,11 +33,12 @@ void ta_contiguous_strides(int64_t *stride, int ndim, const int64_t *shape)
     }
 }
 
-ta_status ta_tensor_empty(ta_tensor *t, int ndim, const int64_t *shape)
+/* The allocating constructors; fn names the public function in messages. */
+static ta_status make(const char *fn, ta_tensor *t, int ndim, const int64_t *shape)
 {
-    if (!t) return ta_error(TA_EINVAL, "ta_tensor_empty: t is NULL");
+    if (!t) return ta_error(TA_EINVAL, "%s: t is NULL", fn);
     int64_t n;
-    ta_status st = check_shape("ta_tensor_empty", ndim, shape, &n);
+    ta_status st = check_shape(fn, ndim, shape, &n);
     if (st) return st;
     float *data = ta_alloc((size_t)(n ? n : 1) * sizeof(float));
     if (!data) return TA_ENOMEM;
@@ -51,9 +52,15 @@ ta_status ta_tensor_empty(ta_tensor *t, int ndim, const int64_t *shape)
     return TA_OK;
 }
 
-ta_status ta_tensor_full(ta_tensor *t, int ndim, const int64_t *shape, float value)
+ta_status ta_tensor_empty(ta_tensor *t, int ndim, const int64_t *shape)
 {
-    ta_status st = ta_tensor_empty(t, ndim, shape);
+    return make("ta_tensor_empty", t, ndim, shape);
+}
+
+static ta_status make_full(const char *fn, ta_tensor *t, int ndim, const int64_t *shape,
+                           float value)
+{
+    ta_status st = make(fn, t, ndim, shape);
     if (st) return st;
     float *p = t->data;
     int64_t n = ta_tensor_numel(t);
@@ -61,14 +68,19 @@ ta_status ta_tensor_full(ta_tensor *t, int ndim, const int64_t *shape, float val
     return TA_OK;
 }
 
+ta_status ta_tensor_full(ta_tensor *t, int ndim, const int64_t *shape, float value)
+{
+    return make_full("ta_tensor_full", t, ndim, shape, value);
+}
+
 ta_status ta_tensor_zeros(ta_tensor *t, int ndim, const int64_t *shape)
 {
-    return ta_tensor_full(t, ndim, shape, 0.0f);
+    return make_full("ta_tensor_zeros", t, ndim, shape, 0.0f);
 }
 
 ta_status ta_tensor_ones(ta_tensor *t, int ndim, const int64_t *shape)
 {
-    return ta_tensor_full(t, ndim, shape, 1.0f);
+    return make_full("ta_tensor_ones", t, ndim, shape, 1.0f);
 }
 
 ta_status ta_tensor_from_buffer(ta_tensor *t, float *data, int ndim, const int64_t *shape,
@@ -288,12 +300,15 @@ ta_status ta_tensor_slice(ta_tensor *view, const ta_tensor *t, int dim, int64_t 
     if (stop < 0) stop += n;
     start = TA_MIN(TA_MAX(start, 0), n);
     stop = TA_MIN(TA_MAX(stop, 0), n);
-    int64_t len = stop > start ? (stop - start + step - 1) / step : 0;
+    /* (stop - start - 1) / step + 1, not (stop - start + step - 1) / step: a huge step
+     * must not overflow. With one element or none the stride is never used, so it
+     * keeps t's instead of a product that could overflow. */
+    int64_t len = stop > start ? (stop - start - 1) / step + 1 : 0;
     ta_tensor v = *t;
     v.owned = NULL;
     if (len > 0) v.data = (float *)t->data + start * t->stride[dim];
     v.shape[dim] = len;
-    v.stride[dim] = t->stride[dim] * step;
+    if (len > 1) v.stride[dim] = t->stride[dim] * step; /* |stride * step| < the span of t */
     *view = v;
     return TA_OK;
 }

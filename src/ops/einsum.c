@@ -34,6 +34,7 @@
 #include "core/tensor_internal.h"
 #include "ops/einsum.h"
 #include "ops/gemm.h"
+#include "ops/sdpa.h" /* ta_tensors_overlap */
 
 #include <omp.h>
 #include <stdio.h>
@@ -835,6 +836,13 @@ static ta_status ei_call(const char *fn, const char *spec, ta_tensor *out, const
         if ((st = ta_tensor_empty(&res, bd.out_ndim, bd.out_shape))) return st;
     } else {
         if ((st = ei_check_out(fn, out, &bd, spec))) return st;
+        /* The GEMM and product loops read inputs while writing out: sharing memory
+         * would read half-written results. */
+        const ta_tensor *ins[2] = {a, b};
+        for (int k = 0; k < nops; k++)
+            if (ta_tensors_overlap(out, ins[k]))
+                return ta_error(TA_EINVAL, "%s: out overlaps operand %d ('%s'); outputs must "
+                                "not share memory with the inputs", fn, k, spec);
         res = *out;
     }
     ta_einsum_plan_info info = {0};

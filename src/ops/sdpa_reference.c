@@ -88,6 +88,13 @@ ta_status ta_sdpa_validate(ta_sdpa_problem *p, const char *fn, ta_tensor *O, con
     if (Hkv == 0 ? H != 0 : H % Hkv != 0)
         return ta_error(TA_ESHAPE, "%s: Q has %lld heads, not a multiple of the %lld heads of "
                         "K and V", fn, (long long)H, (long long)Hkv);
+    /* With D = Dv = 0 every tensor is empty whatever B, H, Lq and Lk are, so their
+     * products (rows, scores) are not bounded by any tensor's size: check them. */
+    int64_t nscores;
+    const int64_t problem[4] = {B, H, Lq, Lk > 0 ? Lk : 1};
+    if (!ta_shape_numel(&nscores, 4, problem))
+        return ta_error(TA_ESHAPE, "%s: B * H * Lq * Lk = %lld * %lld * %lld * %lld overflows",
+                        fn, (long long)B, (long long)H, (long long)Lq, (long long)Lk);
 
     const int64_t oshape[4] = {B, H, Lq, Dv}, wshape[4] = {B, H, Lq, Lk};
     st = check_output(fn, "O", O, 4, oshape, "[B, H, Lq, Dv]");
