@@ -31,7 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BENCH_MAX_TENSORS 6
+#define BENCH_MAX_TENSORS 10
 #define BENCH_MAX_CASES 96
 #define BENCH_MAX_RUNS 10000 /* a cap on timed runs of tiny cases */
 #define BENCH_SAMPLES 64     /* random output elements checked per call ... */
@@ -824,6 +824,176 @@ static void add_sdpa(bench_state *s, const char *name, int64_t B, int64_t H, int
     }
 }
 
+/* Outputs start as NaN, so a non-finite element after the first call is one the code
+ * under test never wrote (a missed tile or tail); the scan covers every element, where
+ * the oracle covers a sample. */
+static int64_t first_nonfinite(const ta_tensor *t)
+{
+    const float *x = t->data;
+    int64_t n = ta_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return -1;
+}
+
+/* ------------------------------------------------------ attention backward */
+
+/* t[0..2] = Q, K, V as sdpa_setup; t[3] = O and t[4] = LSE from a forward call (inputs
+ * of the backward, not timed); t[5] = dO, N(0,1); t[6] = dQ (the output the harness
+ * scans and hands to the fused twin), t[7] = dK, t[8] = dV, all NaN. */
+static int sdpa_bwd_setup(bench_case *c)
+{
+    if (sdpa_setup(c)) return -1;
+    const int64_t q[4] = {c->B, c->H, c->Lq, c->D}, kv[4] = {c->B, c->Hkv, c->Lk, c->D};
+    const int64_t lse[3] = {c->B, c->H, c->Lq};
+    ta_status st = ta_tensor_empty(&c->t[4], 3, lse);
+    if (st == TA_OK) st = ta_tensor_empty(&c->t[5], 4, q);
+    if (st == TA_OK) st = ta_randn(&c->t[5], 17);
+    if (st != TA_OK) return case_lib_fail(c, "ta_tensor_empty", st);
+    ta_sdpa_opts fwd = {.causal = c->causal, .lse = &c->t[4]};
+    st = ta_sdpa(&c->t[3], &c->t[0], &c->t[1], &c->t[2], &fwd);
+    if (st != TA_OK) return case_lib_fail(c, "ta_sdpa (the forward)", st);
+    if (new_output(c, &c->t[6], 4, q) || new_output(c, &c->t[7], 4, kv) ||
+        new_output(c, &c->t[8], 4, kv))
+        return -1;
+    return 0;
+}
+
+static int sdpa_bwd_run(bench_case *c)
+{
+    ta_sdpa_opts opts = {.causal = c->causal, .path = c->sdpa_path};
+    ta_status st = ta_sdpa_backward(&c->t[6], &c->t[7], &c->t[8], &c->t[5], &c->t[0], &c->t[1],
+                                    &c->t[2], &c->t[3], &c->t[4], &opts);
+    if (st != TA_OK) return case_lib_fail(c, "ta_sdpa_backward", st);
+    return 0;
+}
+
+/* Softmax row (b, h, i) in float64 into p (n entries; the visible prefix), and the
+ * exact output row into o (D doubles). Returns n. */
+static int64_t sdpa_row64(const bench_case *c, int64_t b, int64_t h, int64_t i, double *p,
+                          double *o)
+{
+    int64_t D = c->D, Lk = c->Lk, kvh = h / (c->H / c->Hkv);
+    const float *q = (const float *)c->t[0].data + ((b * c->H + h) * c->Lq + i) * D;
+    const float *k = (const float *)c->t[1].data + (b * c->Hkv + kvh) * Lk * D;
+    const float *v = (const float *)c->t[2].data + (b * c->Hkv + kvh) * Lk * D;
+    int64_t n = sdpa_visible(c->causal, i, c->Lq, Lk);
+    double scale = 1.0 / sqrt((double)D), top = -INFINITY, sum = 0.0;
+    for (int64_t j = 0; j < n; j++) {
+        double dot = 0.0;
+        for (int64_t d = 0; d < D; d++) dot += (double)q[d] * (double)k[j * D + d];
+        p[j] = dot * scale;
+        if (p[j] > top) top = p[j];
+    }
+    for (int64_t j = 0; j < n; j++) sum += (p[j] = exp(p[j] - top));
+    for (int64_t j = 0; j < n; j++) p[j] /= sum;
+    for (int64_t d = 0; d < D; d++) {
+        double acc = 0.0;
+        for (int64_t j = 0; j < n; j++) acc += p[j] * (double)v[j * D + d];
+        o[d] = acc;
+    }
+    return n;
+}
+
+static double worse(double worst, double err)
+{
+    return err <= worst ? worst : err == err ? err : INFINITY; /* NaN fails */
+}
+
+/* Sampled rows of dQ (dQ_i = scale sum_j P_ij (dO_i.V_j - dO_i.O_i) K_j) and of dV
+ * (dV_j = sum_i P_ij dO_i) in float64 from the definitions; dK and dV scanned for
+ * values never written; dQ against the reference path's in the same run. */
+static int sdpa_bwd_check(bench_case *c, double *max_err)
+{
+    for (int t = 7; t <= 8; t++) {
+        int64_t bad = first_nonfinite(&c->t[t]);
+        if (bad >= 0)
+            return case_fail(c, "result check failed: %s element %lld is not finite",
+                             t == 7 ? "dK" : "dV", (long long)bad);
+    }
+    int64_t D = c->D, Lk = c->Lk, rows = c->B * c->H * c->Lq;
+    double *p = malloc((size_t)(Lk > 0 ? Lk : 1) * sizeof *p);
+    double *o = malloc((size_t)D * sizeof *o), *acc = malloc((size_t)D * sizeof *acc);
+    if (!p || !o || !acc) {
+        free(p), free(o), free(acc);
+        return case_fail(c, "bench: out of memory for the float64 check");
+    }
+    double scale = 1.0 / sqrt((double)D), worst = 0.0;
+    uint64_t rng = 0x9e3779b97f4a7c15ULL;
+    for (int n = 0; n < 2 + BENCH_SDPA_ROWS && rows > 0; n++) {
+        int64_t r = n == 0 ? 0 : n == 1 ? rows - 1 : (int64_t)(bench_rand(&rng) % (uint64_t)rows);
+        int64_t b = r / (c->H * c->Lq), h = r / c->Lq % c->H, i = r % c->Lq;
+        int64_t kvh = h / (c->H / c->Hkv);
+        const float *k = (const float *)c->t[1].data + (b * c->Hkv + kvh) * Lk * D;
+        const float *v = (const float *)c->t[2].data + (b * c->Hkv + kvh) * Lk * D;
+        const float *dO = (const float *)c->t[5].data + r * D;
+        const float *dQ = (const float *)c->t[6].data + r * D;
+        int64_t nk = sdpa_row64(c, b, h, i, p, o);
+        double Di = 0.0;
+        for (int64_t d = 0; d < D; d++) Di += (double)dO[d] * o[d], acc[d] = 0.0;
+        for (int64_t j = 0; j < nk; j++) {
+            double dp = 0.0;
+            for (int64_t d = 0; d < D; d++) dp += (double)dO[d] * (double)v[j * D + d];
+            double ds = p[j] * (dp - Di);
+            for (int64_t d = 0; d < D; d++) acc[d] += ds * (double)k[j * D + d];
+        }
+        for (int64_t d = 0; d < D; d++) worst = worse(worst, fabs(dQ[d] - scale * acc[d]));
+    }
+    /* dV rows: every query row of the (b, head) that sees key j contributes P_ij dO_i */
+    for (int n = 0; n < 3 && c->Hkv == c->H && rows > 0; n++) {
+        int64_t b = (int64_t)(bench_rand(&rng) % (uint64_t)c->B);
+        int64_t h = (int64_t)(bench_rand(&rng) % (uint64_t)c->H);
+        int64_t j = (int64_t)(bench_rand(&rng) % (uint64_t)Lk);
+        for (int64_t d = 0; d < D; d++) acc[d] = 0.0;
+        for (int64_t i = 0; i < c->Lq; i++) {
+            if (sdpa_visible(c->causal, i, c->Lq, Lk) <= j) continue;
+            sdpa_row64(c, b, h, i, p, o);
+            const float *dO = (const float *)c->t[5].data + ((b * c->H + h) * c->Lq + i) * D;
+            for (int64_t d = 0; d < D; d++) acc[d] += p[j] * (double)dO[d];
+        }
+        const float *dV = (const float *)c->t[8].data + ((b * c->Hkv + h) * Lk + j) * D;
+        for (int64_t d = 0; d < D; d++) worst = worse(worst, fabs(dV[d] - acc[d]));
+    }
+    free(p), free(o), free(acc);
+    if (c->ref_out) {
+        const float *g = c->t[6].data, *ref = c->ref_out->data;
+        double diff = 0.0;
+        for (int64_t e = 0; e < ta_tensor_numel(&c->t[6]); e++)
+            diff = worse(diff, fabs((double)g[e] - (double)ref[e]));
+        if (!(diff <= c->max_abs_diff_ref)) c->max_abs_diff_ref = diff;
+        worst = worse(worst, diff);
+    }
+    *max_err = worst;
+    return 0;
+}
+
+/* The backward of one shape on both paths (reference first, as add_sdpa). FLOPs: 2.5x
+ * the forward's useful FLOPs (the recomputed Q K^T, dV, dP, dQ and dK products). */
+static void add_sdpa_backward(bench_state *s, const char *name, int64_t B, int64_t H,
+                              int64_t L, int64_t D, ta_causal causal)
+{
+    int first = s->ncases;
+    add_sdpa(s, name, B, H, H, L, L, D, causal);
+    for (int i = first; i < s->ncases; i++) {
+        bench_case *c = &s->cases[i];
+        c->kind = "sdpa_backward";
+        c->flops *= 2.5;
+        c->output = 6;
+        c->setup = sdpa_bwd_setup;
+        c->run = sdpa_bwd_run;
+        c->check = sdpa_bwd_check;
+        if (c->sdpa_path == TA_SDPA_REFERENCE) {
+            /* P and dP materialised: at L = 8192 that is 4 GiB and half a minute a
+             * call, so the reference backward runs only up to 1 GiB of scratch */
+            double scratch = 2.0 * (double)B * (double)H * (double)L * (double)L * sizeof(float);
+            if (scratch > (double)(1LL << 30))
+                snprintf(c->skip_reason, sizeof c->skip_reason,
+                         "the reference backward's P and dP would take %.1f GiB (> 1 GiB)",
+                         scratch / (double)(1LL << 30));
+        }
+    }
+}
+
 /* The attention shapes: the seed's, a sweep of L at constant work, GQA, decoding, and a
  * long causal sequence only the fused path can hold. */
 static void build_sdpa_cases(bench_state *s)
@@ -857,8 +1027,14 @@ static void build_sdpa_cases(bench_state *s)
     add_sdpa(s, "sdpa_gqa", 1, 32, 8, q ? 256 : 1024, q ? 256 : 1024, 128, TA_CAUSAL_NONE);
     /* Decoding one token against a KV cache: Lq = 1 sees every key (bottom-right). */
     add_sdpa(s, "sdpa_decode", 1, 32, 32, 1, q ? 1024 : 4096, 128, TA_CAUSAL_BOTTOM_RIGHT);
+    /* The memory goal's shape: B=1, H=8, L=8192, D=64 (extra memory under 8 MiB). */
+    if (!q) add_sdpa(s, "sdpa_L8192_H8_causal", 1, 8, 8, 8192, 8192, 64, TA_CAUSAL_TOP_LEFT);
     /* A long causal sequence: the reference's scratch would be 8 GiB. */
     if (!q) add_sdpa(s, "sdpa_long_causal", 1, 2, 2, 32768, 32768, 64, TA_CAUSAL_TOP_LEFT);
+    /* Training: the backward of the seed's causal attention, and a long sequence whose
+     * extra memory must stay O(L). */
+    add_sdpa_backward(s, "sdpa_bwd_seed_causal", 32, 8, L0, 64, TA_CAUSAL_TOP_LEFT);
+    if (!q) add_sdpa_backward(s, "sdpa_bwd_L8192_causal", 1, 8, 8192, 64, TA_CAUSAL_TOP_LEFT);
 }
 
 /* ------------------------------------------------------------ case table */
@@ -889,18 +1065,6 @@ static void teardown(bench_case *c)
 {
     if (c->cleanup) c->cleanup(c);
     for (int i = 0; i < BENCH_MAX_TENSORS; i++) ta_tensor_free(&c->t[i]);
-}
-
-/* Outputs start as NaN, so a non-finite element after the first call is one the code
- * under test never wrote (a missed tile or tail); the scan covers every element, where
- * the oracle covers a sample. */
-static int64_t first_nonfinite(const ta_tensor *t)
-{
-    const float *x = t->data;
-    int64_t n = ta_tensor_numel(t);
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) return i;
-    return -1;
 }
 
 static int check_case(bench_case *c)
