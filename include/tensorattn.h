@@ -1,6 +1,6 @@
 /* tensorattn.h -- tensor-based self-attention in C11.
  *
- * A ten-line tour: scaled dot-product attention over [batch, heads, seq, head_dim].
+ * A ten-line tour: causal scaled dot-product attention over [batch, heads, seq, head_dim].
  *
  *     int64_t shape[4] = {2, 8, 128, 64};
  *     ta_tensor q, k, v, o;
@@ -8,10 +8,17 @@
  *     ta_tensor_empty(&k, 4, shape); ta_randn(&k, 2);
  *     ta_tensor_empty(&v, 4, shape); ta_randn(&v, 3);
  *     ta_tensor_empty(&o, 4, shape);
- *     ta_tensor scores = {0};                              // allocated by einsum
- *     if (ta_einsum("bhid,bhjd->bhij", &scores, &q, &k) != TA_OK)
+ *     ta_sdpa_opts opts = {.causal = TA_CAUSAL_TOP_LEFT};  // {0}: defaults
+ *     if (ta_sdpa(&o, &q, &k, &v, &opts) != TA_OK)
  *         fprintf(stderr, "%s\n", ta_last_error());
- *     ...; ta_tensor_free(&scores); ta_tensor_free(&q); ...
+ *     ta_tensor_free(&q); ta_tensor_free(&k); ta_tensor_free(&v); ta_tensor_free(&o);
+ *
+ * The pieces, in the order of this header: status and errors, allocation, tensors and
+ * views, random numbers, threads, CPU dispatch, GEMM, einsum (ta_einsum("bhid,bhjd->bhij",
+ * &scores, &q, &k) runs on strided views without copies), softmax and masks, ta_sdpa
+ * and ta_sdpa_backward, .npy and .safetensors files, attention layers (the seed's
+ * SelfAttention and nn.MultiheadAttention, forward and backward), optimisers, and the
+ * FMA peak measurement.
  *
  * Conventions
  * - Shapes are listed outermost first, as in PyTorch: Q is [B, H, Lq, D].
