@@ -265,15 +265,17 @@ const char *ta_attention_param_name(const ta_attention *layer, int i)
     return layer->p[i].name;
 }
 
-ta_status ta_attention_param(ta_tensor *view, const ta_attention *layer, const char *name)
+/* A view of parameter `name` (its value, or its gradient buffer when grad is set);
+ * errors name fn and list the layout's parameters. */
+ta_status ta_attention_lookup(ta_tensor *view, const ta_attention *layer, const char *name,
+                              bool grad, const char *fn)
 {
-    const char *fn = "ta_attention_param";
     if (!view) return ta_error(TA_EINVAL, "%s: view is NULL", fn);
     if (!layer) return ta_error(TA_EINVAL, "%s: layer is NULL", fn);
     if (!name) return ta_error(TA_EINVAL, "%s: name is NULL", fn);
     for (int i = 0; i < layer->nparams; i++)
         if (!strcmp(name, layer->p[i].name)) {
-            *view = layer->p[i].value;
+            *view = grad ? layer->p[i].grad : layer->p[i].value;
             view->owned = NULL; /* a view: ta_tensor_free on it must not release the layer's */
             return TA_OK;
         }
@@ -286,6 +288,11 @@ ta_status ta_attention_param(ta_tensor *view, const ta_attention *layer, const c
                     "%s: the torch layout has no parameter '%s' (it has in_proj_weight, "
                     "in_proj_bias, out_proj.weight, out_proj.bias)",
                     fn, name);
+}
+
+ta_status ta_attention_param(ta_tensor *view, const ta_attention *layer, const char *name)
+{
+    return ta_attention_lookup(view, layer, name, false, "ta_attention_param");
 }
 
 /* ------------------------------------------------------------------ forward */

@@ -314,23 +314,5 @@ ta_status ta_attention_zero_grad(ta_attention *layer)
 
 ta_status ta_attention_grad(ta_tensor *view, const ta_attention *layer, const char *name)
 {
-    const char *fn = "ta_attention_grad";
-    if (!view) return ta_error(TA_EINVAL, "%s: view is NULL", fn);
-    if (!layer) return ta_error(TA_EINVAL, "%s: layer is NULL", fn);
-    if (!name) return ta_error(TA_EINVAL, "%s: name is NULL", fn);
-    for (int i = 0; i < layer->nparams; i++)
-        if (!strcmp(name, layer->p[i].name)) {
-            *view = layer->p[i].grad;
-            view->owned = NULL; /* a view: ta_tensor_free on it must not release the layer's */
-            return TA_OK;
-        }
-    if (layer->layout == TA_LAYOUT_SEED)
-        return ta_error(TA_EINVAL,
-                        "%s: the seed layout has no parameter '%s' (it has values.weight, "
-                        "keys.weight, queries.weight, fc_out.weight, fc_out.bias)",
-                        fn, name);
-    return ta_error(TA_EINVAL,
-                    "%s: the torch layout has no parameter '%s' (it has in_proj_weight, "
-                    "in_proj_bias, out_proj.weight, out_proj.bias)",
-                    fn, name);
+    return ta_attention_lookup(view, layer, name, true, "ta_attention_grad");
 }

@@ -5,6 +5,7 @@
 
 #include "tensorattn.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -52,6 +53,10 @@ ta_status ta_attention_run(ta_attention_fwd *keep, const char *fn, ta_tensor *ou
                            const ta_tensor *values, const ta_attention_opts *opts);
 
 /* Checks an input [N, L, E] (messages name fn and name). */
+/* A view of parameter `name` of layer: its value, or its gradient buffer when grad is
+ * set. Errors name fn and list the layout's parameters. */
+ta_status ta_attention_lookup(ta_tensor *view, const ta_attention *layer, const char *name,
+                              bool grad, const char *fn);
 ta_status ta_attention_check_input(const char *fn, const char *name, const ta_tensor *x, int64_t E);
 
 #endif
