@@ -3,6 +3,7 @@
  * float64 references; exit codes, the one-line error, --help, and that a failed run
  * leaves no output file. */
 #include "ta_test.h"
+#include "cli_run.h"
 #include "fixtures.h"
 
 #include <fcntl.h>
@@ -14,64 +15,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char dir[64];
-static char out_text[8192], err_text[8192];
-
-/* Runs the CLI with argv (NULL-terminated, argv[0] ignored); returns its exit status
- * and leaves its stdout and stderr in out_text / err_text. */
-static int run_cli(const char **argv)
-{
-    char outp[128], errp[128];
-    snprintf(outp, sizeof outp, "%s/stdout", dir);
-    snprintf(errp, sizeof errp, "%s/stderr", dir);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fo = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int fe = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fo, 1);
-        dup2(fe, 2);
-        argv[0] = TA_CLI_PATH;
-        execv(TA_CLI_PATH, (char *const *)argv);
-        _exit(127);
-    }
-    int status;
-    waitpid(pid, &status, 0);
-    const char *paths[2] = {outp, errp};
-    char *texts[2] = {out_text, err_text};
-    for (int k = 0; k < 2; k++) {
-        FILE *f = fopen(paths[k], "r");
-        size_t n = f ? fread(texts[k], 1, sizeof out_text - 1, f) : 0;
-        texts[k][n] = '\0';
-        if (f) fclose(f);
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-static char *path_in(const char *name)
-{
-    static char buf[32][160]; /* a ring: enough for every path of one command line */
-    static int next;
-    char *p = buf[next++ % 32];
-    snprintf(p, 160, "%s/%s", dir, name);
-    return p;
-}
-
-static int exists(const char *p)
-{
-    struct stat st;
-    return stat(p, &st) == 0;
-}
-
 /* One error line, "tensorattn: error: ...", containing needle. */
 static void expect_error(const char **argv, int code, const char *needle)
 {
-    int rc = run_cli(argv);
-    if (rc != code) fail_msg("exit %d, expected %d; stderr: %s", rc, code, err_text);
-    if (strncmp(err_text, "tensorattn: error: ", 19) != 0)
-        fail_msg("stderr does not start with 'tensorattn: error: ': %s", err_text);
-    char *nl = strchr(err_text, '\n');
-    if (!nl || nl[1] != '\0') fail_msg("stderr is not exactly one line: %s", err_text);
-    if (!strstr(err_text, needle)) fail_msg("stderr lacks '%s': %s", needle, err_text);
+    int rc = ta_cli_run(argv);
+    if (rc != code) fail_msg("exit %d, expected %d; stderr: %s", rc, code, ta_cli_err);
+    if (strncmp(ta_cli_err, "tensorattn: error: ", 19) != 0)
+        fail_msg("stderr does not start with 'tensorattn: error: ': %s", ta_cli_err);
+    char *nl = strchr(ta_cli_err, '\n');
+    if (!nl || nl[1] != '\0') fail_msg("stderr is not exactly one line: %s", ta_cli_err);
+    if (!strstr(ta_cli_err, needle)) fail_msg("stderr lacks '%s': %s", needle, ta_cli_err);
 }
 
 static void save_record(const char *path, const ta_fixture_record *r)
@@ -85,21 +38,9 @@ static void save_record(const char *path, const ta_fixture_record *r)
 /* An '<i8' .npy written by hand (ta_npy_save writes float32 only). */
 static void save_i64(const char *path, const ta_fixture_record *r)
 {
-    char header[128];
-    int n = snprintf(header, sizeof header, "{'descr': '<i8', 'fortran_order': False, 'shape': (%lld,), }",
-                     (long long)r->shape[0]);
-    int total = 10 + n + 1;
-    int pad = (64 - total % 64) % 64;
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    unsigned short hl = (unsigned short)(n + pad + 1);
-    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
-    fwrite(&hl, 2, 1, f);
-    fwrite(header, 1, (size_t)n, f);
-    for (int i = 0; i < pad; i++) fputc(' ', f);
-    fputc('\n', f);
-    fwrite(r->data, 8, (size_t)r->numel, f);
-    fclose(f);
+    char shape[32];
+    snprintf(shape, sizeof shape, "(%lld,)", (long long)r->shape[0]);
+    ta_npy_write_raw(path, "<i8", shape, r->data, (size_t)r->numel * 8);
 }
 
 /* max |out - ref| where ref is an f64 record; NaN must match NaN. */
@@ -138,7 +79,7 @@ static void test_sdpa_fixtures(void **state)
         for (int r = 0; r < 3; r++) {
             char file[16];
             snprintf(file, sizeof file, "%s.npy", roles[r]);
-            char *p = path_in(file);
+            char *p = ta_cli_path(file);
             save_record(p, ta_fixture_case_record(f, name, roles[r]));
             argv[a++] = flags[r];
             argv[a++] = p;
@@ -147,16 +88,16 @@ static void test_sdpa_fixtures(void **state)
         const ta_fixture_record *klen = ta_fixture_case_record(f, name, "key_lengths");
         const ta_fixture_record *w = ta_fixture_case_record(f, name, "weights");
         if (mask) {
-            save_record(path_in("mask.npy"), mask);
+            save_record(ta_cli_path("mask.npy"), mask);
             argv[a++] = "--mask";
-            argv[a++] = path_in("mask.npy");
+            argv[a++] = ta_cli_path("mask.npy");
             argv[a++] = "--mask-mode";
             argv[a++] = has_mode ? mode : "keep";
         }
         if (klen) {
-            save_i64(path_in("klen.npy"), klen);
+            save_i64(ta_cli_path("klen.npy"), klen);
             argv[a++] = "--key-lengths";
-            argv[a++] = path_in("klen.npy");
+            argv[a++] = ta_cli_path("klen.npy");
         }
         if (strcmp(causal, "none") != 0 && !(mask && has_mode && strcmp(mode, "block") == 0 &&
                                               strncmp(name, "seed", 4) == 0)) {
@@ -168,20 +109,20 @@ static void test_sdpa_fixtures(void **state)
             argv[a++] = scale;
         }
         argv[a++] = "-o";
-        argv[a++] = path_in("o.npy");
+        argv[a++] = ta_cli_path("o.npy");
         argv[a++] = "--lse";
-        argv[a++] = path_in("lse.npy");
+        argv[a++] = ta_cli_path("lse.npy");
         if (w) {
             argv[a++] = "--weights";
-            argv[a++] = path_in("w.npy");
+            argv[a++] = ta_cli_path("w.npy");
         }
-        int rc = run_cli(argv);
-        if (rc != 0) fail_msg("case %s: exit %d: %s", name, rc, err_text);
-        double d = compare_npy(path_in("o.npy"), ta_fixture_case_record(f, name, "out"));
+        int rc = ta_cli_run(argv);
+        if (rc != 0) fail_msg("case %s: exit %d: %s", name, rc, ta_cli_err);
+        double d = compare_npy(ta_cli_path("o.npy"), ta_fixture_case_record(f, name, "out"));
         if (d > 1e-5) fail_msg("case %s: output differs by %g", name, d);
         /* LSE: -inf rows must match; compare_npy treats inf - inf as NaN -> fail */
         ta_tensor l;
-        TA_CHECK_OK(ta_npy_load(&l, path_in("lse.npy")));
+        TA_CHECK_OK(ta_npy_load(&l, ta_cli_path("lse.npy")));
         const ta_fixture_record *lr = ta_fixture_case_record(f, name, "lse");
         double *want = malloc(sizeof(double) * (size_t)lr->numel);
         TA_CHECK_OK(ta_fixture_to_f64(want, (size_t)lr->numel, lr));
@@ -197,7 +138,7 @@ static void test_sdpa_fixtures(void **state)
         free(want);
         ta_tensor_free(&l);
         if (w) {
-            d = compare_npy(path_in("w.npy"), w);
+            d = compare_npy(ta_cli_path("w.npy"), w);
             if (d > 1e-5) fail_msg("case %s: weights differ by %g", name, d);
         }
         ran++;
@@ -238,33 +179,33 @@ static void test_mha_fixtures(void **state)
                 np++;
             }
         }
-        TA_CHECK_OK(ta_safetensors_save(path_in("w.safetensors"), np, names, pp));
+        TA_CHECK_OK(ta_safetensors_save(ta_cli_path("w.safetensors"), np, names, pp));
         for (int i = 0; i < np; i++) ta_tensor_free(&params[i]);
-        save_record(path_in("x.npy"), ta_fixture_case_record(f, name, "queries"));
+        save_record(ta_cli_path("x.npy"), ta_fixture_case_record(f, name, "queries"));
         const char *argv[32] = {0};
         int a = 1;
         argv[a++] = "mha";
         argv[a++] = "--weights";
-        argv[a++] = path_in("w.safetensors");
+        argv[a++] = ta_cli_path("w.safetensors");
         argv[a++] = "--layout";
         argv[a++] = kind;
         argv[a++] = "--heads";
         argv[a++] = heads;
         argv[a++] = "--input";
-        argv[a++] = path_in("x.npy");
+        argv[a++] = ta_cli_path("x.npy");
         if (!is_self) {
-            save_record(path_in("k.npy"), ta_fixture_case_record(f, name, "keys"));
-            save_record(path_in("v.npy"), ta_fixture_case_record(f, name, "values"));
+            save_record(ta_cli_path("k.npy"), ta_fixture_case_record(f, name, "keys"));
+            save_record(ta_cli_path("v.npy"), ta_fixture_case_record(f, name, "values"));
             argv[a++] = "--keys";
-            argv[a++] = path_in("k.npy");
+            argv[a++] = ta_cli_path("k.npy");
             argv[a++] = "--values";
-            argv[a++] = path_in("v.npy");
+            argv[a++] = ta_cli_path("v.npy");
         }
         const ta_fixture_record *mask = ta_fixture_case_record(f, name, "mask");
         if (mask) {
-            save_record(path_in("m.npy"), mask);
+            save_record(ta_cli_path("m.npy"), mask);
             argv[a++] = "--mask";
-            argv[a++] = path_in("m.npy");
+            argv[a++] = ta_cli_path("m.npy");
             if (has_mode) {
                 argv[a++] = "--mask-mode";
                 argv[a++] = mode;
@@ -272,12 +213,12 @@ static void test_mha_fixtures(void **state)
         }
         if (is_causal) argv[a++] = "--causal";
         argv[a++] = "-o";
-        argv[a++] = path_in("y.npy");
+        argv[a++] = ta_cli_path("y.npy");
         /* argv[1] is the command */
         argv[1] = "mha";
-        int rc = run_cli(argv);
-        if (rc != 0) fail_msg("case %s: exit %d: %s", name, rc, err_text);
-        double d = compare_npy(path_in("y.npy"), ta_fixture_case_record(f, name, "out64"));
+        int rc = ta_cli_run(argv);
+        if (rc != 0) fail_msg("case %s: exit %d: %s", name, rc, ta_cli_err);
+        double d = compare_npy(ta_cli_path("y.npy"), ta_fixture_case_record(f, name, "out64"));
         if (d > 1e-5) fail_msg("case %s: output differs by %g", name, d);
         ran++;
     }
@@ -299,25 +240,25 @@ static void test_einsum_fixtures(void **state)
         char expect[16];
         ta_fixture_meta_get(meta, "expect", expect, sizeof expect);
         const ta_fixture_record *b = ta_fixture_case_record(f, name, "b");
-        save_record(path_in("a.npy"), ta_fixture_case_record(f, name, "a"));
-        if (b) save_record(path_in("b.npy"), b);
+        save_record(ta_cli_path("a.npy"), ta_fixture_case_record(f, name, "a"));
+        if (b) save_record(ta_cli_path("b.npy"), b);
         const char *argv[10] = {0};
         int a = 1;
         argv[a++] = "einsum";
         argv[a++] = spec;
-        argv[a++] = path_in("a.npy");
-        if (b) argv[a++] = path_in("b.npy");
+        argv[a++] = ta_cli_path("a.npy");
+        if (b) argv[a++] = ta_cli_path("b.npy");
         argv[a++] = "-o";
-        argv[a++] = path_in("c.npy");
-        unlink(path_in("c.npy"));
-        int rc = run_cli(argv);
+        argv[a++] = ta_cli_path("c.npy");
+        unlink(ta_cli_path("c.npy"));
+        int rc = ta_cli_run(argv);
         if (strcmp(expect, "error") == 0) { /* torch rejects it: so must we, cleanly */
-            if (rc != 1 || strncmp(err_text, "tensorattn: error: ", 19) != 0)
-                fail_msg("case %s (%s): exit %d, expected 1: %s", name, spec, rc, err_text);
-            assert_false(exists(path_in("c.npy")));
+            if (rc != 1 || strncmp(ta_cli_err, "tensorattn: error: ", 19) != 0)
+                fail_msg("case %s (%s): exit %d, expected 1: %s", name, spec, rc, ta_cli_err);
+            assert_false(ta_cli_exists(ta_cli_path("c.npy")));
             continue;
         }
-        if (rc != 0) fail_msg("case %s (%s): exit %d: %s", name, spec, rc, err_text);
+        if (rc != 0) fail_msg("case %s (%s): exit %d: %s", name, spec, rc, ta_cli_err);
         /* the bound of tests/test_einsum_torch.c: 1e-5 + 2 * terms * 2^-24 * einsum(|a|,|b|) */
         const ta_fixture_record *out = ta_fixture_case_record(f, name, "out");
         const ta_fixture_record *absout = ta_fixture_case_record(f, name, "absout");
@@ -329,7 +270,7 @@ static void test_einsum_fixtures(void **state)
         TA_CHECK_OK(ta_fixture_to_f64(want, n, out));
         TA_CHECK_OK(ta_fixture_to_f64(absw, n, absout));
         ta_tensor got;
-        TA_CHECK_OK(ta_npy_load(&got, path_in("c.npy")));
+        TA_CHECK_OK(ta_npy_load(&got, ta_cli_path("c.npy")));
         assert_int_equal(ta_tensor_numel(&got), out->numel);
         for (size_t i = 0; i < n; i++) {
             double g = ((float *)got.data)[i];
@@ -353,8 +294,8 @@ static void make_qkv(int64_t dq, int64_t dk)
     TA_CHECK_OK(ta_tensor_empty(&k, 4, (int64_t[]){1, 2, 5, dk}));
     ta_randn(&q, 1);
     ta_randn(&k, 2);
-    TA_CHECK_OK(ta_npy_save(path_in("eq.npy"), &q));
-    TA_CHECK_OK(ta_npy_save(path_in("ek.npy"), &k));
+    TA_CHECK_OK(ta_npy_save(ta_cli_path("eq.npy"), &q));
+    TA_CHECK_OK(ta_npy_save(ta_cli_path("ek.npy"), &k));
     ta_tensor_free(&q);
     ta_tensor_free(&k);
 }
@@ -363,45 +304,45 @@ static void test_errors(void **state)
 {
     (void)state;
     make_qkv(4, 8);
-    const char *o = path_in("never.npy");
+    const char *o = ta_cli_path("never.npy");
     unlink(o);
     expect_error((const char *[]){"", NULL}, 2, "missing command");
     expect_error((const char *[]){"", "frobnicate", NULL}, 2, "unknown command 'frobnicate'");
-    expect_error((const char *[]){"", "sdpa", "--q", path_in("eq.npy"), NULL}, 2, "needs --q, --k, --v and -o");
+    expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("eq.npy"), NULL}, 2, "needs --q, --k, --v and -o");
     expect_error((const char *[]){"", "sdpa", "--bogus", NULL}, 2, "unknown option '--bogus'");
     expect_error((const char *[]){"", "sdpa", "--q", NULL}, 2, "needs a value");
-    expect_error((const char *[]){"", "sdpa", "--q", path_in("eq.npy"), "--k", path_in("ek.npy"), "--v",
-                                  path_in("ek.npy"), "--causal", "sideways", "-o", o, NULL},
+    expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("eq.npy"), "--k", ta_cli_path("ek.npy"), "--v",
+                                  ta_cli_path("ek.npy"), "--causal", "sideways", "-o", o, NULL},
                  2, "top_left or bottom_right");
-    expect_error((const char *[]){"", "sdpa", "--q", path_in("eq.npy"), "--k", path_in("ek.npy"), "--v",
-                                  path_in("ek.npy"), "--scale", "abc", "-o", o, NULL},
+    expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("eq.npy"), "--k", ta_cli_path("ek.npy"), "--v",
+                                  ta_cli_path("ek.npy"), "--scale", "abc", "-o", o, NULL},
                  2, "--scale expects a finite number");
-    expect_error((const char *[]){"", "sdpa", "--q", path_in("eq.npy"), "--k", path_in("ek.npy"), "--v",
-                                  path_in("ek.npy"), "--threads", "0", "-o", o, NULL},
+    expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("eq.npy"), "--k", ta_cli_path("ek.npy"), "--v",
+                                  ta_cli_path("ek.npy"), "--threads", "0", "-o", o, NULL},
                  2, "--threads expects an integer");
     /* bad input: exit 1 with the library's sentence; no output file */
-    expect_error((const char *[]){"", "sdpa", "--q", path_in("eq.npy"), "--k", path_in("ek.npy"), "--v",
-                                  path_in("ek.npy"), "-o", o, NULL},
+    expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("eq.npy"), "--k", ta_cli_path("ek.npy"), "--v",
+                                  ta_cli_path("ek.npy"), "-o", o, NULL},
                  1, "head_dim");
-    assert_false(exists(o));
-    expect_error((const char *[]){"", "sdpa", "--q", path_in("missing.npy"), "--k", path_in("ek.npy"),
-                                  "--v", path_in("ek.npy"), "-o", o, NULL},
+    assert_false(ta_cli_exists(o));
+    expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("missing.npy"), "--k", ta_cli_path("ek.npy"),
+                                  "--v", ta_cli_path("ek.npy"), "-o", o, NULL},
                  1, "missing.npy");
-    assert_false(exists(o));
-    expect_error((const char *[]){"", "einsum", "bhid,bhjd->bhij", path_in("eq.npy"), path_in("ek.npy"),
+    assert_false(ta_cli_exists(o));
+    expect_error((const char *[]){"", "einsum", "bhid,bhjd->bhij", ta_cli_path("eq.npy"), ta_cli_path("ek.npy"),
                                   "-o", o, NULL},
                  1, "'d'");
-    assert_false(exists(o));
+    assert_false(ta_cli_exists(o));
     expect_error((const char *[]){"", "einsum", "ij->", NULL}, 2, "einsum needs SPEC");
-    expect_error((const char *[]){"", "mha", "--weights", path_in("nothing.safetensors"), "--layout", "seed",
-                                  "--heads", "2", "--input", path_in("eq.npy"), "-o", o, NULL},
+    expect_error((const char *[]){"", "mha", "--weights", ta_cli_path("nothing.safetensors"), "--layout", "seed",
+                                  "--heads", "2", "--input", ta_cli_path("eq.npy"), "-o", o, NULL},
                  1, "nothing.safetensors");
     expect_error((const char *[]){"", "mha", "--weights", "w", "--layout", "jax", "--heads", "2",
                                   "--input", "x", "-o", o, NULL},
                  2, "seed or torch");
     expect_error((const char *[]){"", "demo", "--seq", "-4", NULL}, 2, "--seq expects an integer");
     expect_error((const char *[]){"", "bench", "--frobnicate", NULL}, 2, "--frobnicate");
-    assert_false(exists(o));
+    assert_false(ta_cli_exists(o));
 }
 
 static void test_help_and_version(void **state)
@@ -409,39 +350,36 @@ static void test_help_and_version(void **state)
     (void)state;
     const char *cmds[] = {"demo", "sdpa", "mha", "einsum", "bench"};
     for (int i = 0; i < 5; i++) {
-        assert_int_equal(run_cli((const char *[]){"", cmds[i], "--help", NULL}), 0);
-        assert_non_null(strstr(out_text, "usage: tensorattn"));
-        assert_non_null(strstr(out_text, cmds[i]));
+        assert_int_equal(ta_cli_run((const char *[]){"", cmds[i], "--help", NULL}), 0);
+        assert_non_null(strstr(ta_cli_out, "usage: tensorattn"));
+        assert_non_null(strstr(ta_cli_out, cmds[i]));
     }
-    assert_int_equal(run_cli((const char *[]){"", "--help", NULL}), 0);
-    assert_non_null(strstr(out_text, "sdpa"));
-    assert_int_equal(run_cli((const char *[]){"", "--version", NULL}), 0);
-    assert_non_null(strstr(out_text, TA_VERSION_STRING));
+    assert_int_equal(ta_cli_run((const char *[]){"", "--help", NULL}), 0);
+    assert_non_null(strstr(ta_cli_out, "sdpa"));
+    assert_int_equal(ta_cli_run((const char *[]){"", "--version", NULL}), 0);
+    assert_non_null(strstr(ta_cli_out, TA_VERSION_STRING));
 }
 
 static void test_demo_small(void **state)
 {
     (void)state;
-    int rc = run_cli((const char *[]){"", "demo", "--batch", "2", "--heads", "2", "--seq", "64", "--dim", "16", NULL});
-    if (rc) fail_msg("demo: exit %d: %s", rc, err_text);
-    assert_non_null(strstr(out_text, "Output shape: [2, 2, 64, 16]"));
-    assert_non_null(strstr(out_text, "Attention weights shape: [2, 2, 64, 64]"));
-    assert_non_null(strstr(out_text, "weights[0,0,0,5] = 0 "));
+    int rc = ta_cli_run((const char *[]){"", "demo", "--batch", "2", "--heads", "2", "--seq", "64", "--dim", "16", NULL});
+    if (rc) fail_msg("demo: exit %d: %s", rc, ta_cli_err);
+    assert_non_null(strstr(ta_cli_out, "Output shape: [2, 2, 64, 16]"));
+    assert_non_null(strstr(ta_cli_out, "Attention weights shape: [2, 2, 64, 64]"));
+    assert_non_null(strstr(ta_cli_out, "weights[0,0,0,5] = 0 "));
 }
 
 static int setup(void **state)
 {
     (void)state;
-    strcpy(dir, "/tmp/ta_cli_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
+    return ta_cli_make_dir("ta_cli");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return ta_cli_remove_dir();
 }
 
 int main(void)

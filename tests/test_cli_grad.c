@@ -3,6 +3,7 @@
  * tools/fixtures_sdpa_grad.py), gradients within 1e-4 of torch's float64 ones; the usage
  * error for an incomplete flag set, and that a failed backward writes no file. */
 #include "ta_test.h"
+#include "cli_run.h"
 #include "fixtures.h"
 
 #include <fcntl.h>
@@ -13,50 +14,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-static char dir[64];
-static char err_text[8192];
-
-/* Runs the CLI with argv (NULL-terminated, argv[0] ignored); returns its exit status and
- * leaves its stderr in err_text (stdout goes to a file in dir). */
-static int run_cli(const char **argv)
-{
-    char outp[128], errp[128];
-    snprintf(outp, sizeof outp, "%s/stdout", dir);
-    snprintf(errp, sizeof errp, "%s/stderr", dir);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fo = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int fe = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fo, 1);
-        dup2(fe, 2);
-        argv[0] = TA_CLI_PATH;
-        execv(TA_CLI_PATH, (char *const *)argv);
-        _exit(127);
-    }
-    int status;
-    waitpid(pid, &status, 0);
-    FILE *f = fopen(errp, "r");
-    size_t n = f ? fread(err_text, 1, sizeof err_text - 1, f) : 0;
-    err_text[n] = '\0';
-    if (f) fclose(f);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-static char *path_in(const char *name)
-{
-    static char buf[32][160];
-    static int next;
-    char *p = buf[next++ % 32];
-    snprintf(p, 160, "%s/%s", dir, name);
-    return p;
-}
-
-static int exists(const char *p)
-{
-    struct stat st;
-    return stat(p, &st) == 0;
-}
 
 static void save_record(const char *path, const ta_fixture_record *r)
 {
@@ -101,7 +58,7 @@ static double compare_npy(const char *path, const ta_fixture_record *ref)
     return d;
 }
 
-/* The argv of one case (inputs written into dir); returns the argument count. */
+/* The argv of one case (inputs written into ta_cli_dir); returns the argument count. */
 static int case_args(const ta_fixture_file *f, const char *name, const char **argv,
                      char *mode, char *causal, char *scale)
 {
@@ -115,7 +72,7 @@ static int case_args(const ta_fixture_file *f, const char *name, const char **ar
     for (int r = 0; r < 4; r++) {
         char file[16];
         snprintf(file, sizeof file, "%s.npy", roles[r]);
-        char *p = path_in(file);
+        char *p = ta_cli_path(file);
         save_record(p, ta_fixture_case_record(f, name, roles[r]));
         argv[a++] = flags[r];
         argv[a++] = p;
@@ -123,16 +80,16 @@ static int case_args(const ta_fixture_file *f, const char *name, const char **ar
     const ta_fixture_record *mask = ta_fixture_case_record(f, name, "mask");
     const ta_fixture_record *klen = ta_fixture_case_record(f, name, "key_lengths");
     if (mask) {
-        save_record(path_in("mask.npy"), mask);
+        save_record(ta_cli_path("mask.npy"), mask);
         argv[a++] = "--mask";
-        argv[a++] = path_in("mask.npy");
+        argv[a++] = ta_cli_path("mask.npy");
         argv[a++] = "--mask-mode";
         argv[a++] = has_mode ? mode : "keep";
     }
     if (klen) {
-        save_i64(path_in("klen.npy"), klen);
+        save_i64(ta_cli_path("klen.npy"), klen);
         argv[a++] = "--key-lengths";
-        argv[a++] = path_in("klen.npy");
+        argv[a++] = ta_cli_path("klen.npy");
     }
     if (strcmp(causal, "none") != 0) {
         argv[a++] = "--causal";
@@ -143,13 +100,13 @@ static int case_args(const ta_fixture_file *f, const char *name, const char **ar
         argv[a++] = scale;
     }
     argv[a++] = "-o";
-    argv[a++] = path_in("o.npy");
+    argv[a++] = ta_cli_path("o.npy");
     argv[a++] = "--dq";
-    argv[a++] = path_in("dq.npy");
+    argv[a++] = ta_cli_path("dq.npy");
     argv[a++] = "--dk";
-    argv[a++] = path_in("dk.npy");
+    argv[a++] = ta_cli_path("dk.npy");
     argv[a++] = "--dv";
-    argv[a++] = path_in("dv.npy");
+    argv[a++] = ta_cli_path("dv.npy");
     return a;
 }
 
@@ -166,13 +123,13 @@ static void test_grad_fixtures(void **state)
         if (strcmp(layout, "bhld") != 0) continue; /* the CLI takes [B,H,L,D] files */
         const char *argv[48] = {0};
         case_args(f, name, argv, mode, causal, scale);
-        int rc = run_cli(argv);
-        if (rc != 0) fail_msg("case %s: exit %d: %s", name, rc, err_text);
-        double d = compare_npy(path_in("o.npy"), ta_fixture_case_record(f, name, "out"));
+        int rc = ta_cli_run(argv);
+        if (rc != 0) fail_msg("case %s: exit %d: %s", name, rc, ta_cli_err);
+        double d = compare_npy(ta_cli_path("o.npy"), ta_fixture_case_record(f, name, "out"));
         if (d > 1e-5) fail_msg("case %s: output differs by %g", name, d);
         const char *files[3] = {"dq.npy", "dk.npy", "dv.npy"}, *roles[3] = {"dq", "dk", "dv"};
         for (int r = 0; r < 3; r++) {
-            d = compare_npy(path_in(files[r]), ta_fixture_case_record(f, name, roles[r]));
+            d = compare_npy(ta_cli_path(files[r]), ta_fixture_case_record(f, name, roles[r]));
             if (d > 1e-4) fail_msg("case %s: %s differs by %g", name, roles[r], d);
         }
         ran++;
@@ -183,13 +140,13 @@ static void test_grad_fixtures(void **state)
 
 static void expect_error(const char **argv, int code, const char *needle)
 {
-    int rc = run_cli(argv);
-    if (rc != code) fail_msg("exit %d, expected %d; stderr: %s", rc, code, err_text);
-    if (strncmp(err_text, "tensorattn: error: ", 19) != 0)
-        fail_msg("stderr does not start with 'tensorattn: error: ': %s", err_text);
-    char *nl = strchr(err_text, '\n');
-    if (!nl || nl[1] != '\0') fail_msg("stderr is not exactly one line: %s", err_text);
-    if (!strstr(err_text, needle)) fail_msg("stderr lacks '%s': %s", needle, err_text);
+    int rc = ta_cli_run(argv);
+    if (rc != code) fail_msg("exit %d, expected %d; stderr: %s", rc, code, ta_cli_err);
+    if (strncmp(ta_cli_err, "tensorattn: error: ", 19) != 0)
+        fail_msg("stderr does not start with 'tensorattn: error: ': %s", ta_cli_err);
+    char *nl = strchr(ta_cli_err, '\n');
+    if (!nl || nl[1] != '\0') fail_msg("stderr is not exactly one line: %s", ta_cli_err);
+    if (!strstr(ta_cli_err, needle)) fail_msg("stderr lacks '%s': %s", needle, ta_cli_err);
 }
 
 static void test_grad_errors(void **state)
@@ -201,8 +158,8 @@ static void test_grad_errors(void **state)
     char mode[32], causal[32], scale[64];
     const char *argv[48] = {0};
     int a = case_args(f, name, argv, mode, causal, scale);
-    const char *o = path_in("o.npy"), *dq = path_in("dq.npy"), *dk = path_in("dk.npy"),
-               *dv = path_in("dv.npy");
+    const char *o = ta_cli_path("o.npy"), *dq = ta_cli_path("dq.npy"), *dk = ta_cli_path("dk.npy"),
+               *dv = ta_cli_path("dv.npy");
 
     /* all four flags or none */
     const char *partial[48];
@@ -215,28 +172,25 @@ static void test_grad_errors(void **state)
     const int64_t bad_shape[4] = {1, 1, 1, 1};
     ta_tensor bad;
     TA_CHECK_OK(ta_tensor_zeros(&bad, 4, bad_shape));
-    TA_CHECK_OK(ta_npy_save(path_in("bad.npy"), &bad));
+    TA_CHECK_OK(ta_npy_save(ta_cli_path("bad.npy"), &bad));
     ta_tensor_free(&bad);
     for (int i = 0; i < a; i++)
-        if (argv[i] && !strcmp(argv[i], "--grad-out")) argv[i + 1] = path_in("bad.npy");
+        if (argv[i] && !strcmp(argv[i], "--grad-out")) argv[i + 1] = ta_cli_path("bad.npy");
     expect_error(argv, 1, "ta_sdpa_backward: dO has shape [1, 1, 1, 1]");
-    assert_false(exists(o) || exists(dq) || exists(dk) || exists(dv));
+    assert_false(ta_cli_exists(o) || ta_cli_exists(dq) || ta_cli_exists(dk) || ta_cli_exists(dv));
     ta_fixture_close(f);
 }
 
 static int setup(void **state)
 {
     (void)state;
-    strcpy(dir, "/tmp/ta_cli_grad_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
+    return ta_cli_make_dir("ta_cli_grad");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return ta_cli_remove_dir();
 }
 
 int main(void)
