@@ -399,7 +399,7 @@ static void torch_rows(rows_desc *r, const ta_tensor *x, int64_t E)
 
 /* A view of a contiguous [N, L, H, D] buffer as [N, H, L, D] (the head axis moves: the
  * seed's "nqhd -> nhqd", a strided view, not a copy). */
-static void heads_view(ta_tensor *t, float *buf, int64_t N, int64_t L, int64_t H, int64_t D)
+void ta_heads_view(ta_tensor *t, float *buf, int64_t N, int64_t L, int64_t H, int64_t D)
 {
     memset(t, 0, sizeof *t);
     t->data = buf;
@@ -797,10 +797,10 @@ ta_status ta_attention_run(ta_attention_fwd *keep, const char *fn, ta_tensor *ou
 
     /* 2. attention core on the head views */
     ta_tensor Qv, Kv, Vv, Ov, lse_t, wtmp;
-    heads_view(&Qv, Qp, N, Lq, H, D);
-    heads_view(&Kv, Kp, N, Lk, H, D);
-    heads_view(&Vv, Vp, N, Lk, H, D);
-    heads_view(&Ov, Ob, N, Lq, H, D);
+    ta_heads_view(&Qv, Qp, N, Lq, H, D);
+    ta_heads_view(&Kv, Kp, N, Lk, H, D);
+    ta_heads_view(&Vv, Vp, N, Lk, H, D);
+    ta_heads_view(&Ov, Ob, N, Lq, H, D);
     ta_sdpa_opts so;
     memset(&so, 0, sizeof so);
     so.causal = opts->causal ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_NONE;

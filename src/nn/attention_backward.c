@@ -96,23 +96,6 @@ static void colsum_add(float *db, const float *a, int64_t R, int64_t F)
     }
 }
 
-/* The same [N, L, H, D] buffer viewed as [N, H, L, D] (as the forward does). */
-static void heads_view(ta_tensor *t, float *buf, int64_t N, int64_t L, int64_t H, int64_t D)
-{
-    memset(t, 0, sizeof *t);
-    t->data = buf;
-    t->dtype = TA_F32;
-    t->ndim = 4;
-    t->shape[0] = N;
-    t->shape[1] = H;
-    t->shape[2] = L;
-    t->shape[3] = D;
-    t->stride[0] = L * H * D;
-    t->stride[1] = D;
-    t->stride[2] = H * D;
-    t->stride[3] = 1;
-}
-
 /* Seed layout: the uniform rows (LSE -inf) of each (n, h) send dA_row / Lk to every key's
  * dVp; sdpa's backward gave them nothing. Parallel over (n, h): each writes its own slice. */
 static void seed_uniform_rows_backward(float *dVp, const float *dA, const float *lse, int64_t N,
@@ -252,14 +235,14 @@ ta_status ta_attention_backward(ta_tensor *d_queries, ta_tensor *d_keys, ta_tens
     /* 4. the attention core */
     if (Lk > 0 && R1 > 0) {
         ta_tensor dO4, Q4, K4, V4, O4, dQ4, dK4, dV4, lse3;
-        heads_view(&dO4, dA, N, Lq, H, D);
-        heads_view(&Q4, f.Qp, N, Lq, H, D);
-        heads_view(&K4, f.Kp, N, Lk, H, D);
-        heads_view(&V4, f.Vp, N, Lk, H, D);
-        heads_view(&O4, f.Ob, N, Lq, H, D);
-        heads_view(&dQ4, dP[0], N, Lq, H, D);
-        heads_view(&dK4, dP[1], N, Lk, H, D);
-        heads_view(&dV4, dP[2], N, Lk, H, D);
+        ta_heads_view(&dO4, dA, N, Lq, H, D);
+        ta_heads_view(&Q4, f.Qp, N, Lq, H, D);
+        ta_heads_view(&K4, f.Kp, N, Lk, H, D);
+        ta_heads_view(&V4, f.Vp, N, Lk, H, D);
+        ta_heads_view(&O4, f.Ob, N, Lq, H, D);
+        ta_heads_view(&dQ4, dP[0], N, Lq, H, D);
+        ta_heads_view(&dK4, dP[1], N, Lk, H, D);
+        ta_heads_view(&dV4, dP[2], N, Lk, H, D);
         const int64_t ls[3] = {N, H, Lq};
         if ((st = ta_tensor_from_buffer(&lse3, f.lse, 3, ls, NULL))) return st;
         st = ta_sdpa_backward(&dQ4, &dK4, &dV4, &dO4, &Q4, &K4, &V4, &O4, &lse3, &f.so);

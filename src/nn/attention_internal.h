@@ -53,6 +53,10 @@ ta_status ta_attention_run(ta_attention_fwd *keep, const char *fn, ta_tensor *ou
                            const ta_tensor *values, const ta_attention_opts *opts);
 
 /* Checks an input [N, L, E] (messages name fn and name). */
+/* A view of a contiguous [N, L, H, D] buffer as [N, H, L, D] (the head axis moves: the
+ * seed's "nqhd -> nhqd", a strided view, not a copy). */
+void ta_heads_view(ta_tensor *t, float *buf, int64_t N, int64_t L, int64_t H, int64_t D);
+
 /* A view of parameter `name` of layer: its value, or its gradient buffer when grad is
  * set. Errors name fn and list the layout's parameters. */
 ta_status ta_attention_lookup(ta_tensor *view, const ta_attention *layer, const char *name,

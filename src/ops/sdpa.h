@@ -27,6 +27,11 @@ typedef struct ta_sdpa_problem {
 ta_status ta_sdpa_validate(ta_sdpa_problem *p, const char *fn, ta_tensor *O, const ta_tensor *Q,
                            const ta_tensor *K, const ta_tensor *V, const ta_sdpa_opts *opts);
 
+/* A 5-d view [B, Hkv, G, L, X] of a [B, H, L, X] tensor, splitting the head axis into
+ * (kv head, group member): head h = k * G + g. Splitting one axis is always a view; the
+ * reference paths contract over it for grouped-query attention without copying K, V. */
+ta_tensor ta_sdpa_split_heads(const ta_tensor *t, int64_t G);
+
 /* The seed's algorithm on a validated problem: einsum, scale, mask, softmax, einsum. */
 ta_status ta_sdpa_reference_run(const ta_sdpa_problem *p);
 

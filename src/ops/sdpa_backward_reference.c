@@ -15,31 +15,12 @@
 
 #include <math.h>
 
-/* A 5-d view [B, Hkv, G, L, X] of a [B, H, L, X] tensor: head h = k * G + g. */
-static ta_tensor split_heads(const ta_tensor *t, int64_t G)
-{
-    ta_tensor v = *t;
-    v.owned = NULL;
-    v.ndim = 5;
-    v.shape[0] = t->shape[0];
-    v.shape[1] = G ? t->shape[1] / G : 0;
-    v.shape[2] = G;
-    v.shape[3] = t->shape[2];
-    v.shape[4] = t->shape[3];
-    v.stride[0] = t->stride[0];
-    v.stride[1] = t->stride[1] * G;
-    v.stride[2] = t->stride[1];
-    v.stride[3] = t->stride[2];
-    v.stride[4] = t->stride[3];
-    return v;
-}
-
 /* C [B,H,.,.] = A [B,H,.,.] x Bt [B,Hkv,.,.]: Bt shared across each group. */
 static ta_status by_group(const char *spec4, const char *spec5, ta_tensor *C, const ta_tensor *A,
                           const ta_tensor *Bt, int64_t G)
 {
     if (G == 1) return ta_einsum(spec4, C, A, Bt);
-    ta_tensor a5 = split_heads(A, G), c5 = split_heads(C, G);
+    ta_tensor a5 = ta_sdpa_split_heads(A, G), c5 = ta_sdpa_split_heads(C, G);
     return ta_einsum(spec5, &c5, &a5, Bt);
 }
 
@@ -48,7 +29,7 @@ static ta_status group_sum(const char *spec4, const char *spec5, ta_tensor *C, c
                            const ta_tensor *Bt, int64_t G)
 {
     if (G == 1) return ta_einsum(spec4, C, A, Bt);
-    ta_tensor a5 = split_heads(A, G), b5 = split_heads(Bt, G);
+    ta_tensor a5 = ta_sdpa_split_heads(A, G), b5 = ta_sdpa_split_heads(Bt, G);
     return ta_einsum(spec5, C, &a5, &b5);
 }
 

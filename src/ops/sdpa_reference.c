@@ -142,7 +142,7 @@ ta_status ta_sdpa_validate(ta_sdpa_problem *p, const char *fn, ta_tensor *O, con
 
 /* A 5-d view [B, Hkv, G, L, X] of a [B, H, L, X] tensor, splitting the head axis into
  * (kv head, group member): head h = k * G + g. Splitting one axis is always a view. */
-static ta_tensor split_heads(const ta_tensor *t, int64_t G)
+ta_tensor ta_sdpa_split_heads(const ta_tensor *t, int64_t G)
 {
     ta_tensor v = *t;
     v.owned = NULL;
@@ -168,7 +168,7 @@ static ta_status heads_einsum(const char *spec4, const char *spec5, ta_tensor *C
                               const ta_tensor *A, const ta_tensor *Bt, int64_t G)
 {
     if (G == 1) return ta_einsum(spec4, C, A, Bt);
-    ta_tensor a5 = split_heads(A, G), c5 = split_heads(C, G);
+    ta_tensor a5 = ta_sdpa_split_heads(A, G), c5 = ta_sdpa_split_heads(C, G);
     return ta_einsum(spec5, &c5, &a5, Bt);
 }
 
