@@ -34,10 +34,10 @@ cli_opt *cli_find(cli_opt *opts, const char *name)
 }
 
 int cli_parse(int argc, char **argv, int first, cli_opt *opts, const char **pos, int max_pos,
-              int *npos, bool *help)
+              int *npos, const char *help)
 {
     *npos = 0;
-    *help = false;
+    bool help_wanted = false;
     bool options_done = false;
     for (int i = first; i < argc; i++) {
         const char *arg = argv[i];
@@ -54,7 +54,7 @@ int cli_parse(int argc, char **argv, int first, cli_opt *opts, const char **pos,
             continue;
         }
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            *help = true;
+            help_wanted = true;
             continue;
         }
         char name[64];
@@ -77,6 +77,10 @@ int cli_parse(int argc, char **argv, int first, cli_opt *opts, const char **pos,
         } else if (eq) {
             return cli_error(CLI_USAGE, "option %s takes no value", name);
         }
+    }
+    if (help_wanted) {
+        fputs(help, stdout);
+        return CLI_HELP_SHOWN;
     }
     return CLI_OK;
 }

@@ -25,11 +25,12 @@ typedef struct cli_opt {
 } cli_opt;
 
 /* Parses argv[first..argc-1] against opts (terminated by name == NULL). Positional
- * arguments are stored in pos (up to max_pos; their count in *npos). Prints a usage
- * error and returns CLI_USAGE on an unknown option or a missing value; CLI_OK else.
- * "--help" sets *help. */
+ * arguments are stored in pos (up to max_pos; their count in *npos). "--help" prints
+ * help on stdout and returns CLI_HELP_SHOWN (the command then exits 0). Prints a usage
+ * error and returns CLI_USAGE on an unknown option or a missing value; CLI_OK else. */
+enum { CLI_HELP_SHOWN = -1 };
 int cli_parse(int argc, char **argv, int first, cli_opt *opts, const char **pos, int max_pos,
-              int *npos, bool *help);
+              int *npos, const char *help);
 cli_opt *cli_find(cli_opt *opts, const char *name);
 
 /* Parses an integer / float option value; on failure prints a usage error. */

@@ -38,13 +38,8 @@ int cmd_demo(int argc, char **argv)
                       {0}};
     const char *pos[1];
     int npos;
-    bool help_wanted;
-    int rc = cli_parse(argc, argv, 2, opts, pos, 0, &npos, &help_wanted);
-    if (rc) return rc;
-    if (help_wanted) {
-        fputs(help, stdout);
-        return CLI_OK;
-    }
+    int rc = cli_parse(argc, argv, 2, opts, pos, 0, &npos, help);
+    if (rc) return rc == CLI_HELP_SHOWN ? CLI_OK : rc;
     long long dims[4] = {32, 8, 512, 64};
     for (int i = O_B; i <= O_D; i++)
         if (opts[i].given && !cli_int(opts[i].name, opts[i].value, 1, 1 << 20, &dims[i]))

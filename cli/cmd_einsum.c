@@ -17,13 +17,8 @@ int cmd_einsum(int argc, char **argv)
                       {0}};
     const char *pos[3];
     int npos;
-    bool help_wanted;
-    int rc = cli_parse(argc, argv, 2, opts, pos, 3, &npos, &help_wanted);
-    if (rc) return rc;
-    if (help_wanted) {
-        fputs(help, stdout);
-        return CLI_OK;
-    }
+    int rc = cli_parse(argc, argv, 2, opts, pos, 3, &npos, help);
+    if (rc) return rc == CLI_HELP_SHOWN ? CLI_OK : rc;
     if (npos < 2) return cli_error(CLI_USAGE, "einsum needs SPEC and one or two .npy files");
     if (!opts[0].given) return cli_error(CLI_USAGE, "einsum needs -o C.npy");
     if (!cli_threads(opts)) return CLI_USAGE;

@@ -42,13 +42,8 @@ int cmd_mha(int argc, char **argv)
                       {0}};
     const char *pos[1];
     int npos;
-    bool help_wanted;
-    int rc = cli_parse(argc, argv, 2, opts, pos, 0, &npos, &help_wanted);
-    if (rc) return rc;
-    if (help_wanted) {
-        fputs(help, stdout);
-        return CLI_OK;
-    }
+    int rc = cli_parse(argc, argv, 2, opts, pos, 0, &npos, help);
+    if (rc) return rc == CLI_HELP_SHOWN ? CLI_OK : rc;
     if (!opts[O_W].given || !opts[O_LAYOUT].given || !opts[O_HEADS].given || !opts[O_IN].given ||
         !opts[O_OUT].given)
         return cli_error(CLI_USAGE, "mha needs --weights, --layout, --heads, --input and -o "

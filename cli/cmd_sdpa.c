@@ -57,13 +57,8 @@ int cmd_sdpa(int argc, char **argv)
         {0}};
     const char *pos[1];
     int npos;
-    bool help_wanted;
-    int rc = cli_parse(argc, argv, 2, opts, pos, 0, &npos, &help_wanted);
-    if (rc) return rc;
-    if (help_wanted) {
-        fputs(help, stdout);
-        return CLI_OK;
-    }
+    int rc = cli_parse(argc, argv, 2, opts, pos, 0, &npos, help);
+    if (rc) return rc == CLI_HELP_SHOWN ? CLI_OK : rc;
     if (!opts[O_Q].given || !opts[O_K].given || !opts[O_V].given || !opts[O_OUT].given)
         return cli_error(CLI_USAGE, "sdpa needs --q, --k, --v and -o (see --help)");
     bool grad = opts[O_GRAD].given || opts[O_DQ].given || opts[O_DK].given || opts[O_DV].given;
