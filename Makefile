@@ -47,7 +47,8 @@ sanitize: setup
 # Narrow, explained suppressions: tests/valgrind.supp.
 VALGRIND_OPTIONS ?= --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect \
 	--show-leak-kinds=definite,indirect --track-origins=no --quiet
-valgrind: setup
+valgrind:
+	@./scripts/setup valgrind
 	cmake -S . -B build-valgrind -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTA_WERROR=ON
 	cmake --build build-valgrind -j $(JOBS)
 	printf '%s\n' "SourceDirectory: $(CURDIR)" "BuildDirectory: $(CURDIR)/build-valgrind" \
@@ -67,6 +68,7 @@ VALGRIND_EXCLUDE ?= ^(install_consumer|test_core\.avx2|test_core\.avx512|train_r
 # libFuzzer targets (clang, ASan + UBSan): built into build-fuzz, each run for
 # FUZZ_SECONDS on its committed corpus (fuzz/corpus/<target>); see fuzz/Makefile.
 fuzz:
+	@./scripts/setup fuzz
 	$(MAKE) -f fuzz/Makefile OUT=build-fuzz -j $(JOBS) all
 	$(MAKE) -f fuzz/Makefile OUT=build-fuzz FUZZ_SECONDS=$(FUZZ_SECONDS) run
 
