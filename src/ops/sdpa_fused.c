@@ -408,10 +408,13 @@ ta_status ta_sdpa_fused_run(const ta_sdpa_problem *p)
     }
     qsort(items, (size_t)nitems, sizeof *items, cmp_items);
 
+    /* Threads take whole groups while there are plenty (each core keeps one group's K
+     * and V in its own L2), single tiles otherwise (to balance few large groups). */
+    const int64_t grab = !split && ngroups >= 8 * (int64_t)nt ? tpg : 1;
 #pragma omp parallel num_threads(nt)
     {
         fused_ws w = ws_carve(&f, ws_base + (size_t)omp_get_thread_num() * wsf);
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, grab)
         for (int64_t n = 0; n < nitems; n++) {
             const fused_item *it = &items[n];
             run_item(&f, it, &w);
