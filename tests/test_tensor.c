@@ -174,6 +174,14 @@ static void test_copy_fill(void **state)
         for (int64_t j = 0; j < 3; j++)
             assert_true(*ta_tensor_at(&b, (int64_t[]){i, j}) == (float)(j * 5 + i));
     TA_CHECK_ERR(ta_tensor_copy(&b, &a), TA_ESHAPE, "dst has shape [5, 3] but src has [3, 5]");
+    /* strides whose offsets overflow the index range are refused before any access */
+    ta_tensor huge;
+    TA_CHECK_OK(ta_tensor_from_buffer(&huge, a.data, 2, (int64_t[]){3, 5},
+                                      (int64_t[]){INT64_C(1) << 62, 1}));
+    TA_CHECK_ERR(ta_tensor_fill(&huge, 0.0f), TA_EINVAL, "overflow the index range");
+    TA_CHECK_OK(ta_tensor_from_buffer(&huge, a.data, 2, (int64_t[]){3, 5},
+                                      (int64_t[]){INT64_MIN, 1}));
+    TA_CHECK_ERR(ta_tensor_copy(&b, &huge), TA_EINVAL, "src's strides");
     TA_CHECK_OK(ta_tensor_fill(&at, -1.0f));
     for (int i = 0; i < 15; i++) assert_true(((float *)a.data)[i] == -1.0f);
     ta_tensor_free(&a);

@@ -2,6 +2,7 @@
 #include "core/core.h"
 #include "core/tensor_internal.h"
 
+#include <stddef.h>
 #include <string.h>
 
 static ta_status check_shape(const char *fn, int ndim, const int64_t *shape, int64_t *numel)
@@ -153,6 +154,20 @@ ta_status ta_tensor_check(const char *fn, const char *name, const ta_tensor *t)
                         ta_shape_str(s, sizeof s, t->ndim, t->shape));
     }
     if (n > 0 && !t->data) return ta_error(TA_EINVAL, "%s: %s has NULL data", fn, name);
+    /* Every element offset sum(idx[d] * stride[d]) must fit a ptrdiff_t of floats, so
+     * that no pointer arithmetic downstream can overflow, whatever the caller's strides. */
+    int64_t span = 0;
+    for (int d = 0; n > 0 && d < t->ndim; d++) {
+        int64_t s = t->stride[d], part;
+        if (s == INT64_MIN || __builtin_mul_overflow(t->shape[d] - 1, s < 0 ? -s : s, &part) ||
+            __builtin_add_overflow(span, part, &span) ||
+            span > (int64_t)(PTRDIFF_MAX / (ptrdiff_t)sizeof(float))) {
+            char s1[TA_SHAPE_STR_MAX], s2[TA_SHAPE_STR_MAX];
+            return ta_error(TA_EINVAL, "%s: %s's strides %s over shape %s overflow the index range",
+                            fn, name, ta_shape_str(s1, sizeof s1, t->ndim, t->stride),
+                            ta_shape_str(s2, sizeof s2, t->ndim, t->shape));
+        }
+    }
     return TA_OK;
 }
 

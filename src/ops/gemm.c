@@ -175,9 +175,13 @@ static float *ws_ptr;
 static size_t ws_bytes;
 
 /* A block of at least `bytes`; *got receives its size (for workspace_give). */
+static pthread_once_t ws_registered = PTHREAD_ONCE_INIT;
+
+static void ws_register(void) { ta_register_cache(ta_gemm_workspace_release); }
+
 static float *workspace_take(size_t bytes, size_t *got)
 {
-    ta_register_cache(ta_gemm_workspace_release);
+    pthread_once(&ws_registered, ws_register);
     pthread_mutex_lock(&ws_lock);
     float *p = ws_ptr;
     size_t have = ws_bytes;
