@@ -113,6 +113,18 @@ bool cli_float(const char *opt, const char *text, float *out)
     return true;
 }
 
+bool cli_mask_mode(const cli_opt *mode_opt, const cli_opt *mask_opt, ta_mask_mode *mode)
+{
+    if (!mode_opt->given) return true;
+    const char *m = mode_opt->value;
+    if (!mask_opt->given) return cli_error(CLI_USAGE, "--mask-mode needs --mask"), false;
+    if (strcmp(m, "keep") == 0) *mode = TA_MASK_KEEP;
+    else if (strcmp(m, "block") == 0) *mode = TA_MASK_BLOCK;
+    else if (strcmp(m, "additive") == 0) *mode = TA_MASK_ADDITIVE;
+    else return cli_error(CLI_USAGE, "--mask-mode expects keep, block or additive, got '%s'", m), false;
+    return true;
+}
+
 bool cli_threads(cli_opt *opts)
 {
     cli_opt *o = cli_find(opts, "--threads");

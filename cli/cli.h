@@ -37,6 +37,10 @@ cli_opt *cli_find(cli_opt *opts, const char *name);
 bool cli_int(const char *opt, const char *text, long long min, long long max, long long *out);
 bool cli_float(const char *opt, const char *text, float *out);
 
+/* --mask-mode: keep|block|additive into *mode when given (it needs --mask); returns
+ * false after printing a usage error. */
+bool cli_mask_mode(const cli_opt *mode_opt, const cli_opt *mask_opt, ta_mask_mode *mode);
+
 /* Applies --threads if given (returns false after printing an error). */
 bool cli_threads(cli_opt *opts);
 

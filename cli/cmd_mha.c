@@ -59,14 +59,7 @@ int cmd_mha(int argc, char **argv)
     if (!cli_int("--heads", opts[O_HEADS].value, 1, 1 << 20, &heads)) return CLI_USAGE;
     ta_attention_opts ao = {.mask_mode = layout == TA_LAYOUT_SEED ? TA_MASK_KEEP : TA_MASK_BLOCK,
                             .causal = opts[O_CAUSAL].given};
-    if (opts[O_MODE].given) {
-        const char *m = opts[O_MODE].value;
-        if (!opts[O_MASK].given) return cli_error(CLI_USAGE, "--mask-mode needs --mask");
-        if (strcmp(m, "keep") == 0) ao.mask_mode = TA_MASK_KEEP;
-        else if (strcmp(m, "block") == 0) ao.mask_mode = TA_MASK_BLOCK;
-        else if (strcmp(m, "additive") == 0) ao.mask_mode = TA_MASK_ADDITIVE;
-        else return cli_error(CLI_USAGE, "--mask-mode expects keep, block or additive, got '%s'", m);
-    }
+    if (!cli_mask_mode(&opts[O_MODE], &opts[O_MASK], &ao.mask_mode)) return CLI_USAGE;
     if (!cli_threads(opts)) return CLI_USAGE;
 
     ta_attention *layer = NULL;

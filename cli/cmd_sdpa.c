@@ -72,14 +72,7 @@ int cmd_sdpa(int argc, char **argv)
         else if (strcmp(a, "bottom_right") == 0) so.causal = TA_CAUSAL_BOTTOM_RIGHT;
         else return cli_error(CLI_USAGE, "--causal expects top_left or bottom_right, got '%s'", a);
     }
-    if (opts[O_MODE].given) {
-        const char *m = opts[O_MODE].value;
-        if (!opts[O_MASK].given) return cli_error(CLI_USAGE, "--mask-mode needs --mask");
-        if (strcmp(m, "keep") == 0) so.mask_mode = TA_MASK_KEEP;
-        else if (strcmp(m, "block") == 0) so.mask_mode = TA_MASK_BLOCK;
-        else if (strcmp(m, "additive") == 0) so.mask_mode = TA_MASK_ADDITIVE;
-        else return cli_error(CLI_USAGE, "--mask-mode expects keep, block or additive, got '%s'", m);
-    }
+    if (!cli_mask_mode(&opts[O_MODE], &opts[O_MASK], &so.mask_mode)) return CLI_USAGE;
     if (opts[O_SCALE].given && !cli_float("--scale", opts[O_SCALE].value, &so.scale))
         return CLI_USAGE;
     if (opts[O_SCALE].given && so.scale == 0.0f)
@@ -98,6 +91,10 @@ int cmd_sdpa(int argc, char **argv)
         if ((st = ta_npy_load(&mask, opts[O_MASK].value))) { cli_fail(st, "reading --mask"); goto done; }
         so.mask = &mask;
     }
+    if (q.ndim != 4 || v.ndim != 4) {
+        cli_error(CLI_FAIL, "--q and --v must have 4 dims [B,H,L,D], got %d and %d", q.ndim, v.ndim);
+        goto done;
+    }
     if (opts[O_KLEN].given) {
         int nd;
         int64_t shape[TA_MAX_DIMS];
@@ -105,16 +102,12 @@ int cmd_sdpa(int argc, char **argv)
             cli_fail(st, "reading --key-lengths");
             goto done;
         }
-        if (nd != 1 || q.ndim != 4 || shape[0] != q.shape[0]) {
-            cli_error(CLI_FAIL, "--key-lengths must have shape [B] = [%lld], got %d dims",
-                      (long long)(q.ndim == 4 ? q.shape[0] : -1), nd);
+        if (nd != 1 || shape[0] != q.shape[0]) {
+            cli_error(CLI_FAIL, "--key-lengths must have shape [B] = [%lld], got %d dims%s",
+                      (long long)q.shape[0], nd, nd == 1 ? " of another length" : "");
             goto done;
         }
         so.key_lengths = klen;
-    }
-    if (q.ndim != 4 || v.ndim != 4) {
-        cli_error(CLI_FAIL, "--q and --v must have 4 dims [B,H,L,D], got %d and %d", q.ndim, v.ndim);
-        goto done;
     }
     int64_t oshape[4] = {q.shape[0], q.shape[1], q.shape[2], v.shape[3]};
     if ((st = ta_tensor_empty(&o, 4, oshape))) { cli_fail(st, "sdpa"); goto done; }
