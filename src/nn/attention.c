@@ -545,16 +545,24 @@ static void seed_uniform_rows(float *O, ta_tensor *w, const float *lse, const fl
         while (q0 < Lq && !(isinf(l[q0]) && l[q0] < 0)) q0++;
         if (q0 == Lq) continue;
         /* The attention output of a uniform row: sum_k (1/Lk) v[k], as the seed's einsum
-         * would compute it (accumulated in double here). */
+         * would compute it (accumulated in double here). It is the same for every uniform
+         * row of this (n, h): computed once, 256 dims at a time, then copied. */
         const float wk = 1.0f / (float)Lk;
+        for (int64_t d0 = 0; d0 < D; d0 += 256) {
+            const int64_t nd = TA_MIN(256, D - d0);
+            double acc[256];
+            for (int64_t d = 0; d < nd; d++) acc[d] = 0.0;
+            for (int64_t k = 0; k < Lk; k++) {
+                const float *v = Vp + (n * Lk + k) * E + h * D + d0;
+                for (int64_t d = 0; d < nd; d++) acc[d] += (double)wk * v[d];
+            }
+            for (int64_t q = q0; q < Lq; q++)
+                if (isinf(l[q]) && l[q] < 0)
+                    for (int64_t d = 0; d < nd; d++)
+                        O[(n * Lq + q) * E + h * D + d0 + d] = (float)acc[d];
+        }
         for (int64_t q = q0; q < Lq; q++) {
             if (!(isinf(l[q]) && l[q] < 0)) continue;
-            float *o = O + (n * Lq + q) * E + h * D;
-            for (int64_t d = 0; d < D; d++) {
-                double s = 0.0;
-                for (int64_t k = 0; k < Lk; k++) s += (double)wk * Vp[(n * Lk + k) * E + h * D + d];
-                o[d] = (float)s;
-            }
             if (w) {
                 float *wr = (float *)w->data + n * w->stride[0] + h * w->stride[1] + q * w->stride[2];
                 for (int64_t k = 0; k < Lk; k++) wr[k * w->stride[3]] = wk;
@@ -598,11 +606,11 @@ static bool ws_add(size_t *off, size_t *total, int64_t count, size_t elem)
     return true;
 }
 
-static ta_status ensure_ws(ta_attention *l, size_t bytes)
+static ta_status ensure_ws(ta_attention *l, size_t bytes, const char *fn)
 {
     if (bytes <= l->ws_bytes) return TA_OK;
     unsigned char *p = ta_alloc(bytes);
-    if (!p) return ta_error(TA_ENOMEM, "ta_attention_forward: cannot allocate %zu bytes of scratch", bytes);
+    if (!p) return ta_error(TA_ENOMEM, "%s: cannot allocate %zu bytes of scratch", fn, bytes);
     ta_free(l->ws);
     l->ws = p;
     l->ws_bytes = bytes;
@@ -759,7 +767,7 @@ ta_status ta_attention_run(ta_attention_fwd *keep, const char *fn, ta_tensor *ou
         }
     }
     if (!ok) return ta_error(TA_ENOMEM, "%s: the scratch for these shapes overflows size_t", fn);
-    if ((st = ensure_ws(layer, w.total))) return st;
+    if ((st = ensure_ws(layer, w.total, fn))) return st;
     unsigned char *ws = layer->ws;
     float *Qp = (float *)(ws + w.q), *Kp = (float *)(ws + w.k), *Vp = (float *)(ws + w.v);
     float *Ob = (float *)(ws + w.o), *lse = (float *)(ws + w.lse);
