@@ -77,28 +77,33 @@ static inline void row_hi(const fused_plan *f, int64_t hkv, int64_t r, int64_t *
     *i = r % Lq;
 }
 
-static fused_ws ws_carve(const fused_plan *f, float *base)
+/* The per-thread workspace laid out from base; returns its size in floats. With base
+ * NULL it only measures (the plan sizes the allocation with the same code). */
+static size_t ws_carve(fused_ws *w, const fused_plan *f, float *base)
 {
     const ta_sdpa_problem *p = f->p;
     int64_t mq = f->mq_max;
-    fused_ws w;
-    float *x = base;
-#define CARVE(field, n) (w.field = x, x += round_up((n), 16))
-    CARVE(qp, mq * (p->D ? p->D : 1));
-    CARVE(s, mq * TA_FUSED_NK);
-    CARVE(o, mq * f->ldo);
-    CARVE(m, mq);
-    CARVE(l, mq);
-    CARVE(alpha, mq);
-    w.end = (int64_t *)x;
-    x += round_up(2 * mq, 16);
-    w.rowk = (int32_t *)x;
-    x += round_up(mq, 16);
-    w.kp = w.vp = NULL;
-    if (f->pack_k) CARVE(kp, TA_FUSED_NK * p->D);
-    if (f->pack_v) CARVE(vp, TA_FUSED_NK * p->Dv);
+    size_t off = 0;
+    fused_ws dummy;
+    if (!w) w = &dummy;
+#define CARVE(ptr, type, n)                                                                \
+    do {                                                                                   \
+        (ptr) = base ? (type *)(base + off) : NULL;                                        \
+        off += (size_t)round_up((n), 16);                                                  \
+    } while (0)
+    CARVE(w->qp, float, mq * (p->D ? p->D : 1));
+    CARVE(w->s, float, mq * TA_FUSED_NK);
+    CARVE(w->o, float, mq * f->ldo);
+    CARVE(w->m, float, mq);
+    CARVE(w->l, float, mq);
+    CARVE(w->alpha, float, mq);
+    CARVE(w->end, int64_t, 2 * mq); /* mq int64 values: 2 mq floats */
+    CARVE(w->rowk, int32_t, mq);
+    w->kp = w->vp = NULL;
+    if (f->pack_k) CARVE(w->kp, float, TA_FUSED_NK * p->D);
+    if (f->pack_v) CARVE(w->vp, float, TA_FUSED_NK * p->Dv);
 #undef CARVE
-    return w;
+    return off;
 }
 
 /* Q rows of the tile, scaled, into qp [D, mq_max] (rows past mq are zero). */
@@ -341,15 +346,7 @@ ta_status ta_sdpa_fused_run(const ta_sdpa_problem *p)
                                : p->Lk;
     if (split) f.nchunks = (p->Lk + chunk_keys - 1) / chunk_keys;
 
-    size_t wsf = 0;
-    {
-        int64_t MQ = f.mq_max;
-        wsf = (size_t)(round_up(MQ * (p->D ? p->D : 1), 16) + round_up(MQ * TA_FUSED_NK, 16) +
-                       round_up(MQ * f.ldo, 16) + 3 * round_up(MQ, 16) +
-                       round_up(2 * MQ, 16) + round_up(MQ, 16));
-        if (f.pack_k) wsf += (size_t)round_up(TA_FUSED_NK * p->D, 16);
-        if (f.pack_v) wsf += (size_t)round_up(TA_FUSED_NK * p->Dv, 16);
-    }
+    size_t wsf = ws_carve(NULL, &f, NULL);
     f.ws_floats = wsf;
 
     int64_t nitems_max = ntiles * f.nchunks;
@@ -413,7 +410,8 @@ ta_status ta_sdpa_fused_run(const ta_sdpa_problem *p)
     const int64_t grab = !split && ngroups >= 8 * (int64_t)nt ? tpg : 1;
 #pragma omp parallel num_threads(nt)
     {
-        fused_ws w = ws_carve(&f, ws_base + (size_t)omp_get_thread_num() * wsf);
+        fused_ws w;
+        ws_carve(&w, &f, ws_base + (size_t)omp_get_thread_num() * wsf);
 #pragma omp for schedule(dynamic, grab)
         for (int64_t n = 0; n < nitems; n++) {
             const fused_item *it = &items[n];
