@@ -24,6 +24,9 @@ void ta_error_clear(void);
 #define TA_ASSERT(cond) assert(cond)
 #endif
 
+/* x rounded up to a multiple of m (m > 0, x >= 0). */
+static inline int64_t ta_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
 #define TA_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define TA_MAX(a, b) ((a) > (b) ? (a) : (b))
 

@@ -225,8 +225,6 @@ void ta_gemm_workspace_release(void)
 
 /* ------------------------------------------------------------------- driver */
 
-static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
 /* K == 0: C = beta * C (beta == 0 writes zeros without reading C). */
 static void scale_c(const problem *pr)
 {
@@ -302,8 +300,8 @@ ta_status ta_gemm_strided(float *C, int64_t rsc, int64_t csc, const float *A, in
     int64_t parts = (nb % nt == 0 || nb >= 4 * (int64_t)nt) ? 1 : nt;
     int64_t chunk_m = M, chunk_n = N;
     if (parts > 1) {
-        if (N >= M) chunk_n = round_up((N + parts - 1) / parts, bk.nr);
-        else chunk_m = round_up((M + parts - 1) / parts, bk.mr);
+        if (N >= M) chunk_n = ta_round_up((N + parts - 1) / parts, bk.nr);
+        else chunk_m = ta_round_up((M + parts - 1) / parts, bk.mr);
     }
     const int64_t parts_m = (M + chunk_m - 1) / chunk_m, parts_n = (N + chunk_n - 1) / chunk_n;
     const int64_t items = nb * parts_m * parts_n;
@@ -312,8 +310,8 @@ ta_status ta_gemm_strided(float *C, int64_t rsc, int64_t csc, const float *A, in
     /* Per-thread packing buffers, sized to what a chunk needs: one block for the call,
      * allocated before any thread writes C (so on failure C is untouched). */
     const int64_t kc = TA_MIN(bk.kc, K);
-    const int64_t size_a = round_up(TA_MIN(bk.mc, round_up(chunk_m, bk.mr)) * kc, 16);
-    const int64_t size_b = round_up(TA_MIN(bk.nc, round_up(chunk_n, bk.nr)) * kc, 16);
+    const int64_t size_a = ta_round_up(TA_MIN(bk.mc, ta_round_up(chunk_m, bk.mr)) * kc, 16);
+    const int64_t size_b = ta_round_up(TA_MIN(bk.nc, ta_round_up(chunk_n, bk.nr)) * kc, 16);
     const size_t per_thread = (size_t)(size_a + size_b);
     const size_t bytes = per_thread * sizeof(float) * (size_t)nt;
     size_t got;

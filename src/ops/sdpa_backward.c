@@ -161,15 +161,13 @@ typedef struct bwd_ws {
     float *dq;      /* [dq_rows][D] */
 } bwd_ws;
 
-static inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
 static size_t ws_size(const bwd_plan *f, bwd_ws *w, float *base)
 {
     float *x = base;
     size_t n = 0;
 #define CARVE(field, count)                                     \
     do {                                                        \
-        int64_t c_ = round_up(TA_MAX((int64_t)(count), 1), 16); \
+        int64_t c_ = ta_round_up(TA_MAX((int64_t)(count), 1), 16); \
         if (w) w->field = x + n;                                \
         n += (size_t)c_;                                        \
     } while (0)
@@ -322,13 +320,13 @@ static bwd_view unit_view(const ta_tensor *t, float **buf)
     ta_tensor_copy(&c, t);
     v.data = *buf;
     for (int d = 0; d < 4; d++) v.s[d] = c.stride[d];
-    *buf += round_up(ta_tensor_numel(t), 16);
+    *buf += ta_round_up(ta_tensor_numel(t), 16);
     return v;
 }
 
 static int64_t copy_floats(const ta_tensor *t)
 {
-    return t->stride[3] == 1 || t->shape[3] <= 1 ? 0 : round_up(ta_tensor_numel(t), 16);
+    return t->stride[3] == 1 || t->shape[3] <= 1 ? 0 : ta_round_up(ta_tensor_numel(t), 16);
 }
 
 /* D_i = rowsum(dO_i * O_i) (in double) and the LSE of every row, as flat arrays. */
@@ -373,15 +371,15 @@ ta_status ta_sdpa_backward_fused_run(const ta_sdpa_grad_problem *g)
 
     /* Everything is allocated before any output is written: per-thread workspaces, D and
      * LSE per row, and unit-stride copies of Q, K, dO where their last dim is strided. */
-    size_t total = (size_t)nt * f.ws_floats + 2 * (size_t)round_up(TA_MAX(rows, 1), 16) +
+    size_t total = (size_t)nt * f.ws_floats + 2 * (size_t)ta_round_up(TA_MAX(rows, 1), 16) +
                    (size_t)(copy_floats(p->Q) + copy_floats(p->K) + copy_floats(g->dO));
     size_t bytes;
     if (!ta_mul_size(&bytes, total, sizeof(float)))
         return ta_error(TA_ENOMEM, "ta_sdpa_backward: the workspace is too large");
     float *mem = ta_alloc(bytes);
     if (!mem) return TA_ENOMEM;
-    float *di = mem + (size_t)nt * f.ws_floats, *lse = di + round_up(TA_MAX(rows, 1), 16);
-    float *cp = lse + round_up(TA_MAX(rows, 1), 16);
+    float *di = mem + (size_t)nt * f.ws_floats, *lse = di + ta_round_up(TA_MAX(rows, 1), 16);
+    float *cp = lse + ta_round_up(TA_MAX(rows, 1), 16);
     f.q = unit_view(p->Q, &cp);
     f.k_ = unit_view(p->K, &cp);
     f.dout = unit_view(g->dO, &cp);

@@ -67,8 +67,6 @@ typedef struct fused_plan {
     size_t ws_floats;    /* per thread */
 } fused_plan;
 
-static inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
 /* Head and query index of row r of a group. */
 static inline void row_hi(const fused_plan *f, int64_t hkv, int64_t r, int64_t *h, int64_t *i)
 {
@@ -89,7 +87,7 @@ static size_t ws_carve(fused_ws *w, const fused_plan *f, float *base)
 #define CARVE(ptr, type, n)                                                                \
     do {                                                                                   \
         (ptr) = base ? (type *)(base + off) : NULL;                                        \
-        off += (size_t)round_up((n), 16);                                                  \
+        off += (size_t)ta_round_up((n), 16);                                                  \
     } while (0)
     CARVE(w->qp, float, mq * (p->D ? p->D : 1));
     CARVE(w->s, float, mq * TA_FUSED_NK);
@@ -332,7 +330,7 @@ ta_status ta_sdpa_fused_run(const ta_sdpa_problem *p)
     fused_plan f = {.p = p, .k = ta_kernels_active()};
     f.G = p->H / p->Hkv;
     f.mq_max = f.k->attn_mq;
-    f.ldo = round_up(p->Dv ? p->Dv : 1, 16);
+    f.ldo = ta_round_up(p->Dv ? p->Dv : 1, 16);
     f.pack_k = p->K->stride[3] != 1 && p->D > 1;
     f.pack_v = p->V->stride[3] != 1 && p->Dv > 1;
 
@@ -342,7 +340,7 @@ ta_status ta_sdpa_fused_run(const ta_sdpa_problem *p)
     bool split = ntiles < TA_FUSED_FEW_TILES && p->Lk >= 2 * TA_FUSED_SPLIT;
     f.nchunks = split ? (p->Lk + TA_FUSED_SPLIT - 1) / TA_FUSED_SPLIT : 1;
     if (f.nchunks > TA_FUSED_MAX_CHUNKS) f.nchunks = TA_FUSED_MAX_CHUNKS; /* widen them */
-    int64_t chunk_keys = split ? round_up((p->Lk + f.nchunks - 1) / f.nchunks, TA_FUSED_NK)
+    int64_t chunk_keys = split ? ta_round_up((p->Lk + f.nchunks - 1) / f.nchunks, TA_FUSED_NK)
                                : p->Lk;
     if (split) f.nchunks = (p->Lk + chunk_keys - 1) / chunk_keys;
 
@@ -361,7 +359,7 @@ ta_status ta_sdpa_fused_run(const ta_sdpa_problem *p)
     size_t n_items_b = sizeof(fused_item) * (size_t)nitems_max;
     size_t n_tiles_b = 2 * sizeof(int64_t) * (size_t)tpg;
     size_t n_ws_b = sizeof(float) * wsf * (size_t)nt;
-    size_t n_part_b = split ? sizeof(float) * (size_t)round_up(part_floats * nitems_max, 16) : 0;
+    size_t n_part_b = split ? sizeof(float) * (size_t)ta_round_up(part_floats * nitems_max, 16) : 0;
     char *mem = ta_alloc(n_items_b + n_tiles_b + n_ws_b + n_part_b + 64);
     if (!mem) return TA_ENOMEM;
     float *ws_base = (float *)mem; /* 64-byte aligned: first */
