@@ -560,18 +560,18 @@ static void test_errors_name_argument_and_shapes(void **state)
                  "ta_sdpa: Q has 8 heads, not a multiple of the 3 heads of K and V");
     TA_CHECK_OK(ta_tensor_slice(&Vd, V, 3, 0, 16, 1));
     TA_CHECK_ERR(ta_sdpa(O, Q, K, &Vd, &o), TA_ESHAPE,
-                 "ta_sdpa: O has shape [2, 8, 5, 64] but must be [B, H, Lq, Dv] = [2, 8, 5, 16]");
+                 "ta_sdpa: O has shape [2, 8, 5, 64], expected [B, H, Lq, Dv] = [2, 8, 5, 16]");
 
     ta_tensor Ws, Ls;
     TA_CHECK_OK(ta_tensor_slice(&Ws, &e.W, 3, 0, 8, 1));
     o.weights = &Ws;
     TA_CHECK_ERR(ta_sdpa(O, Q, K, V, &o), TA_ESHAPE,
-                 "ta_sdpa: opts->weights has shape [2, 8, 5, 8] but must be [B, H, Lq, Lk] = [2, 8, 5, 9]");
+                 "ta_sdpa: opts->weights has shape [2, 8, 5, 8], expected [B, H, Lq, Lk] = [2, 8, 5, 9]");
     o.weights = &e.W;
     TA_CHECK_OK(ta_tensor_slice(&Ls, &e.L, 2, 0, 4, 1));
     o.lse = &Ls;
     TA_CHECK_ERR(ta_sdpa(O, Q, K, V, &o), TA_ESHAPE,
-                 "ta_sdpa: opts->lse has shape [2, 8, 4] but must be [B, H, Lq] = [2, 8, 5]");
+                 "ta_sdpa: opts->lse has shape [2, 8, 4], expected [B, H, Lq] = [2, 8, 5]");
     o.lse = &e.L;
 
     /* mask broadcasting */

@@ -425,7 +425,7 @@ static const vcase cases[] = {
     C(sdpa_v_keys, TA_ESHAPE, "V has 4 keys but K has 5"),
     C(sdpa_v_heads, TA_ESHAPE, "V has 1 heads but K has 2"),
     C(sdpa_gqa, TA_ESHAPE, "Q has 3 heads, not a multiple of the 2 heads"),
-    C(sdpa_o_shape, TA_ESHAPE, "O has shape [2, 4, 3, 5] but must be"),
+    C(sdpa_o_shape, TA_ESHAPE, "O has shape [2, 4, 3, 5], expected"),
     C(sdpa_o_stride0, TA_EINVAL, "O has stride 0 in dim 2"),
     C(sdpa_w_shape, TA_ESHAPE, "opts->weights has shape"),
     C(sdpa_lse_shape, TA_ESHAPE, "opts->lse has shape"),

@@ -171,6 +171,27 @@ ta_status ta_tensor_check(const char *fn, const char *name, const ta_tensor *t)
     return TA_OK;
 }
 
+ta_status ta_tensor_check_shape(const char *fn, const char *name, const ta_tensor *t, int ndim,
+                                const int64_t *shape, const char *dims, bool output)
+{
+    ta_status st = ta_tensor_check(fn, name, t);
+    if (st) return st;
+    bool same = t->ndim == ndim;
+    for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
+    if (!same) {
+        char s1[TA_SHAPE_STR_MAX], s2[TA_SHAPE_STR_MAX];
+        return ta_error(TA_ESHAPE, "%s: %s has shape %s, expected %s = %s", fn, name,
+                        ta_shape_str(s1, sizeof s1, t->ndim, t->shape), dims,
+                        ta_shape_str(s2, sizeof s2, ndim, shape));
+    }
+    /* an output is written element by element: distinct indices need distinct addresses */
+    for (int d = 0; output && d < ndim; d++)
+        if (t->stride[d] == 0 && t->shape[d] > 1)
+            return ta_error(TA_EINVAL, "%s: %s has stride 0 in dim %d, so its elements alias",
+                            fn, name, d);
+    return TA_OK;
+}
+
 /* Strides for viewing t as shape ns without a copy (PyTorch's view rule): old dims
  * are taken in chunks whose elements are evenly spaced; each chunk must map onto a run
  * of new dims with the same element count. Returns false when no view exists. */

@@ -630,26 +630,6 @@ static ta_status check_input(const char *fn, const char *name, const ta_tensor *
     return TA_OK;
 }
 
-static ta_status check_output(const char *fn, const char *name, const ta_tensor *t, int ndim,
-                              const int64_t *want, const char *what)
-{
-    char s1[TA_SHAPE_STR_MAX], s2[TA_SHAPE_STR_MAX];
-    ta_status st = ta_tensor_check(fn, name, t);
-    if (st) return st;
-    int ok = t->ndim == ndim;
-    for (int d = 0; ok && d < ndim; d++) ok = t->shape[d] == want[d];
-    if (!ok)
-        return ta_error(TA_ESHAPE, "%s: %s has shape %s, expected %s = %s", fn, name,
-                        ta_shape_str(s1, sizeof s1, t->ndim, t->shape), what,
-                        ta_shape_str(s2, sizeof s2, ndim, want));
-    /* Distinct elements must have distinct addresses (we write every one). */
-    for (int d = 0; d < ndim; d++)
-        if (t->shape[d] > 1 && t->stride[d] == 0)
-            return ta_error(TA_EINVAL, "%s: %s has stride 0 in dimension %d: its elements overlap",
-                            fn, name, d);
-    return TA_OK;
-}
-
 ta_status ta_attention_check_input(const char *fn, const char *name, const ta_tensor *x, int64_t E)
 {
     return check_input(fn, name, x, E);
@@ -683,7 +663,7 @@ ta_status ta_attention_run(ta_attention_fwd *keep, const char *fn, ta_tensor *ou
     const int64_t N = queries->shape[0], Lq = queries->shape[1], Lk = keys->shape[1];
     const int64_t oshape[3] = {N, Lq, E};
     if (!out && !keep) return ta_error(TA_EINVAL, "%s: out is NULL", fn);
-    if (out && (st = check_output(fn, "out", out, 3, oshape, "[N, Lq, E]"))) return st;
+    if (out && (st = ta_tensor_check_shape(fn, "out", out, 3, oshape, "[N, Lq, E]", true))) return st;
     /* the backward needs the LSE of every layout (and no weights) */
     const int want_lse = layout == TA_LAYOUT_SEED || keep;
 
@@ -721,9 +701,9 @@ ta_status ta_attention_run(ta_attention_fwd *keep, const char *fn, ta_tensor *ou
     if (wout) {
         if (opts->average_weights) {
             const int64_t ws[3] = {N, Lq, Lk};
-            st = check_output(fn, "weights", wout, 3, ws, "[N, Lq, Lk] (averaged over heads)");
+            st = ta_tensor_check_shape(fn, "weights", wout, 3, ws, "[N, Lq, Lk] (averaged over heads)", true);
         } else {
-            st = check_output(fn, "weights", wout, 4, target, "[N, H, Lq, Lk]");
+            st = ta_tensor_check_shape(fn, "weights", wout, 4, target, "[N, H, Lq, Lk]", true);
         }
         if (st) return st;
     }

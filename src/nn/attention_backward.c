@@ -166,7 +166,6 @@ ta_status ta_attention_backward(ta_tensor *d_queries, ta_tensor *d_keys, ta_tens
 {
     /* d_queries, queries, d_out [N, Lq, E]; d_keys, d_values, keys, values [N, Lk, E] */
     const char *fn = "ta_attention_backward";
-    char s1[TA_SHAPE_STR_MAX], s2[TA_SHAPE_STR_MAX];
     if (!layer) return ta_error(TA_EINVAL, "%s: layer is NULL", fn);
     const int64_t E = layer->E, H = layer->H, D = layer->D;
     const ta_layout layout = layer->layout;
@@ -174,14 +173,9 @@ ta_status ta_attention_backward(ta_tensor *d_queries, ta_tensor *d_keys, ta_tens
     if ((st = ta_attention_check_input(fn, "queries", queries, E))) return st;
     if ((st = ta_attention_check_input(fn, "keys", keys, E))) return st;
     if ((st = ta_attention_check_input(fn, "values", values, E))) return st;
-    if ((st = ta_tensor_check(fn, "d_out", d_out))) return st;
-    if (d_out->ndim != 3 || d_out->shape[0] != queries->shape[0] ||
-        d_out->shape[1] != queries->shape[1] || d_out->shape[2] != E) {
-        int64_t want[3] = {queries->shape[0], queries->shape[1], E};
-        return ta_error(TA_ESHAPE, "%s: d_out has shape %s, expected [N, Lq, E] = %s", fn,
-                        ta_shape_str(s1, sizeof s1, d_out->ndim, d_out->shape),
-                        ta_shape_str(s2, sizeof s2, 3, want));
-    }
+    const int64_t yshape[3] = {queries->shape[0], queries->shape[1], E};
+    if ((st = ta_tensor_check_shape(fn, "d_out", d_out, 3, yshape, "[N, Lq, E]", false)))
+        return st;
     if (d_queries && (st = check_grad(fn, "d_queries", d_queries, queries, "queries"))) return st;
     if (d_keys && (st = check_grad(fn, "d_keys", d_keys, keys, "keys"))) return st;
     if (d_values && (st = check_grad(fn, "d_values", d_values, values, "values"))) return st;

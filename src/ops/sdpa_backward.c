@@ -45,36 +45,6 @@
 
 /* ------------------------------------------------------------------ validation */
 
-/* A tensor of exactly `shape` (inputs: any strides). */
-static ta_status check_shape(const char *fn, const char *name, const ta_tensor *t, int ndim,
-                             const int64_t *shape, const char *dims)
-{
-    ta_status st = ta_tensor_check(fn, name, t);
-    if (st) return st;
-    bool same = t->ndim == ndim;
-    for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
-    if (!same) {
-        char s1[TA_SHAPE_STR_MAX], s2[TA_SHAPE_STR_MAX];
-        return ta_error(TA_ESHAPE, "%s: %s has shape %s, expected %s = %s", fn, name,
-                        ta_shape_str(s1, sizeof s1, t->ndim, t->shape), dims,
-                        ta_shape_str(s2, sizeof s2, ndim, shape));
-    }
-    return TA_OK;
-}
-
-/* An output: as above, and no two indices on one element. */
-static ta_status check_out(const char *fn, const char *name, const ta_tensor *t, int ndim,
-                           const int64_t *shape, const char *dims)
-{
-    ta_status st = check_shape(fn, name, t, ndim, shape, dims);
-    if (st) return st;
-    for (int d = 0; d < ndim; d++)
-        if (t->stride[d] == 0 && t->shape[d] > 1)
-            return ta_error(TA_EINVAL, "%s: %s has stride 0 in dim %d, so its elements alias",
-                            fn, name, d);
-    return TA_OK;
-}
-
 static ta_status validate(ta_sdpa_grad_problem *g, const char *fn, ta_tensor *dQ, ta_tensor *dK,
                           ta_tensor *dV, const ta_tensor *dO, const ta_tensor *Q,
                           const ta_tensor *K, const ta_tensor *V, const ta_tensor *O,
@@ -93,11 +63,11 @@ static ta_status validate(ta_sdpa_grad_problem *g, const char *fn, ta_tensor *dQ
     const ta_sdpa_problem *p = &g->p;
     const int64_t qs[4] = {p->B, p->H, p->Lq, p->D}, os[4] = {p->B, p->H, p->Lq, p->Dv};
     const int64_t ks[4] = {p->B, p->Hkv, p->Lk, p->D}, vs[4] = {p->B, p->Hkv, p->Lk, p->Dv};
-    st = check_shape(fn, "dO", dO, 4, os, "[B, H, Lq, Dv]");
-    if (!st) st = check_shape(fn, "lse", lse, 3, os, "[B, H, Lq]");
-    if (!st) st = check_out(fn, "dQ", dQ, 4, qs, "[B, H, Lq, D]");
-    if (!st) st = check_out(fn, "dK", dK, 4, ks, "[B, Hkv, Lk, D]");
-    if (!st) st = check_out(fn, "dV", dV, 4, vs, "[B, Hkv, Lk, Dv]");
+    st = ta_tensor_check_shape(fn, "dO", dO, 4, os, "[B, H, Lq, Dv]", false);
+    if (!st) st = ta_tensor_check_shape(fn, "lse", lse, 3, os, "[B, H, Lq]", false);
+    if (!st) st = ta_tensor_check_shape(fn, "dQ", dQ, 4, qs, "[B, H, Lq, D]", true);
+    if (!st) st = ta_tensor_check_shape(fn, "dK", dK, 4, ks, "[B, Hkv, Lk, D]", true);
+    if (!st) st = ta_tensor_check_shape(fn, "dV", dV, 4, vs, "[B, Hkv, Lk, Dv]", true);
     if (st) return st;
 
     const ta_tensor *ins[7] = {Q, K, V, O, dO, lse, opts ? opts->mask : NULL};

@@ -27,27 +27,6 @@ static ta_status check_rank4(const char *fn, const char *name, const ta_tensor *
     return TA_OK;
 }
 
-/* An output: float32 of exactly `shape`, no two indices on one element. */
-static ta_status check_output(const char *fn, const char *name, const ta_tensor *t, int ndim,
-                              const int64_t *shape, const char *dims)
-{
-    ta_status st = ta_tensor_check(fn, name, t);
-    if (st) return st;
-    bool same = t->ndim == ndim;
-    for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
-    if (!same) {
-        char s1[TA_SHAPE_STR_MAX], s2[TA_SHAPE_STR_MAX];
-        return ta_error(TA_ESHAPE, "%s: %s has shape %s but must be %s = %s", fn, name,
-                        ta_shape_str(s1, sizeof s1, t->ndim, t->shape), dims,
-                        ta_shape_str(s2, sizeof s2, ndim, shape));
-    }
-    for (int d = 0; d < ndim; d++)
-        if (t->stride[d] == 0 && t->shape[d] > 1)
-            return ta_error(TA_EINVAL, "%s: %s has stride 0 in dim %d, so its elements alias",
-                            fn, name, d);
-    return TA_OK;
-}
-
 static ta_status check_no_overlap(const char *fn, const char *out_name, const ta_tensor *out,
                                   const char *in_name, const ta_tensor *in)
 {
@@ -97,11 +76,11 @@ ta_status ta_sdpa_validate(ta_sdpa_problem *p, const char *fn, ta_tensor *O, con
                         fn, (long long)B, (long long)H, (long long)Lq, (long long)Lk);
 
     const int64_t oshape[4] = {B, H, Lq, Dv}, wshape[4] = {B, H, Lq, Lk};
-    st = check_output(fn, "O", O, 4, oshape, "[B, H, Lq, Dv]");
+    st = ta_tensor_check_shape(fn, "O", O, 4, oshape, "[B, H, Lq, Dv]", true);
     if (!st && opts->weights)
-        st = check_output(fn, "opts->weights", opts->weights, 4, wshape, "[B, H, Lq, Lk]");
+        st = ta_tensor_check_shape(fn, "opts->weights", opts->weights, 4, wshape, "[B, H, Lq, Lk]", true);
     if (!st && opts->lse)
-        st = check_output(fn, "opts->lse", opts->lse, 3, wshape, "[B, H, Lq]");
+        st = ta_tensor_check_shape(fn, "opts->lse", opts->lse, 3, wshape, "[B, H, Lq]", true);
     if (st) return st;
 
     if (!isfinite(opts->scale))
