@@ -32,6 +32,12 @@ ta_status ta_sdpa_validate(ta_sdpa_problem *p, const char *fn, ta_tensor *O, con
  * reference paths contract over it for grouped-query attention without copying K, V. */
 ta_tensor ta_sdpa_split_heads(const ta_tensor *t, int64_t G);
 
+/* C [B,H,.,.] = A [B,H,.,.] x Bt [B,Hkv,.,.] with Bt shared by the G = H / Hkv query
+ * heads of each group: spec4 ("bhid,bhjd->bhij") when G == 1, else spec5 on the
+ * split-heads views ("bkgid,bkjd->bkgij"), so K and V are never repeated. */
+ta_status ta_sdpa_group_einsum(const char *spec4, const char *spec5, ta_tensor *C,
+                               const ta_tensor *A, const ta_tensor *Bt, int64_t G);
+
 /* The seed's algorithm on a validated problem: einsum, scale, mask, softmax, einsum. */
 ta_status ta_sdpa_reference_run(const ta_sdpa_problem *p);
 

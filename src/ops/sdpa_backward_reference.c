@@ -15,15 +15,6 @@
 
 #include <math.h>
 
-/* C [B,H,.,.] = A [B,H,.,.] x Bt [B,Hkv,.,.]: Bt shared across each group. */
-static ta_status by_group(const char *spec4, const char *spec5, ta_tensor *C, const ta_tensor *A,
-                          const ta_tensor *Bt, int64_t G)
-{
-    if (G == 1) return ta_einsum(spec4, C, A, Bt);
-    ta_tensor a5 = ta_sdpa_split_heads(A, G), c5 = ta_sdpa_split_heads(C, G);
-    return ta_einsum(spec5, &c5, &a5, Bt);
-}
-
 /* C [B,Hkv,.,.] = sum over the group of A [B,H,.,.] x Bt [B,H,.,.]. */
 static ta_status group_sum(const char *spec4, const char *spec5, ta_tensor *C, const ta_tensor *A,
                            const ta_tensor *Bt, int64_t G)
@@ -60,9 +51,9 @@ ta_status ta_sdpa_backward_reference_run(const ta_sdpa_grad_problem *g)
     ta_tensor_from_buffer(&dP, mem + rows * Lk, 4, shape, NULL);
 
     /* S = Q K^T, then scale, mask and P = exp(S - LSE) row by row. */
-    ta_status st = p->D > 0 ? by_group("bhid,bhjd->bhij", "bkgid,bkjd->bkgij", &P, p->Q, p->K, G)
+    ta_status st = p->D > 0 ? ta_sdpa_group_einsum("bhid,bhjd->bhij", "bkgid,bkjd->bkgij", &P, p->Q, p->K, G)
                             : ta_tensor_fill(&P, 0.0f);
-    if (!st) st = p->Dv > 0 ? by_group("bhid,bhjd->bhij", "bkgid,bkjd->bkgij", &dP, g->dO, p->V, G)
+    if (!st) st = p->Dv > 0 ? ta_sdpa_group_einsum("bhid,bhjd->bhij", "bkgid,bkjd->bkgij", &dP, g->dO, p->V, G)
                             : ta_tensor_fill(&dP, 0.0f);
     if (st) {
         ta_free(mem);
@@ -97,7 +88,7 @@ ta_status ta_sdpa_backward_reference_run(const ta_sdpa_grad_problem *g)
     if (!st && ta_tensor_numel(g->dK) > 0)
         st = group_sum("bhij,bhid->bhjd", "bkgij,bkgid->bkjd", g->dK, &dP, p->Q, G);
     if (!st && ta_tensor_numel(g->dQ) > 0)
-        st = by_group("bhij,bhjd->bhid", "bkgij,bkjd->bkgid", g->dQ, &dP, p->K, G);
+        st = ta_sdpa_group_einsum("bhij,bhjd->bhid", "bkgij,bkjd->bkgid", g->dQ, &dP, p->K, G);
     ta_free(mem);
     return st;
 }

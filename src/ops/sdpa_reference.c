@@ -143,8 +143,8 @@ ta_tensor ta_sdpa_split_heads(const ta_tensor *t, int64_t G)
  * (G > 1) A and C are split into [B, Hkv, G, ., .] views and B is shared across the
  * group by the einsum itself (its 'g' index is absent from B), so K and V are never
  * repeated in memory. */
-static ta_status heads_einsum(const char *spec4, const char *spec5, ta_tensor *C,
-                              const ta_tensor *A, const ta_tensor *Bt, int64_t G)
+ta_status ta_sdpa_group_einsum(const char *spec4, const char *spec5, ta_tensor *C,
+                               const ta_tensor *A, const ta_tensor *Bt, int64_t G)
 {
     if (G == 1) return ta_einsum(spec4, C, A, Bt);
     ta_tensor a5 = ta_sdpa_split_heads(A, G), c5 = ta_sdpa_split_heads(C, G);
@@ -221,14 +221,14 @@ ta_status ta_sdpa_reference_run(const ta_sdpa_problem *p)
     if (Lk > 0) {
         /* 1. scores = Q K^T (an empty contraction D = 0 gives zeros) */
         if (p->D > 0)
-            st = heads_einsum("bhid,bhjd->bhij", "bkgid,bkjd->bkgij", &S, p->Q, p->K, G);
+            st = ta_sdpa_group_einsum("bhid,bhjd->bhij", "bkgid,bkjd->bkgij", &S, p->Q, p->K, G);
         else
             st = ta_tensor_fill(&S, 0.0f);
         /* 2. scale, mask, softmax over the keys */
         if (!st) softmax_rows(p, &S, lse);
         /* 3. O = weights V */
         if (!st && p->Dv > 0)
-            st = heads_einsum("bhij,bhjd->bhid", "bkgij,bkjd->bkgid", p->O, &S, p->V, G);
+            st = ta_sdpa_group_einsum("bhij,bhjd->bhid", "bkgij,bkjd->bkgid", p->O, &S, p->V, G);
     } else {
         for (int64_t r = 0; r < rows; r++) lse[r] = -INFINITY; /* no keys at all */
     }
