@@ -2,62 +2,12 @@
  * Q.K^T on a 24-query x 4-key tile (12 ymm accumulators), P.V on 6 rows x 16 columns
  * (12 accumulators), and a Cody-Waite + degree-6 polynomial expf that builds 2^n in the
  * exponent field as two factors (denormal results are rounded correctly). */
-#include <immintrin.h>
+#include "kernels/vec_avx2.h"
 
-#define VT __m256
-#define VL 8
 #define QV 3
 #define KJ 4
 #define PR 6
 #define PC 2
-
-static inline __m256i lanes_mask(int n)
-{
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-/* expf for x <= 88.7 (NaN -> NaN, -inf -> 0). Clamping at -104 makes -inf and every x
- * whose exp is below half the smallest denormal round to exactly 0. */
-static inline __m256 exp_avx2(__m256 x)
-{
-    const __m256 lo = _mm256_set1_ps(-104.0f);
-    const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
-    const __m256 ln2hi = _mm256_set1_ps(0.693359375f), ln2lo = _mm256_set1_ps(-2.12194440e-4f);
-    x = _mm256_max_ps(lo, x);                       /* second operand: NaN passes */
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, ln2hi, x);
-    r = _mm256_fnmadd_ps(n, ln2lo, r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    __m256 y = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    /* n in [-150, 128]: 2^n as two normal factors 2^(n/2) 2^(n - n/2), so that results
-     * in the denormal range round once, correctly, and n = 128 (x > 88.38, y < 1)
-     * stays finite. */
-    __m256i e = _mm256_cvtps_epi32(n);
-    __m256i e1 = _mm256_srai_epi32(e, 1), e2 = _mm256_sub_epi32(e, e1);
-    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e1, _mm256_set1_epi32(127)), 23));
-    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e2, _mm256_set1_epi32(127)), 23));
-    return _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
-}
-
-#define V_ZERO() _mm256_setzero_ps()
-#define V_SET1(x) _mm256_set1_ps(x)
-#define V_LOADU(p) _mm256_loadu_ps(p)
-#define V_STOREU(p, v) _mm256_storeu_ps(p, v)
-#define V_LOADN(p, n) _mm256_maskload_ps(p, lanes_mask(n))
-#define V_STOREN(p, v, n) _mm256_maskstore_ps(p, lanes_mask(n), v)
-#define V_ADD(a, b) _mm256_add_ps(a, b)
-#define V_SUB(a, b) _mm256_sub_ps(a, b)
-#define V_MUL(a, b) _mm256_mul_ps(a, b)
-#define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
-#define V_MAX(s, m) _mm256_max_ps(s, m)
-#define V_NEGINF_TO_ZERO(v) \
-    _mm256_andnot_ps(_mm256_cmp_ps(v, _mm256_set1_ps(-__builtin_inff()), _CMP_EQ_OQ), v)
-#define V_EXP(v) exp_avx2(v)
 
 #define NAME_QK ta_attn_qk_avx2_24x4
 #define NAME_SOFTMAX ta_attn_softmax_avx2_24

@@ -2,53 +2,12 @@
  * vector files with one-lane "vectors": a 4-query x 4-key Q.K^T tile, 4 rows x 4
  * columns of P.V, and the same Cody-Waite + polynomial expf in plain float arithmetic
  * (no FMA contraction without -mfma). */
-#include <stdint.h>
-#include <string.h>
+#include "kernels/vec_scalar.h"
 
-#define VT float
-#define VL 1
 #define QV 4
 #define KJ 4
 #define PR 4
 #define PC 4
-
-static inline float exp_scalar(float x)
-{
-    if (x != x) return x;
-    if (x < -104.0f) x = -104.0f; /* -inf and anything below half a denormal -> 0 */
-    /* Round to nearest by the 1.5 * 2^23 trick (rintf may be a library call here). */
-    float t = x * 1.44269504088896341f;
-    float n = (t + 12582912.0f) - 12582912.0f;
-    float r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float y = p * r * r + (r + 1.0f);
-    int32_t e = (int32_t)n, e1 = e / 2, e2 = e - e1; /* two factors: n may be 128 */
-    uint32_t b1 = (uint32_t)(e1 + 127) << 23, b2 = (uint32_t)(e2 + 127) << 23;
-    float s1, s2;
-    memcpy(&s1, &b1, sizeof s1);
-    memcpy(&s2, &b2, sizeof s2);
-    return y * s1 * s2;
-}
-
-#define V_ZERO() 0.0f
-#define V_SET1(x) (x)
-#define V_LOADU(p) (*(p))
-#define V_STOREU(p, v) (*(p) = (v))
-#define V_LOADN(p, n) ((n) > 0 ? *(p) : 0.0f)
-#define V_STOREN(p, v, n) ((n) > 0 ? (void)(*(p) = (v)) : (void)0)
-#define V_ADD(a, b) ((a) + (b))
-#define V_SUB(a, b) ((a) - (b))
-#define V_MUL(a, b) ((a) * (b))
-#define V_FMA(a, b, c) ((a) * (b) + (c))
-#define V_MAX(s, m) ((s) > (m) ? (s) : (m))
-#define V_NEGINF_TO_ZERO(v) ((v) == -__builtin_inff() ? 0.0f : (v))
-#define V_EXP(v) exp_scalar(v)
 
 #define NAME_QK ta_attn_qk_scalar_4x4
 #define NAME_SOFTMAX ta_attn_softmax_scalar_4
