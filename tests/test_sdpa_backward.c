@@ -642,6 +642,39 @@ static void test_errors(void **state)
     teardown(&p);
 }
 
+/* O is an input of the backward: a broadcast view of it (stride 0 over a batch whose
+ * entries are equal) is accepted and gives the same gradients as the full tensor. */
+static void test_broadcast_o_is_an_input(void **state)
+{
+    (void)state;
+    const int64_t one[4] = {1, 2, 5, 8}, two[4] = {2, 2, 5, 8}, lshape[3] = {2, 2, 5};
+    ta_tensor q1, k1, v1, q, k, v, o, lse, dO, g[6];
+    TA_CHECK_OK(ta_tensor_empty(&q1, 4, one)); TA_CHECK_OK(ta_randn(&q1, 1));
+    TA_CHECK_OK(ta_tensor_empty(&k1, 4, one)); TA_CHECK_OK(ta_randn(&k1, 2));
+    TA_CHECK_OK(ta_tensor_empty(&v1, 4, one)); TA_CHECK_OK(ta_randn(&v1, 3));
+    /* batch entries equal: views of the single-batch tensors with batch stride 0 */
+    const int64_t bst[4] = {0, 40, 8, 1};
+    TA_CHECK_OK(ta_tensor_from_buffer(&q, q1.data, 4, two, bst));
+    TA_CHECK_OK(ta_tensor_from_buffer(&k, k1.data, 4, two, bst));
+    TA_CHECK_OK(ta_tensor_from_buffer(&v, v1.data, 4, two, bst));
+    TA_CHECK_OK(ta_tensor_empty(&o, 4, two));
+    TA_CHECK_OK(ta_tensor_empty(&lse, 3, lshape));
+    TA_CHECK_OK(ta_tensor_empty(&dO, 4, two)); TA_CHECK_OK(ta_randn(&dO, 4));
+    ta_sdpa_opts fo = {.causal = TA_CAUSAL_TOP_LEFT, .lse = &lse};
+    TA_CHECK_OK(ta_sdpa(&o, &q, &k, &v, &fo));
+    ta_tensor ob;
+    TA_CHECK_OK(ta_tensor_from_buffer(&ob, o.data, 4, two, bst)); /* batch 0, broadcast */
+    for (int i = 0; i < 6; i++) TA_CHECK_OK(ta_tensor_empty(&g[i], 4, two));
+    ta_sdpa_opts bo = {.causal = TA_CAUSAL_TOP_LEFT};
+    TA_CHECK_OK(ta_sdpa_backward(&g[0], &g[1], &g[2], &dO, &q, &k, &v, &o, &lse, &bo));
+    TA_CHECK_OK(ta_sdpa_backward(&g[3], &g[4], &g[5], &dO, &q, &k, &v, &ob, &lse, &bo));
+    for (int i = 0; i < 3; i++)
+        assert_memory_equal(g[i].data, g[i + 3].data, sizeof(float) * 160);
+    for (int i = 0; i < 6; i++) ta_tensor_free(&g[i]);
+    ta_tensor_free(&q1); ta_tensor_free(&k1); ta_tensor_free(&v1); ta_tensor_free(&o);
+    ta_tensor_free(&lse); ta_tensor_free(&dO);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -650,6 +683,7 @@ int main(void)
         cmocka_unit_test(test_nan_propagates),
         cmocka_unit_test(test_bitwise_across_threads),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_broadcast_o_is_an_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

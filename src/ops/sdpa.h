@@ -26,6 +26,11 @@ typedef struct ta_sdpa_problem {
 /* Validates ta_sdpa's arguments into *p (messages start with fn). Writes nothing else. */
 ta_status ta_sdpa_validate(ta_sdpa_problem *p, const char *fn, ta_tensor *O, const ta_tensor *Q,
                            const ta_tensor *K, const ta_tensor *V, const ta_sdpa_opts *opts);
+/* The same, where O may be an input (o_is_output false: the backward's forward output,
+ * which may be a broadcast view and is checked against its own outputs by the caller). */
+ta_status ta_sdpa_validate_ext(ta_sdpa_problem *p, const char *fn, ta_tensor *O,
+                               const ta_tensor *Q, const ta_tensor *K, const ta_tensor *V,
+                               const ta_sdpa_opts *opts, bool o_is_output);
 
 /* A 5-d view [B, Hkv, G, L, X] of a [B, H, L, X] tensor, splitting the head axis into
  * (kv head, group member): head h = k * G + g. Splitting one axis is always a view; the

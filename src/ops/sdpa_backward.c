@@ -58,7 +58,7 @@ static ta_status validate(ta_sdpa_grad_problem *g, const char *fn, ta_tensor *dQ
                         "lse argument)", fn);
     if (!O) return ta_error(TA_EINVAL, "%s: O is NULL", fn);
     /* The forward's checks (Q, K, V, options, O's shape); O is an input here. */
-    ta_status st = ta_sdpa_validate(&g->p, fn, (ta_tensor *)O, Q, K, V, opts);
+    ta_status st = ta_sdpa_validate_ext(&g->p, fn, (ta_tensor *)O, Q, K, V, opts, false);
     if (st) return st;
     const ta_sdpa_problem *p = &g->p;
     const int64_t qs[4] = {p->B, p->H, p->Lq, p->D}, os[4] = {p->B, p->H, p->Lq, p->Dv};

@@ -39,6 +39,13 @@ static ta_status check_no_overlap(const char *fn, const char *out_name, const ta
 ta_status ta_sdpa_validate(ta_sdpa_problem *p, const char *fn, ta_tensor *O, const ta_tensor *Q,
                            const ta_tensor *K, const ta_tensor *V, const ta_sdpa_opts *opts)
 {
+    return ta_sdpa_validate_ext(p, fn, O, Q, K, V, opts, true);
+}
+
+ta_status ta_sdpa_validate_ext(ta_sdpa_problem *p, const char *fn, ta_tensor *O,
+                               const ta_tensor *Q, const ta_tensor *K, const ta_tensor *V,
+                               const ta_sdpa_opts *opts, bool o_is_output)
+{
     static const ta_sdpa_opts defaults = {0};
     if (!opts) opts = &defaults;
     ta_status st = check_rank4(fn, "Q", Q, "[B, H, Lq, D]");
@@ -76,7 +83,7 @@ ta_status ta_sdpa_validate(ta_sdpa_problem *p, const char *fn, ta_tensor *O, con
                         fn, (long long)B, (long long)H, (long long)Lq, (long long)Lk);
 
     const int64_t oshape[4] = {B, H, Lq, Dv}, wshape[4] = {B, H, Lq, Lk};
-    st = ta_tensor_check_shape(fn, "O", O, 4, oshape, "[B, H, Lq, Dv]", true);
+    st = ta_tensor_check_shape(fn, "O", O, 4, oshape, "[B, H, Lq, Dv]", o_is_output);
     if (!st && opts->weights)
         st = ta_tensor_check_shape(fn, "opts->weights", opts->weights, 4, wshape, "[B, H, Lq, Lk]", true);
     if (!st && opts->lse)
@@ -98,7 +105,7 @@ ta_status ta_sdpa_validate(ta_sdpa_problem *p, const char *fn, ta_tensor *O, con
     /* Outputs may not share memory with the inputs or with each other. */
     const ta_tensor *ins[4] = {Q, K, V, opts->mask};
     const char *in_names[4] = {"Q", "K", "V", "opts->mask"};
-    ta_tensor *outs[3] = {O, opts->weights, opts->lse};
+    ta_tensor *outs[3] = {o_is_output ? O : NULL, opts->weights, opts->lse};
     const char *out_names[3] = {"O", "opts->weights", "opts->lse"};
     for (int o = 0; o < 3 && !st; o++) {
         for (int i = 0; i < 4 && !st; i++)
