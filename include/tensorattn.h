@@ -543,7 +543,8 @@ typedef struct ta_attention_opts {
  * queries first (the seed's forward takes values, keys, queries; torch's query, key,
  * value). Scratch memory is kept in the layer and reused; it grows only when the
  * shapes grow. Errors name the input and both shapes ("ta_attention_forward: keys has
- * shape [2, 5, 8] but values has [2, 6, 8]"). */
+ * shape [2, 5, 8] but values has [2, 6, 8]"); on error out is untouched, except after a
+ * TA_ENOMEM from the GEMM engine's packing buffer, which can leave it partly written. */
 ta_status ta_attention_forward(ta_tensor *out, ta_attention *layer, const ta_tensor *queries,
                                const ta_tensor *keys, const ta_tensor *values,
                                const ta_attention_opts *opts);
