@@ -369,6 +369,16 @@ static void test_mask_modes_and_broadcasting(void **state)
             c.seed = 300 + k * 3 + m;
             check_case(&c);
         }
+    /* grouped heads packed into one tile (Lq < the tile height): a mask shared by the
+     * tile's rows ([B,1,1,Lk]) and one that differs per head ([1,H,Lq,Lk]) */
+    for (int k = 1; k <= 2; k++)
+        for (int m = 0; m < 3; m++) {
+            fcase c = base(2, 4, 1, 3, 77, 32, 32);
+            c.mask_kind = kinds[k];
+            c.mode = modes[m];
+            c.seed = 320 + k * 3 + m;
+            check_case(&c);
+        }
 }
 
 static void test_key_lengths_zero_and_partial(void **state)

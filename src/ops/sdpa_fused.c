@@ -136,20 +136,49 @@ static void pack_rows(float *dst, const ta_tensor *t, int64_t b, int64_t hkv, in
 /* Blocks the scores of a key tile [j0, j0 + nk) that a bound or the mask tensor hides:
  * with a mask tensor the mask plan decides every score (scale 1: Q is pre-scaled);
  * otherwise only the keys past each row's end become -inf. */
+/* The mask tensor's value for one key when every row of the tile reads the same mask
+ * row (a [B, 1, 1, Lk] padding mask, or one head's rows of a [B, H, 1, Lk] mask): applied
+ * to the whole key column s[t * MQ + 0 .. mq) at once, which vectorises. Scores are
+ * already scaled (the scale is folded into Q). Same rules as ta_mask_apply. */
+static void mask_tile_shared_row(const ta_mask_plan *mp, const float *m, int64_t ms, float *s,
+                                 int64_t MQ, int64_t mq, int64_t nk)
+{
+    for (int64_t t = 0; t < nk; t++) {
+        const float v = m[t * ms];
+        float *col = s + t * MQ;
+        bool blocked = mp->mode == TA_MASK_KEEP ? v == 0.0f : mp->mode == TA_MASK_BLOCK && v != 0.0f;
+        if (blocked)
+            for (int64_t r = 0; r < mq; r++) col[r] = -INFINITY;
+        else if (mp->mode == TA_MASK_ADDITIVE)
+            for (int64_t r = 0; r < mq; r++) col[r] += v;
+    }
+}
+
 static void mask_tile(const fused_plan *f, const fused_item *it, float *s, int64_t j0,
                       int64_t nk)
 {
     const ta_mask_plan *mp = &f->p->mask;
     int64_t MQ = f->mq_max;
+    int64_t h0, i0, h1, i1;
+    row_hi(f, it->hkv, it->r0, &h0, &i0);
+    row_hi(f, it->hkv, it->r0 + it->mq - 1, &h1, &i1);
+    if (mp->mask && mp->mstride[2] == 0 && (h0 == h1 || mp->mstride[1] == 0)) {
+        mask_tile_shared_row(mp, ta_mask_row_ptr(mp, it->b, h0, i0) + j0 * mp->mstride[3],
+                             mp->mstride[3], s, MQ, it->mq, nk);
+    } else if (mp->mask) {
+        for (int64_t r = 0; r < it->mq; r++) {
+            int64_t h, i;
+            row_hi(f, it->hkv, it->r0 + r, &h, &i);
+            ta_mask_apply(mp, it->b, h, i, j0, nk, 1.0f, s + r, MQ);
+        }
+        return; /* ta_mask_apply applied the row bounds too */
+    }
+    /* the causal and key-length bound of each row */
     for (int64_t r = 0; r < it->mq; r++) {
         int64_t h, i;
         row_hi(f, it->hkv, it->r0 + r, &h, &i);
-        if (mp->mask) {
-            ta_mask_apply(mp, it->b, h, i, j0, nk, 1.0f, s + r, MQ);
-        } else {
-            int64_t t = ta_mask_row_end(mp, it->b, i) - j0;
-            for (t = t < 0 ? 0 : t; t < nk; t++) s[t * MQ + r] = -INFINITY;
-        }
+        int64_t t = ta_mask_row_end(mp, it->b, i) - j0;
+        for (t = t < 0 ? 0 : t; t < nk; t++) s[t * MQ + r] = -INFINITY;
     }
 }
 
