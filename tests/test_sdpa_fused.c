@@ -381,6 +381,37 @@ static void test_mask_modes_and_broadcasting(void **state)
         }
 }
 
+/* A causal mask given as a tensor (the seed's triu(ones, 1) in block mode): key tiles it
+ * blocks for every row are skipped like the ones opts.causal hides; the result matches
+ * the reference path on the same mask and the fused path with opts.causal. */
+static void test_mask_tensor_blocking_whole_tiles(void **state)
+{
+    (void)state;
+    const int64_t s4[4] = {2, 3, 200, 40}, ms[2] = {200, 200};
+    ta_tensor q, k, v, o1, o2, o3, m;
+    TA_CHECK_OK(ta_tensor_empty(&q, 4, s4)); TA_CHECK_OK(ta_randn(&q, 81));
+    TA_CHECK_OK(ta_tensor_empty(&k, 4, s4)); TA_CHECK_OK(ta_randn(&k, 82));
+    TA_CHECK_OK(ta_tensor_empty(&v, 4, s4)); TA_CHECK_OK(ta_randn(&v, 83));
+    TA_CHECK_OK(ta_tensor_empty(&o1, 4, s4));
+    TA_CHECK_OK(ta_tensor_empty(&o2, 4, s4));
+    TA_CHECK_OK(ta_tensor_empty(&o3, 4, s4));
+    TA_CHECK_OK(ta_tensor_ones(&m, 2, ms));
+    TA_CHECK_OK(ta_tensor_triu(&m, 1));
+    ta_sdpa_opts fused = {.mask = &m, .mask_mode = TA_MASK_BLOCK, .path = TA_SDPA_FUSED};
+    ta_sdpa_opts ref = fused, causal = {.causal = TA_CAUSAL_TOP_LEFT, .path = TA_SDPA_FUSED};
+    ref.path = TA_SDPA_REFERENCE;
+    TA_CHECK_OK(ta_sdpa(&o1, &q, &k, &v, &fused));
+    TA_CHECK_OK(ta_sdpa(&o2, &q, &k, &v, &ref));
+    TA_CHECK_OK(ta_sdpa(&o3, &q, &k, &v, &causal));
+    const float *a = o1.data, *b = o2.data, *c = o3.data;
+    for (int64_t e = 0; e < ta_tensor_numel(&o1); e++) {
+        if (!(fabsf(a[e] - b[e]) <= 1e-5f)) fail_msg("element %lld: fused %g, reference %g", (long long)e, (double)a[e], (double)b[e]);
+        if (!(fabsf(a[e] - c[e]) <= 1e-6f)) fail_msg("element %lld: mask %g, causal %g", (long long)e, (double)a[e], (double)c[e]);
+    }
+    ta_tensor_free(&q); ta_tensor_free(&k); ta_tensor_free(&v); ta_tensor_free(&m);
+    ta_tensor_free(&o1); ta_tensor_free(&o2); ta_tensor_free(&o3);
+}
+
 static void test_key_lengths_zero_and_partial(void **state)
 {
     (void)state;
@@ -604,6 +635,7 @@ int main(void)
         cmocka_unit_test(test_lq_differs_from_lk_both_ways),
         cmocka_unit_test(test_scale_and_value_dim),
         cmocka_unit_test(test_mask_modes_and_broadcasting),
+        cmocka_unit_test(test_mask_tensor_blocking_whole_tiles),
         cmocka_unit_test(test_key_lengths_zero_and_partial),
         cmocka_unit_test(test_grouped_query_attention),
         cmocka_unit_test(test_fully_masked_rows),

@@ -182,6 +182,29 @@ static void mask_tile(const fused_plan *f, const fused_item *it, float *s, int64
     }
 }
 
+/* Whether a keep or block mask tensor, with the row bounds in w->end, blocks every key
+ * of keys [j0, j0 + nk) for every row of the item: such a tile is skipped, as the ones
+ * the causal limit hides are (its scores would all be -inf: it adds nothing). A mask
+ * that is causal in disguise (the seed's triu block mask) so costs no more than
+ * opts.causal beyond this scan, which stops at the first allowed key. */
+static bool tile_blocked(const fused_plan *f, const fused_item *it, const fused_ws *w,
+                         int64_t j0, int64_t nk)
+{
+    const ta_mask_plan *mp = &f->p->mask;
+    if (mp->mode == TA_MASK_ADDITIVE) return false;
+    const int64_t ms = mp->mstride[3];
+    const bool keep = mp->mode == TA_MASK_KEEP;
+    for (int64_t r = 0; r < it->mq; r++) {
+        int64_t e = TA_MIN(w->end[r] - j0, nk), h, i;
+        if (e <= 0) continue;
+        row_hi(f, it->hkv, it->r0 + r, &h, &i);
+        const float *m = ta_mask_row_ptr(mp, it->b, h, i) + j0 * ms;
+        for (int64_t t = 0; t < e; t++)
+            if (keep ? m[t * ms] != 0.0f : m[t * ms] == 0.0f) return false; /* NaN: nonzero */
+    }
+    return true;
+}
+
 /* The online softmax of one work item: leaves the unnormalised O, m and l of its rows
  * in the workspace. */
 static void run_item(const fused_plan *f, const fused_item *it, const fused_ws *w)
@@ -212,6 +235,7 @@ static void run_item(const fused_plan *f, const fused_item *it, const fused_ws *
     const float *vb = (const float *)V->data + it->b * V->stride[0] + it->hkv * V->stride[1];
     for (int64_t j0 = it->jlo; j0 < it->jhi; j0 += TA_FUSED_NK) {
         int64_t nk = TA_MIN(TA_FUSED_NK, it->jhi - j0);
+        if (p->mask.mask && tile_blocked(f, it, w, j0, nk)) continue;
         const float *kt = kb + j0 * K->stride[2];
         int64_t ldk = K->stride[2];
         if (f->pack_k) {
