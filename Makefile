@@ -3,6 +3,8 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 30
+# libFuzzer seed: empty for a random one; CI derives it from the commit (see .ci/run)
+FUZZ_SEED ?=
 
 .PHONY: all build setup run test example bench sanitize valgrind fuzz install clean
 
@@ -70,7 +72,7 @@ VALGRIND_EXCLUDE ?= ^(install_consumer|test_core\.avx2|test_core\.avx512|train_r
 fuzz:
 	@./scripts/setup fuzz
 	$(MAKE) -f fuzz/Makefile OUT=build-fuzz -j $(JOBS) all
-	$(MAKE) -f fuzz/Makefile OUT=build-fuzz FUZZ_SECONDS=$(FUZZ_SECONDS) run
+	$(MAKE) -f fuzz/Makefile OUT=build-fuzz FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_SEED=$(FUZZ_SEED) run
 
 install: build
 	cmake --install $(BUILD)
