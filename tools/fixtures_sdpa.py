@@ -60,11 +60,11 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
 # ------------------------------------------------------------------------------------
 
 
-def sdpa_math64(q, k, v, scale=0.0, causal="none", mask=None, mode="keep",
-                key_lengths=None, dtype=torch.float64):
-    """ta_sdpa's semantics in explicit torch math (float64 unless dtype says otherwise).
-    Returns out, weights, lse, and the number of rows that attend to nothing."""
-    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+def masked_scores(q, k, v, scale=0.0, causal="none", mask=None, mode="keep",
+                  key_lengths=None):
+    """Scaled, masked scores [B, H, Lq, Lk] of ta_sdpa's semantics from q, k, v already in
+    the working dtype (autograd flows through them), and v with its heads repeated for
+    the query heads of each group. Blocked keys are -inf; additive masks are added."""
     B, H, Lq, D = q.shape
     Hkv, Lk = k.shape[1], k.shape[2]
     g = H // Hkv
@@ -86,7 +86,16 @@ def sdpa_math64(q, k, v, scale=0.0, causal="none", mask=None, mode="keep",
         blocked |= (mask != 0).expand(B, H, Lq, Lk)
     scores = scores.masked_fill(blocked, float("-inf"))
     if mask is not None and mode == "additive":
-        scores = scores + mask.to(dtype)
+        scores = scores + mask.to(q.dtype)
+    return scores, v
+
+
+def sdpa_math64(q, k, v, scale=0.0, causal="none", mask=None, mode="keep",
+                key_lengths=None, dtype=torch.float64):
+    """ta_sdpa's semantics in explicit torch math (float64 unless dtype says otherwise).
+    Returns out, weights, lse, and the number of rows that attend to nothing."""
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    scores, v = masked_scores(q, k, v, scale, causal, mask, mode, key_lengths)
     weights = torch.softmax(scores, dim=-1)
     lse = torch.logsumexp(scores, dim=-1)
     out = torch.einsum("bhij,bhjd->bhid", weights, v)

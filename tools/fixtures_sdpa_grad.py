@@ -25,6 +25,8 @@ import math
 
 import torch
 
+from fixtures_sdpa import masked_scores
+
 TOL = 1e-4
 
 
@@ -35,28 +37,7 @@ def sdpa_grad_math(q, k, v, dout, scale=0.0, causal="none", mask=None, mode="kee
     q = q.to(dtype).detach().requires_grad_(True)
     k = k.to(dtype).detach().requires_grad_(True)
     v = v.to(dtype).detach().requires_grad_(True)
-    B, H, Lq, D = q.shape
-    Hkv, Lk = k.shape[1], k.shape[2]
-    g = H // Hkv
-    kr = k.repeat_interleave(g, dim=1)  # query head h reads kv head h // g
-    vr = v.repeat_interleave(g, dim=1)
-    s = scale if scale != 0.0 else 1.0 / math.sqrt(D)
-    scores = torch.einsum("bhid,bhjd->bhij", q, kr) * s
-    blocked = torch.zeros(B, H, Lq, Lk, dtype=torch.bool)
-    if causal == "top_left":
-        blocked |= torch.triu(torch.ones(Lq, Lk), diagonal=1).bool()
-    elif causal == "bottom_right":
-        blocked |= torch.triu(torch.ones(Lq, Lk), diagonal=Lk - Lq + 1).bool()
-    if key_lengths is not None:
-        pad = torch.arange(Lk)[None, :] >= key_lengths[:, None]
-        blocked |= pad[:, None, None, :]
-    if mask is not None and mode == "keep":
-        blocked |= (mask == 0).expand(B, H, Lq, Lk)
-    elif mask is not None and mode == "block":
-        blocked |= (mask != 0).expand(B, H, Lq, Lk)
-    scores = scores.masked_fill(blocked, float("-inf"))
-    if mask is not None and mode == "additive":
-        scores = scores + mask.to(dtype)
+    scores, vr = masked_scores(q, k, v, scale, causal, mask, mode, key_lengths)
     empty = (scores == float("-inf")).all(dim=-1, keepdim=True)  # [B, H, Lq, 1]
     safe = scores.masked_fill(empty, 0.0)
     weights = torch.softmax(safe, dim=-1).masked_fill(empty, 0.0)
