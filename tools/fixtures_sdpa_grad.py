@@ -21,8 +21,6 @@ default 1/sqrt(D)), causal (none|top_left|bottom_right), mask_mode, layout (bhld
 blhd: the C test passes [B, L, H, D] memory as permuted views), tags, seed, empty_rows.
 """
 
-import math
-
 import torch
 
 from fixtures_sdpa import masked_scores
