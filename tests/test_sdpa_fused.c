@@ -7,6 +7,7 @@
  * tails, decode shapes (the key-split path), bitwise equality over thread counts; and
  * the expf kernel against double exp. */
 #include "ta_test.h"
+#include "sdpa_oracle.h"
 
 #include "core/core.h"
 #include "core/tensor_internal.h"
@@ -18,79 +19,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ------------------------------------------------------------ float64 oracle */
-
-static double at4(const ta_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d)
-{
-    int64_t idx[4] = {a, b, c, d};
-    return *ta_tensor_at(t, idx);
-}
-
-static double mask_at(const ta_tensor *m, int64_t b, int64_t h, int64_t i, int64_t j)
-{
-    int64_t full[4] = {b, h, i, j}, idx[4];
-    int lead = 4 - m->ndim;
-    for (int d = 0; d < m->ndim; d++) idx[d] = m->shape[d] == 1 ? 0 : full[d + lead];
-    return *ta_tensor_at(m, idx);
-}
-
-/* O [B,H,Lq,Dv] and L [B,H,Lq] in C order, double. Blocked scores are -inf whatever
- * the product; a NaN or +inf score makes the row NaN; an empty row gives 0 and -inf. */
-static void sdpa_f64(double *O, double *L, const ta_tensor *Q, const ta_tensor *K,
-                     const ta_tensor *V, const ta_sdpa_opts *op, double scale)
-{
-    int64_t B = Q->shape[0], H = Q->shape[1], Lq = Q->shape[2], D = Q->shape[3];
-    int64_t Hkv = K->shape[1], Lk = K->shape[2], Dv = V->shape[3], G = H / Hkv;
-    double *s = malloc(sizeof(double) * (size_t)(Lk ? Lk : 1));
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < H; h++)
-            for (int64_t i = 0; i < Lq; i++) {
-                int64_t kh = h / G, row = (b * H + h) * Lq + i;
-                int bad = 0;
-                double mx = -INFINITY;
-                for (int64_t j = 0; j < Lk; j++) {
-                    int blocked = (op->key_lengths && j >= op->key_lengths[b]) ||
-                                  (op->causal == TA_CAUSAL_TOP_LEFT && j > i) ||
-                                  (op->causal == TA_CAUSAL_BOTTOM_RIGHT && j > i + Lk - Lq);
-                    double mv = op->mask ? mask_at(op->mask, b, h, i, j) : 0.0;
-                    if (op->mask && op->mask_mode == TA_MASK_KEEP && mv == 0) blocked = 1;
-                    if (op->mask && op->mask_mode == TA_MASK_BLOCK && mv != 0) blocked = 1;
-                    if (blocked) {
-                        s[j] = -INFINITY;
-                        continue;
-                    }
-                    double acc = 0;
-                    for (int64_t d = 0; d < D; d++) acc += at4(Q, b, h, i, d) * at4(K, b, kh, j, d);
-                    s[j] = acc * scale + (op->mask && op->mask_mode == TA_MASK_ADDITIVE ? mv : 0.0);
-                    if (isnan(s[j]) || s[j] == INFINITY) bad = 1;
-                    else if (s[j] > mx) mx = s[j];
-                }
-                double *out = O + row * Dv;
-                if (bad) {
-                    for (int64_t d = 0; d < Dv; d++) out[d] = NAN;
-                    L[row] = NAN;
-                    continue;
-                }
-                if (mx == -INFINITY) {
-                    for (int64_t d = 0; d < Dv; d++) out[d] = 0;
-                    L[row] = -INFINITY;
-                    continue;
-                }
-                double sum = 0;
-                for (int64_t j = 0; j < Lk; j++) sum += exp(s[j] - mx);
-                L[row] = mx + log(sum);
-                for (int64_t d = 0; d < Dv; d++) {
-                    double acc = 0;
-                    for (int64_t j = 0; j < Lk; j++) {
-                        double w = exp(s[j] - mx) / sum;
-                        if (w != 0) acc += w * at4(V, b, kh, j, d); /* blocked keys: nothing */
-                    }
-                    out[d] = acc;
-                }
-            }
-    free(s);
-}
 
 /* max |a - b| over a strided [n0, n1, n2, n3] float tensor vs C-order doubles; NaN must
  * meet NaN and infinities must be equal. */
@@ -255,7 +183,7 @@ static void check_case(const fcase *c)
     size_t nO = (size_t)(c->B * c->H * c->Lq * c->Dv), nL = (size_t)(c->B * c->H * c->Lq);
     double *O = malloc(sizeof(double) * (nO ? nO : 1)), *L = malloc(sizeof(double) * (nL ? nL : 1));
     double scale = c->scale != 0.0f ? c->scale : 1.0 / sqrt((double)c->D);
-    sdpa_f64(O, L, &t.q, &t.k, &t.v, &o, scale);
+    ta_test_sdpa_f64(O, NULL, L, &t.q, &t.k, &t.v, &o, scale, true);
     double eo = max_err(&t.o, O, 0.0), el = max_err(&t.lse, L, 1.0);
     if (!(eo <= 1e-5) || !(el <= 1e-5))
         fail_msg("fused vs f64: B%lld H%lld/%lld Lq%lld Lk%lld D%lld Dv%lld causal %d mask %d/%d "
@@ -480,7 +408,7 @@ static void test_nan_propagates_and_blocked_nan_is_discarded(void **state)
     ta_sdpa_opts o = opts_of(&c, &t);
     run_fused(&t, &o);
     double O[2 * 70 * 64], L[2 * 70];
-    sdpa_f64(O, L, &t.q, &t.k, &t.v, &o, 1.0 / 8.0);
+    ta_test_sdpa_f64(O, NULL, L, &t.q, &t.k, &t.v, &o, 1.0 / 8.0, true);
     assert_true(max_err(&t.o, O, 0.0) <= 1e-5);
     assert_true(max_err(&t.lse, L, 1.0) <= 1e-5);
     int64_t a[4] = {0, 1, 49, 0}, b[4] = {0, 1, 50, 0}, l3[3] = {0, 0, 3};
@@ -497,7 +425,7 @@ static void test_nan_propagates_and_blocked_nan_is_discarded(void **state)
     *ta_tensor_at(&t.mask, mi) = INFINITY;
     o = opts_of(&c, &t);
     run_fused(&t, &o);
-    sdpa_f64(O, L, &t.q, &t.k, &t.v, &o, 1.0 / 8.0);
+    ta_test_sdpa_f64(O, NULL, L, &t.q, &t.k, &t.v, &o, 1.0 / 8.0, true);
     assert_true(max_err(&t.o, O, 0.0) <= 1e-5);
     int64_t r7[4] = {0, 1, 7, 0};
     assert_true(isnan(*ta_tensor_at(&t.o, r7)));

@@ -4,6 +4,7 @@
  * modes with broadcasting, key lengths, GQA, Dv != D, odd sizes, head dims 8..256,
  * empty rows, NaN propagation, strided views, optional outputs; and every error. */
 #include "ta_test.h"
+#include "sdpa_oracle.h"
 
 #include "core/tensor_internal.h"
 #include "ops/einsum.h"
@@ -11,85 +12,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ------------------------------------------------------------ float64 oracle */
-
-typedef struct ref_opts {
-    double scale;              /* already resolved */
-    int causal;                /* 0 none, 1 top_left, 2 bottom_right */
-    const ta_tensor *mask;     /* broadcast by hand below */
-    int mode;                  /* 0 keep, 1 block, 2 additive */
-    const int64_t *key_lengths;
-} ref_opts;
-
-/* Mask element broadcast to (b, h, i, j) by trailing alignment. */
-static double mask_at(const ta_tensor *m, int64_t b, int64_t h, int64_t i, int64_t j)
-{
-    int64_t full[4] = {b, h, i, j}, idx[4];
-    int lead = 4 - m->ndim;
-    for (int d = 0; d < m->ndim; d++) idx[d] = m->shape[d] == 1 ? 0 : full[d + lead];
-    return *ta_tensor_at(m, idx);
-}
-
-static double at4(const ta_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d)
-{
-    int64_t idx[4] = {a, b, c, d};
-    return *ta_tensor_at(t, idx);
-}
-
-/* O [B,H,Lq,Dv], W [B,H,Lq,Lk], L [B,H,Lq], all C order, in double. */
-static void sdpa_f64(double *O, double *W, double *L, const ta_tensor *Q, const ta_tensor *K,
-                     const ta_tensor *V, const ref_opts *o)
-{
-    int64_t B = Q->shape[0], H = Q->shape[1], Lq = Q->shape[2], D = Q->shape[3];
-    int64_t Hkv = K->shape[1], Lk = K->shape[2], Dv = V->shape[3], G = H / Hkv;
-    double *s = malloc(sizeof(double) * (size_t)(Lk ? Lk : 1));
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < H; h++)
-            for (int64_t i = 0; i < Lq; i++) {
-                int64_t kh = h / G, row = (b * H + h) * Lq + i;
-                int nan = 0;
-                double mx = -INFINITY;
-                for (int64_t j = 0; j < Lk; j++) {
-                    int blocked = (o->key_lengths && j >= o->key_lengths[b]) ||
-                                  (o->causal == 1 && j > i) ||
-                                  (o->causal == 2 && j > i + Lk - Lq);
-                    double mv = o->mask ? mask_at(o->mask, b, h, i, j) : 0.0;
-                    if (o->mask && o->mode == 0 && mv == 0) blocked = 1;
-                    if (o->mask && o->mode == 1 && mv != 0) blocked = 1;
-                    if (blocked) {
-                        s[j] = -INFINITY;
-                    } else {
-                        double acc = 0;
-                        for (int64_t d = 0; d < D; d++) acc += at4(Q, b, h, i, d) * at4(K, b, kh, j, d);
-                        s[j] = acc * o->scale + (o->mask && o->mode == 2 ? mv : 0.0);
-                    }
-                    if (isnan(s[j])) nan = 1;
-                    else if (s[j] > mx) mx = s[j];
-                }
-                double *w = W + row * Lk, *out = O + row * Dv;
-                if (nan || mx == INFINITY) {
-                    for (int64_t j = 0; j < Lk; j++) w[j] = NAN;
-                    L[row] = NAN;
-                } else if (mx == -INFINITY) {
-                    for (int64_t j = 0; j < Lk; j++) w[j] = 0;
-                    L[row] = -INFINITY;
-                    for (int64_t d = 0; d < Dv; d++) out[d] = 0;  /* empty row: 0 */
-                    continue;
-                } else {
-                    double sum = 0;
-                    for (int64_t j = 0; j < Lk; j++) sum += exp(s[j] - mx);
-                    for (int64_t j = 0; j < Lk; j++) w[j] = exp(s[j] - mx) / sum;
-                    L[row] = mx + log(sum);
-                }
-                for (int64_t d = 0; d < Dv; d++) {
-                    double acc = 0;
-                    for (int64_t j = 0; j < Lk; j++) acc += w[j] * at4(V, b, kh, j, d);
-                    out[d] = acc;
-                }
-            }
-    free(s);
-}
 
 /* ------------------------------------------------------------------ cases */
 
@@ -166,10 +88,10 @@ static void run_case(const sdpa_case *c)
            nl = (size_t)(c->B * c->H * c->Lq);
     double *rO = malloc(sizeof(double) * (no + 1)), *rW = malloc(sizeof(double) * (nw + 1)),
            *rL = malloc(sizeof(double) * (nl + 1));
-    ref_opts ro = {.scale = c->scale != 0 ? c->scale : 1.0 / sqrt((double)c->D),
-                   .causal = c->causal, .mask = c->mask_kind ? &M : NULL, .mode = c->mode,
-                   .key_lengths = kl};
-    sdpa_f64(rO, rW, rL, &Q, &K, &V, &ro);
+    ta_sdpa_opts ro = {.causal = (ta_causal)c->causal, .mask = c->mask_kind ? &M : NULL,
+                       .mask_mode = (ta_mask_mode)c->mode, .key_lengths = kl};
+    ta_test_sdpa_f64(rO, rW, rL, &Q, &K, &V, &ro,
+                     c->scale != 0 ? c->scale : 1.0 / sqrt((double)c->D), false);
     double eo = max_abs(O.data, rO, no), ew = max_abs(W.data, rW, nw);
     double el = 0;
     const float *lp = L.data;
@@ -458,16 +380,16 @@ static void test_strided_views(void **state)
     TA_CHECK_OK(ta_sdpa(&O, &Q, &K, &V, &o));
     double *rO = malloc(sizeof(double) * B * H * Lq * D), *rW = malloc(sizeof(double) * B * H * Lq * Lk),
            *rL = malloc(sizeof(double) * B * H * Lq);
-    ref_opts ro = {.scale = 0.25, .causal = 2};
-    sdpa_f64(rO, rW, rL, &Q, &K, &V, &ro);
+    ta_sdpa_opts ro = {.causal = TA_CAUSAL_BOTTOM_RIGHT};
+    ta_test_sdpa_f64(rO, rW, rL, &Q, &K, &V, &ro, 0.25, false);
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)
             for (int64_t i = 0; i < Lq; i++) {
                 int64_t row = (b * H + h) * Lq + i;
                 for (int64_t d = 0; d < D; d++)
-                    assert_true(fabs(at4(&O, b, h, i, d) - rO[row * D + d]) <= 1e-5);
+                    assert_true(fabs(ta_test_at4(&O, b, h, i, d) - rO[row * D + d]) <= 1e-5);
                 for (int64_t j = 0; j < Lk; j++)
-                    assert_true(fabs(at4(&W, b, h, i, j) - rW[row * Lk + j]) <= 1e-5);
+                    assert_true(fabs(ta_test_at4(&W, b, h, i, j) - rW[row * Lk + j]) <= 1e-5);
                 int64_t li[3] = {b, h, i};
                 assert_true(fabs(*ta_tensor_at(&L, li) - rL[row]) <= 1e-5);
             }

@@ -1,0 +1,75 @@
+#include "sdpa_oracle.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+double ta_test_at4(const ta_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    int64_t idx[4] = {a, b, c, d};
+    return *ta_tensor_at(t, idx);
+}
+
+double ta_test_mask_at(const ta_tensor *m, int64_t b, int64_t h, int64_t i, int64_t j)
+{
+    int64_t full[4] = {b, h, i, j}, idx[4];
+    int lead = 4 - m->ndim;
+    for (int d = 0; d < m->ndim; d++) idx[d] = m->shape[d] == 1 ? 0 : full[d + lead];
+    return *ta_tensor_at(m, idx);
+}
+
+void ta_test_sdpa_f64(double *O, double *W, double *L, const ta_tensor *Q, const ta_tensor *K,
+                      const ta_tensor *V, const ta_sdpa_opts *op, double scale,
+                      bool skip_zero_weights)
+{
+    int64_t B = Q->shape[0], H = Q->shape[1], Lq = Q->shape[2], D = Q->shape[3];
+    int64_t Hkv = K->shape[1], Lk = K->shape[2], Dv = V->shape[3], G = H / Hkv;
+    double *s = malloc(sizeof(double) * (size_t)(Lk ? Lk : 1));
+    double *w = malloc(sizeof(double) * (size_t)(Lk ? Lk : 1));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < Lq; i++) {
+                int64_t kh = h / G, row = (b * H + h) * Lq + i;
+                int bad = 0;
+                double mx = -INFINITY;
+                for (int64_t j = 0; j < Lk; j++) {
+                    int blocked = (op->key_lengths && j >= op->key_lengths[b]) ||
+                                  (op->causal == TA_CAUSAL_TOP_LEFT && j > i) ||
+                                  (op->causal == TA_CAUSAL_BOTTOM_RIGHT && j > i + Lk - Lq);
+                    double mv = op->mask ? ta_test_mask_at(op->mask, b, h, i, j) : 0.0;
+                    if (op->mask && op->mask_mode == TA_MASK_KEEP && mv == 0) blocked = 1;
+                    if (op->mask && op->mask_mode == TA_MASK_BLOCK && mv != 0) blocked = 1;
+                    if (blocked) {
+                        s[j] = -INFINITY;
+                        continue;
+                    }
+                    double acc = 0;
+                    for (int64_t d = 0; d < D; d++)
+                        acc += ta_test_at4(Q, b, h, i, d) * ta_test_at4(K, b, kh, j, d);
+                    s[j] = acc * scale + (op->mask && op->mask_mode == TA_MASK_ADDITIVE ? mv : 0.0);
+                    if (isnan(s[j]) || s[j] == INFINITY) bad = 1;
+                    else if (s[j] > mx) mx = s[j];
+                }
+                double *out = O + row * Dv;
+                if (bad || mx == -INFINITY) { /* NaN row, or nothing to attend */
+                    for (int64_t j = 0; j < Lk; j++) w[j] = bad ? NAN : 0.0;
+                    for (int64_t d = 0; d < Dv; d++) out[d] = bad ? NAN : 0.0;
+                    L[row] = bad ? NAN : -INFINITY;
+                } else {
+                    double sum = 0;
+                    for (int64_t j = 0; j < Lk; j++) sum += exp(s[j] - mx);
+                    for (int64_t j = 0; j < Lk; j++) w[j] = exp(s[j] - mx) / sum;
+                    L[row] = mx + log(sum);
+                    for (int64_t d = 0; d < Dv; d++) {
+                        double acc = 0;
+                        for (int64_t j = 0; j < Lk; j++)
+                            if (!skip_zero_weights || w[j] != 0)
+                                acc += w[j] * ta_test_at4(V, b, kh, j, d);
+                        out[d] = acc;
+                    }
+                }
+                if (W)
+                    for (int64_t j = 0; j < Lk; j++) W[row * Lk + j] = w[j];
+            }
+    free(w);
+    free(s);
+}
