@@ -6,13 +6,10 @@
 #include "cli_run.h"
 #include "fixtures.h"
 
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 /* One error line, "tensorattn: error: ...", containing needle. */
@@ -27,36 +24,6 @@ static void expect_error(const char **argv, int code, const char *needle)
     if (!strstr(ta_cli_err, needle)) fail_msg("stderr lacks '%s': %s", needle, ta_cli_err);
 }
 
-static void save_record(const char *path, const ta_fixture_record *r)
-{
-    ta_tensor t;
-    TA_CHECK_OK(ta_fixture_tensor(&t, r));
-    TA_CHECK_OK(ta_npy_save(path, &t));
-    ta_tensor_free(&t);
-}
-
-/* An '<i8' .npy written by hand (ta_npy_save writes float32 only). */
-static void save_i64(const char *path, const ta_fixture_record *r)
-{
-    char shape[32];
-    snprintf(shape, sizeof shape, "(%lld,)", (long long)r->shape[0]);
-    ta_npy_write_raw(path, "<i8", shape, r->data, (size_t)r->numel * 8);
-}
-
-/* max |out - ref| where ref is an f64 record; NaN must match NaN. */
-static double compare_npy(const char *path, const ta_fixture_record *ref)
-{
-    ta_tensor o;
-    TA_CHECK_OK(ta_npy_load(&o, path));
-    assert_int_equal(ta_tensor_numel(&o), ref->numel);
-    double *want = malloc(sizeof(double) * (size_t)(ref->numel ? ref->numel : 1));
-    TA_CHECK_OK(ta_fixture_to_f64(want, (size_t)ref->numel, ref));
-    double d = ta_test_max_abs_diff(o.data, want, (size_t)ref->numel);
-    free(want);
-    ta_tensor_free(&o);
-    return d;
-}
-
 static void test_sdpa_fixtures(void **state)
 {
     (void)state;
@@ -69,45 +36,11 @@ static void test_sdpa_fixtures(void **state)
         char layout[32], causal[32], mode[32], scale[64];
         ta_fixture_meta_get(meta, "layout", layout, sizeof layout);
         if (strcmp(layout, "bhld") != 0) continue; /* the CLI takes [B,H,L,D] files */
-        ta_fixture_meta_get(meta, "causal", causal, sizeof causal);
-        ta_fixture_meta_get(meta, "scale", scale, sizeof scale);
-        int has_mode = ta_fixture_meta_get(meta, "mask_mode", mode, sizeof mode);
         const char *argv[40] = {0};
         int a = 1;
         argv[a++] = "sdpa";
-        const char *roles[3] = {"q", "k", "v"}, *flags[3] = {"--q", "--k", "--v"};
-        for (int r = 0; r < 3; r++) {
-            char file[16];
-            snprintf(file, sizeof file, "%s.npy", roles[r]);
-            char *p = ta_cli_path(file);
-            save_record(p, ta_fixture_case_record(f, name, roles[r]));
-            argv[a++] = flags[r];
-            argv[a++] = p;
-        }
-        const ta_fixture_record *mask = ta_fixture_case_record(f, name, "mask");
-        const ta_fixture_record *klen = ta_fixture_case_record(f, name, "key_lengths");
+        a = ta_cli_sdpa_inputs(argv, a, f, name, causal, mode, scale);
         const ta_fixture_record *w = ta_fixture_case_record(f, name, "weights");
-        if (mask) {
-            save_record(ta_cli_path("mask.npy"), mask);
-            argv[a++] = "--mask";
-            argv[a++] = ta_cli_path("mask.npy");
-            argv[a++] = "--mask-mode";
-            argv[a++] = has_mode ? mode : "keep";
-        }
-        if (klen) {
-            save_i64(ta_cli_path("klen.npy"), klen);
-            argv[a++] = "--key-lengths";
-            argv[a++] = ta_cli_path("klen.npy");
-        }
-        if (strcmp(causal, "none") != 0 && !(mask && has_mode && strcmp(mode, "block") == 0 &&
-                                              strncmp(name, "seed", 4) == 0)) {
-            argv[a++] = "--causal";
-            argv[a++] = causal;
-        }
-        if (strtod(scale, NULL) != 0.0) {
-            argv[a++] = "--scale";
-            argv[a++] = scale;
-        }
         argv[a++] = "-o";
         argv[a++] = ta_cli_path("o.npy");
         argv[a++] = "--lse";
@@ -118,7 +51,7 @@ static void test_sdpa_fixtures(void **state)
         }
         int rc = ta_cli_run(argv);
         if (rc != 0) fail_msg("case %s: exit %d: %s", name, rc, ta_cli_err);
-        double d = compare_npy(ta_cli_path("o.npy"), ta_fixture_case_record(f, name, "out"));
+        double d = ta_cli_compare_npy(ta_cli_path("o.npy"), ta_fixture_case_record(f, name, "out"));
         if (d > 1e-5) fail_msg("case %s: output differs by %g", name, d);
         /* LSE: -inf rows must match; compare_npy treats inf - inf as NaN -> fail */
         ta_tensor l;
@@ -138,7 +71,7 @@ static void test_sdpa_fixtures(void **state)
         free(want);
         ta_tensor_free(&l);
         if (w) {
-            d = compare_npy(ta_cli_path("w.npy"), w);
+            d = ta_cli_compare_npy(ta_cli_path("w.npy"), w);
             if (d > 1e-5) fail_msg("case %s: weights differ by %g", name, d);
         }
         ran++;
@@ -181,7 +114,7 @@ static void test_mha_fixtures(void **state)
         }
         TA_CHECK_OK(ta_safetensors_save(ta_cli_path("w.safetensors"), np, names, pp));
         for (int i = 0; i < np; i++) ta_tensor_free(&params[i]);
-        save_record(ta_cli_path("x.npy"), ta_fixture_case_record(f, name, "queries"));
+        ta_cli_save_record(ta_cli_path("x.npy"), ta_fixture_case_record(f, name, "queries"));
         const char *argv[32] = {0};
         int a = 1;
         argv[a++] = "mha";
@@ -194,8 +127,8 @@ static void test_mha_fixtures(void **state)
         argv[a++] = "--input";
         argv[a++] = ta_cli_path("x.npy");
         if (!is_self) {
-            save_record(ta_cli_path("k.npy"), ta_fixture_case_record(f, name, "keys"));
-            save_record(ta_cli_path("v.npy"), ta_fixture_case_record(f, name, "values"));
+            ta_cli_save_record(ta_cli_path("k.npy"), ta_fixture_case_record(f, name, "keys"));
+            ta_cli_save_record(ta_cli_path("v.npy"), ta_fixture_case_record(f, name, "values"));
             argv[a++] = "--keys";
             argv[a++] = ta_cli_path("k.npy");
             argv[a++] = "--values";
@@ -203,7 +136,7 @@ static void test_mha_fixtures(void **state)
         }
         const ta_fixture_record *mask = ta_fixture_case_record(f, name, "mask");
         if (mask) {
-            save_record(ta_cli_path("m.npy"), mask);
+            ta_cli_save_record(ta_cli_path("m.npy"), mask);
             argv[a++] = "--mask";
             argv[a++] = ta_cli_path("m.npy");
             if (has_mode) {
@@ -218,7 +151,7 @@ static void test_mha_fixtures(void **state)
         argv[1] = "mha";
         int rc = ta_cli_run(argv);
         if (rc != 0) fail_msg("case %s: exit %d: %s", name, rc, ta_cli_err);
-        double d = compare_npy(ta_cli_path("y.npy"), ta_fixture_case_record(f, name, "out64"));
+        double d = ta_cli_compare_npy(ta_cli_path("y.npy"), ta_fixture_case_record(f, name, "out64"));
         if (d > 1e-5) fail_msg("case %s: output differs by %g", name, d);
         ran++;
     }
@@ -240,8 +173,8 @@ static void test_einsum_fixtures(void **state)
         char expect[16];
         ta_fixture_meta_get(meta, "expect", expect, sizeof expect);
         const ta_fixture_record *b = ta_fixture_case_record(f, name, "b");
-        save_record(ta_cli_path("a.npy"), ta_fixture_case_record(f, name, "a"));
-        if (b) save_record(ta_cli_path("b.npy"), b);
+        ta_cli_save_record(ta_cli_path("a.npy"), ta_fixture_case_record(f, name, "a"));
+        if (b) ta_cli_save_record(ta_cli_path("b.npy"), b);
         const char *argv[10] = {0};
         int a = 1;
         argv[a++] = "einsum";

@@ -6,99 +6,22 @@
 #include "cli_run.h"
 #include "fixtures.h"
 
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-static void save_record(const char *path, const ta_fixture_record *r)
-{
-    ta_tensor t;
-    TA_CHECK_OK(ta_fixture_tensor(&t, r));
-    TA_CHECK_OK(ta_npy_save(path, &t));
-    ta_tensor_free(&t);
-}
-
-/* An '<i8' .npy of a 1-d record, written by hand (ta_npy_save writes float32 only). */
-static void save_i64(const char *path, const ta_fixture_record *r)
-{
-    char header[128];
-    int n = snprintf(header, sizeof header,
-                     "{'descr': '<i8', 'fortran_order': False, 'shape': (%lld,), }",
-                     (long long)r->shape[0]);
-    int pad = (64 - (10 + n + 1) % 64) % 64;
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    unsigned short hl = (unsigned short)(n + pad + 1);
-    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
-    fwrite(&hl, 2, 1, f);
-    fwrite(header, 1, (size_t)n, f);
-    for (int i = 0; i < pad; i++) fputc(' ', f);
-    fputc('\n', f);
-    fwrite(r->data, 8, (size_t)r->numel, f);
-    fclose(f);
-}
-
-/* max |file - ref| for an f64 record of the same shape. */
-static double compare_npy(const char *path, const ta_fixture_record *ref)
-{
-    ta_tensor o;
-    TA_CHECK_OK(ta_npy_load(&o, path));
-    assert_int_equal(o.ndim, ref->ndim);
-    for (int d = 0; d < o.ndim; d++) assert_int_equal(o.shape[d], ref->shape[d]);
-    double *want = malloc(sizeof(double) * (size_t)(ref->numel ? ref->numel : 1));
-    TA_CHECK_OK(ta_fixture_to_f64(want, (size_t)ref->numel, ref));
-    double d = ta_test_max_abs_diff(o.data, want, (size_t)ref->numel);
-    free(want);
-    ta_tensor_free(&o);
-    return d;
-}
 
 /* The argv of one case (inputs written into ta_cli_dir); returns the argument count. */
 static int case_args(const ta_fixture_file *f, const char *name, const char **argv,
                      char *mode, char *causal, char *scale)
 {
-    const char *meta = ta_fixture_case_meta(f, name);
-    ta_fixture_meta_get(meta, "causal", causal, 32);
-    ta_fixture_meta_get(meta, "scale", scale, 64);
-    int has_mode = ta_fixture_meta_get(meta, "mask_mode", mode, 32);
     int a = 1;
     argv[a++] = "sdpa";
-    const char *roles[4] = {"q", "k", "v", "dout"}, *flags[4] = {"--q", "--k", "--v", "--grad-out"};
-    for (int r = 0; r < 4; r++) {
-        char file[16];
-        snprintf(file, sizeof file, "%s.npy", roles[r]);
-        char *p = ta_cli_path(file);
-        save_record(p, ta_fixture_case_record(f, name, roles[r]));
-        argv[a++] = flags[r];
-        argv[a++] = p;
-    }
-    const ta_fixture_record *mask = ta_fixture_case_record(f, name, "mask");
-    const ta_fixture_record *klen = ta_fixture_case_record(f, name, "key_lengths");
-    if (mask) {
-        save_record(ta_cli_path("mask.npy"), mask);
-        argv[a++] = "--mask";
-        argv[a++] = ta_cli_path("mask.npy");
-        argv[a++] = "--mask-mode";
-        argv[a++] = has_mode ? mode : "keep";
-    }
-    if (klen) {
-        save_i64(ta_cli_path("klen.npy"), klen);
-        argv[a++] = "--key-lengths";
-        argv[a++] = ta_cli_path("klen.npy");
-    }
-    if (strcmp(causal, "none") != 0) {
-        argv[a++] = "--causal";
-        argv[a++] = causal;
-    }
-    if (strtod(scale, NULL) != 0.0) {
-        argv[a++] = "--scale";
-        argv[a++] = scale;
-    }
+    a = ta_cli_sdpa_inputs(argv, a, f, name, causal, mode, scale);
+    ta_cli_save_record(ta_cli_path("dout.npy"), ta_fixture_case_record(f, name, "dout"));
+    argv[a++] = "--grad-out";
+    argv[a++] = ta_cli_path("dout.npy");
     argv[a++] = "-o";
     argv[a++] = ta_cli_path("o.npy");
     argv[a++] = "--dq";
@@ -125,11 +48,11 @@ static void test_grad_fixtures(void **state)
         case_args(f, name, argv, mode, causal, scale);
         int rc = ta_cli_run(argv);
         if (rc != 0) fail_msg("case %s: exit %d: %s", name, rc, ta_cli_err);
-        double d = compare_npy(ta_cli_path("o.npy"), ta_fixture_case_record(f, name, "out"));
+        double d = ta_cli_compare_npy(ta_cli_path("o.npy"), ta_fixture_case_record(f, name, "out"));
         if (d > 1e-5) fail_msg("case %s: output differs by %g", name, d);
         const char *files[3] = {"dq.npy", "dk.npy", "dv.npy"}, *roles[3] = {"dq", "dk", "dv"};
         for (int r = 0; r < 3; r++) {
-            d = compare_npy(ta_cli_path(files[r]), ta_fixture_case_record(f, name, roles[r]));
+            d = ta_cli_compare_npy(ta_cli_path(files[r]), ta_fixture_case_record(f, name, roles[r]));
             if (d > 1e-4) fail_msg("case %s: %s differs by %g", name, roles[r], d);
         }
         ran++;

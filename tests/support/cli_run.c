@@ -1,6 +1,8 @@
 #include "cli_run.h"
+#include "ta_test.h"
 
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,4 +91,75 @@ void ta_npy_write_raw(const char *path, const char *descr, const char *shape, co
     fputc('\n', f);
     if (nbytes) fwrite(data, 1, nbytes, f);
     fclose(f);
+}
+
+void ta_cli_save_record(const char *path, const ta_fixture_record *r)
+{
+    ta_tensor t;
+    TA_CHECK_OK(ta_fixture_tensor(&t, r));
+    TA_CHECK_OK(ta_npy_save(path, &t));
+    ta_tensor_free(&t);
+}
+
+void ta_cli_save_i64(const char *path, const ta_fixture_record *r)
+{
+    char shape[32];
+    snprintf(shape, sizeof shape, "(%lld,)", (long long)r->shape[0]);
+    ta_npy_write_raw(path, "<i8", shape, r->data, (size_t)r->numel * 8);
+}
+
+double ta_cli_compare_npy(const char *path, const ta_fixture_record *ref)
+{
+    ta_tensor o;
+    TA_CHECK_OK(ta_npy_load(&o, path));
+    assert_int_equal(o.ndim, ref->ndim);
+    for (int d = 0; d < o.ndim; d++) assert_int_equal(o.shape[d], ref->shape[d]);
+    double *want = malloc(sizeof(double) * (size_t)(ref->numel ? ref->numel : 1));
+    TA_CHECK_OK(ta_fixture_to_f64(want, (size_t)ref->numel, ref));
+    double d = ta_test_max_abs_diff(o.data, want, (size_t)ref->numel);
+    free(want);
+    ta_tensor_free(&o);
+    return d;
+}
+
+int ta_cli_sdpa_inputs(const char **argv, int a, const ta_fixture_file *f, const char *name,
+                       char *causal, char *mode, char *scale)
+{
+    const char *meta = ta_fixture_case_meta(f, name);
+    ta_fixture_meta_get(meta, "causal", causal, 32);
+    ta_fixture_meta_get(meta, "scale", scale, 64);
+    int has_mode = ta_fixture_meta_get(meta, "mask_mode", mode, 32);
+    const char *roles[3] = {"q", "k", "v"}, *flags[3] = {"--q", "--k", "--v"};
+    for (int r = 0; r < 3; r++) {
+        char file[16];
+        snprintf(file, sizeof file, "%s.npy", roles[r]);
+        char *p = ta_cli_path(file);
+        ta_cli_save_record(p, ta_fixture_case_record(f, name, roles[r]));
+        argv[a++] = flags[r];
+        argv[a++] = p;
+    }
+    const ta_fixture_record *mask = ta_fixture_case_record(f, name, "mask");
+    const ta_fixture_record *klen = ta_fixture_case_record(f, name, "key_lengths");
+    if (mask) {
+        ta_cli_save_record(ta_cli_path("mask.npy"), mask);
+        argv[a++] = "--mask";
+        argv[a++] = ta_cli_path("mask.npy");
+        argv[a++] = "--mask-mode";
+        argv[a++] = has_mode ? mode : "keep";
+    }
+    if (klen) {
+        ta_cli_save_i64(ta_cli_path("klen.npy"), klen);
+        argv[a++] = "--key-lengths";
+        argv[a++] = ta_cli_path("klen.npy");
+    }
+    bool seed_mask = mask && has_mode && strcmp(mode, "block") == 0 && strncmp(name, "seed", 4) == 0;
+    if (strcmp(causal, "none") != 0 && !seed_mask) {
+        argv[a++] = "--causal";
+        argv[a++] = causal;
+    }
+    if (strtod(scale, NULL) != 0.0) {
+        argv[a++] = "--scale";
+        argv[a++] = scale;
+    }
+    return a;
 }

@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include "fixtures.h"
+
 extern char ta_cli_dir[64];     /* the directory, after ta_cli_make_dir */
 extern char ta_cli_out[8192];   /* the last run's stdout (truncated), terminated */
 extern char ta_cli_err[8192];   /* the last run's stderr (truncated), terminated */
@@ -27,5 +29,20 @@ int ta_cli_exists(const char *path);
  * bytes (nbytes may disagree with the shape, to make broken files). */
 void ta_npy_write_raw(const char *path, const char *descr, const char *shape, const void *data,
                       size_t nbytes);
+
+/* A fixture record as a float32 .npy at path; an integer record of shape [n] as '<i8'. */
+void ta_cli_save_record(const char *path, const ta_fixture_record *r);
+void ta_cli_save_i64(const char *path, const ta_fixture_record *r);
+/* max |file - ref| for a record of the same shape (NaN must meet NaN). */
+double ta_cli_compare_npy(const char *path, const ta_fixture_record *ref);
+
+/* The inputs of an sdpa fixture case (sdpa.tafx, sdpa_grad.tafx) on the command line:
+ * writes q, k, v, the mask and the key lengths as .npy files into ta_cli_dir and appends
+ * --q/--k/--v, --mask/--mask-mode, --key-lengths, --causal and --scale to argv from
+ * position a (the seed's own cases, whose triu block mask already is the causal limit,
+ * get no --causal). causal, mode and scale (32, 32 and 64 chars) keep the strings argv
+ * points at. Returns the next position. */
+int ta_cli_sdpa_inputs(const char **argv, int a, const ta_fixture_file *f, const char *name,
+                       char *causal, char *mode, char *scale);
 
 #endif
