@@ -8,6 +8,7 @@
 #include "ta_test.h"
 
 #include "fixtures.h"
+#include "sdpa_oracle.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -65,22 +66,13 @@ static void place(ta_tensor *view, ta_tensor *store, const int64_t *s, int blhd,
 static void run_case(const ta_fixture_file *f, const char *c)
 {
     const char *meta = ta_fixture_case_meta(f, c);
-    int64_t sh[7];
-    assert_int_equal(ta_fixture_meta_ints(meta, "shape", sh, 7), 7);
+    const ta_test_sdpa_meta cm = ta_test_sdpa_case_meta(meta);
+    const int64_t *sh = cm.shape;
     int64_t B = sh[0], H = sh[1], Hkv = sh[2], Lq = sh[3], Lk = sh[4], D = sh[5], Dv = sh[6];
-    char buf[64];
-    ta_fixture_meta_get(meta, "scale", buf, sizeof buf);
-    float scale = (float)strtod(buf, NULL);
-    ta_fixture_meta_get(meta, "causal", buf, sizeof buf);
-    ta_causal causal = !strcmp(buf, "top_left") ? TA_CAUSAL_TOP_LEFT
-                       : !strcmp(buf, "bottom_right") ? TA_CAUSAL_BOTTOM_RIGHT
-                                                      : TA_CAUSAL_NONE;
-    ta_mask_mode mode = TA_MASK_KEEP;
-    if (ta_fixture_meta_get(meta, "mask_mode", buf, sizeof buf))
-        mode = !strcmp(buf, "block") ? TA_MASK_BLOCK
-               : !strcmp(buf, "additive") ? TA_MASK_ADDITIVE : TA_MASK_KEEP;
-    ta_fixture_meta_get(meta, "layout", buf, sizeof buf);
-    int blhd = !strcmp(buf, "blhd");
+    const float scale = cm.scale;
+    const ta_causal causal = cm.causal;
+    const ta_mask_mode mode = cm.mode;
+    const int blhd = cm.blhd;
 
     ta_tensor q0, k0, v0, do0, o0, l0, M = {0};
     TA_CHECK_OK(ta_fixture_tensor(&q0, ta_fixture_case_record(f, c, "q")));

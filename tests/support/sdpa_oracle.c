@@ -1,7 +1,10 @@
 #include "sdpa_oracle.h"
+#include "fixtures.h"
+#include "ta_test.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 double ta_test_at4(const ta_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d)
 {
@@ -72,4 +75,23 @@ void ta_test_sdpa_f64(double *O, double *W, double *L, const ta_tensor *Q, const
             }
     free(w);
     free(s);
+}
+
+ta_test_sdpa_meta ta_test_sdpa_case_meta(const char *meta)
+{
+    ta_test_sdpa_meta m = {.mode = TA_MASK_KEEP};
+    assert_int_equal(ta_fixture_meta_ints(meta, "shape", m.shape, 7), 7);
+    char buf[64];
+    ta_fixture_meta_get(meta, "scale", buf, sizeof buf);
+    m.scale = (float)strtod(buf, NULL);
+    ta_fixture_meta_get(meta, "causal", buf, sizeof buf);
+    m.causal = !strcmp(buf, "top_left") ? TA_CAUSAL_TOP_LEFT
+               : !strcmp(buf, "bottom_right") ? TA_CAUSAL_BOTTOM_RIGHT
+                                              : TA_CAUSAL_NONE;
+    if (ta_fixture_meta_get(meta, "mask_mode", buf, sizeof buf))
+        m.mode = !strcmp(buf, "block") ? TA_MASK_BLOCK
+                 : !strcmp(buf, "additive") ? TA_MASK_ADDITIVE : TA_MASK_KEEP;
+    ta_fixture_meta_get(meta, "layout", buf, sizeof buf);
+    m.blhd = !strcmp(buf, "blhd");
+    return m;
 }

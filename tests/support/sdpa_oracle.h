@@ -25,4 +25,16 @@ void ta_test_sdpa_f64(double *O, double *W, double *L, const ta_tensor *Q, const
                       const ta_tensor *V, const ta_sdpa_opts *op, double scale,
                       bool skip_zero_weights);
 
+/* The options of an sdpa fixture case (sdpa.tafx, sdpa_grad.tafx), from its metadata:
+ * shape = B, H, Hkv, Lq, Lk, D, Dv; scale (0: the default); causal; mask_mode (keep when
+ * the case has none); blhd: the case lays Q, K, V out as [B, L, H, D] in memory. */
+typedef struct ta_test_sdpa_meta {
+    int64_t shape[7];
+    float scale;
+    ta_causal causal;
+    ta_mask_mode mode;
+    int blhd;
+} ta_test_sdpa_meta;
+ta_test_sdpa_meta ta_test_sdpa_case_meta(const char *meta);
+
 #endif
