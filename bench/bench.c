@@ -598,7 +598,7 @@ static int einsum_setup(bench_case *c)
 
 static int einsum_run(bench_case *c)
 {
-    ta_status st = ta_einsum(c->spec, &c->t[2], &c->t[0], &c->t[1]);
+    ta_status st = ta_einsum(&c->t[2], c->spec, &c->t[0], &c->t[1]);
     if (st != TA_OK) return case_lib_fail(c, "ta_einsum", st);
     return 0;
 }
@@ -623,7 +623,7 @@ static void einsum_element(const bench_case *c, const char *la, const char *lb, 
         int64_t ia[TA_MAX_DIMS], ib[TA_MAX_DIMS];
         for (int i = 0; la[i]; i++) ia[i] = val[(unsigned char)la[i]];
         for (int i = 0; lb[i]; i++) ib[i] = val[(unsigned char)lb[i]];
-        double x = (double)*ta_tensor_at(&c->t[0], ia) * (double)*ta_tensor_at(&c->t[1], ib);
+        double x = (double)*ta_tensor_at_const(&c->t[0], ia) * (double)*ta_tensor_at_const(&c->t[1], ib);
         acc += x;
         abs_acc += fabs(x);
         int d = ns - 1; /* odometer over the summed letters */
@@ -651,7 +651,7 @@ static int einsum_check(bench_case *c, double *max_rel_err)
         }
         double ref, scale;
         einsum_element(c, la, lb, lo, val, &ref, &scale);
-        double err = rel_err(*ta_tensor_at(out, idx), ref, scale);
+        double err = rel_err(*ta_tensor_at_const(out, idx), ref, scale);
         if (err > worst) worst = err;
     }
     *max_rel_err = worst;

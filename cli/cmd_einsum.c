@@ -29,7 +29,7 @@ int cmd_einsum(int argc, char **argv)
         ta_tensor_free(&a);
         return cli_fail(st, "reading B");
     }
-    st = npos == 3 ? ta_einsum(pos[0], &c, &a, &b) : ta_einsum1(pos[0], &c, &a);
+    st = npos == 3 ? ta_einsum_alloc(&c, pos[0], &a, &b) : ta_einsum1_alloc(&c, pos[0], &a);
     if (!st) st = ta_npy_save(opts[0].value, &c);
     rc = st ? cli_fail(st, "einsum") : CLI_OK;
     ta_tensor_free(&a);

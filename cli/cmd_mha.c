@@ -58,7 +58,7 @@ int cmd_mha(int argc, char **argv)
     long long heads;
     if (!cli_int("--heads", opts[O_HEADS].value, 1, 1 << 20, &heads)) return CLI_USAGE;
     ta_attention_opts ao = {.mask_mode = layout == TA_LAYOUT_SEED ? TA_MASK_KEEP : TA_MASK_BLOCK,
-                            .causal = opts[O_CAUSAL].given};
+                            .causal = opts[O_CAUSAL].given ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_NONE};
     if (!cli_mask_mode(&opts[O_MODE], &opts[O_MASK], &ao.mask_mode)) return CLI_USAGE;
     if (!cli_threads(opts)) return CLI_USAGE;
 

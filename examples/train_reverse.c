@@ -154,7 +154,7 @@ static void make_batch(acts *a, uint64_t seed)
     free(digits);
 }
 
-static const ta_attention_opts CAUSAL = {.causal = 1};
+static const ta_attention_opts CAUSAL = {.causal = TA_CAUSAL_TOP_LEFT};
 
 /* Forward to the logits. */
 static void forward(model *m, acts *a)
@@ -334,7 +334,7 @@ int main(int argc, char **argv)
     acts a, ev;
     acts_init(&a, batch);
     ta_optimizer *opt;
-    CHECK(ta_optimizer_adamw(&opt, lr, 0.9, 0.98, 1e-8, 0.01));
+    CHECK(ta_optimizer_adamw(&opt, &(ta_adamw_opts){.lr = lr, .beta1 = 0.9, .beta2 = 0.98, .eps = 1e-8, .weight_decay = 0.01}));
     double first = 0.0, recent = 0.0, t0 = (double)clock() / CLOCKS_PER_SEC;
     struct timespec w0, w1;
     clock_gettime(CLOCK_MONOTONIC, &w0);

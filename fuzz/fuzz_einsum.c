@@ -43,9 +43,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     int nd;
     int64_t shape[TA_MAX_DIMS];
-    ta_status shape_st = ta_einsum_shape(spec, &av, two ? &bv : NULL, &nd, shape);
+    ta_status shape_st = ta_einsum_shape(&nd, shape, spec, &av, two ? &bv : NULL);
     ta_tensor out = {0};
-    ta_status st = two ? ta_einsum(spec, &out, &av, &bv) : ta_einsum1(spec, &out, &av);
+    ta_status st = two ? ta_einsum_alloc(&out, spec, &av, &bv) : ta_einsum1_alloc(&out, spec, &av);
     if ((st == TA_OK) != (shape_st == TA_OK) && st != TA_ENOMEM) abort();
     if (st == TA_OK) {
         if (out.ndim != nd || memcmp(out.shape, shape, (size_t)nd * sizeof(int64_t)) != 0)
@@ -53,8 +53,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (flags & 8) {
             ta_tensor out2;
             if (ta_tensor_full(&out2, nd, shape, 7.0f) == TA_OK) {
-                ta_status st2 = two ? ta_einsum(spec, &out2, &av, &bv)
-                                    : ta_einsum1(spec, &out2, &av);
+                ta_status st2 = two ? ta_einsum(&out2, spec, &av, &bv)
+                                    : ta_einsum1(&out2, spec, &av);
                 int64_t n = ta_tensor_numel(&out);
                 if (st2 != TA_OK ||
                     (n && memcmp(out.data, out2.data, (size_t)n * sizeof(float)) != 0))

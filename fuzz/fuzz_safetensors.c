@@ -34,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (ta_safetensors_find(st, "no such tensor") < 0 &&
             ta_safetensors_get(&t, st, "no such tensor") == TA_OK)
             abort();
-        ta_safetensors_close(st);
+        ta_safetensors_free(st);
     }
     for (int layout = 0; layout < 2; layout++) {
         ta_attention *layer = NULL;

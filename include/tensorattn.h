@@ -14,8 +14,8 @@
  *     ta_tensor_free(&q); ta_tensor_free(&k); ta_tensor_free(&v); ta_tensor_free(&o);
  *
  * The pieces, in the order of this header: status and errors, allocation, tensors and
- * views, random numbers, threads, CPU dispatch, GEMM, einsum (ta_einsum("bhid,bhjd->bhij",
- * &scores, &q, &k) runs on strided views without copies), softmax and masks, ta_sdpa
+ * views, random numbers, threads, CPU dispatch, GEMM, einsum (ta_einsum(&scores, "bhid,bhjd->bhij",
+ * &q, &k) runs on strided views without copies), softmax and masks, ta_sdpa
  * and ta_sdpa_backward, .npy and .safetensors files, attention layers (the seed's
  * SelfAttention and nn.MultiheadAttention, forward and backward), optimisers, and the
  * FMA peak measurement.
@@ -112,8 +112,11 @@ void ta_tensor_free(ta_tensor *t);
 
 int64_t ta_tensor_numel(const ta_tensor *t);
 int ta_tensor_is_contiguous(const ta_tensor *t);
-/* Pointer to element idx[0..ndim-1] (no bounds check: an accessor for tests/tools). */
-float *ta_tensor_at(const ta_tensor *t, const int64_t *idx);
+/* Pointer to element idx[0..ndim-1] of a float32 tensor (no bounds check: an accessor
+ * for tests and tools): writable through a tensor you may write, read-only through a
+ * const one. */
+float *ta_tensor_at(ta_tensor *t, const int64_t *idx);
+const float *ta_tensor_at_const(const ta_tensor *t, const int64_t *idx);
 
 /* Views (no copy): *view may be the same struct as *t. */
 /* reshape: -1 in one place is inferred. Fails with TA_ESHAPE if the strides of t do
@@ -191,9 +194,8 @@ ta_status ta_sgemm_batched(float *C, int64_t bsc, int64_t rsc, int64_t csc,
  *   once, sorted), "..." ellipsis (broadcast), repeated indices within an operand (a
  *   diagonal: "ii->i"), indices absent from the output are summed, "->" alone gives a
  *   scalar (out has ndim 0). Letters a-z and A-Z.
- *   out: either a zeroed struct ({0}: einsum allocates it, and you ta_tensor_free it) or
- *   an existing float32 tensor of exactly the result shape (any strides, not
- *   overlapping the inputs), which is overwritten.
+ *   out: an existing float32 tensor of exactly the result shape (any strides, not
+ *   overlapping the inputs), which is overwritten. ta_einsum_alloc makes it instead.
  * A two-operand contraction runs as one batched GEMM on strided views whenever the
  * strides allow (no copy of the inputs), otherwise it packs. Size-1 dims broadcast
  * against the other operand, as in torch. With nothing contracted (outer and Hadamard
@@ -203,14 +205,19 @@ ta_status ta_sgemm_batched(float *C, int64_t bsc, int64_t rsc, int64_t csc,
  * any operand or repeated, more than one "..." or "->", wrong operand count for the
  * function; out with a stride-0 dim of size > 1), TA_ESHAPE (rank or size mismatch,
  * out of the wrong shape), TA_EUNSUPPORTED (dtype not float32, result above
- * TA_MAX_DIMS dims). */
-ta_status ta_einsum(const char *spec, ta_tensor *out, const ta_tensor *a, const ta_tensor *b);
+ * TA_MAX_DIMS dims). On error out is untouched. */
+ta_status ta_einsum(ta_tensor *out, const char *spec, const ta_tensor *a, const ta_tensor *b);
 /* The one-operand form: "ij->ji", "ii->i", "ij->", "i...->...". */
-ta_status ta_einsum1(const char *spec, ta_tensor *out, const ta_tensor *a);
+ta_status ta_einsum1(ta_tensor *out, const char *spec, const ta_tensor *a);
+/* The allocating variants: *out becomes a new owning, C-contiguous tensor of the
+ * result's shape (release it with ta_tensor_free); whatever *out held is not read. */
+ta_status ta_einsum_alloc(ta_tensor *out, const char *spec, const ta_tensor *a,
+                          const ta_tensor *b);
+ta_status ta_einsum1_alloc(ta_tensor *out, const char *spec, const ta_tensor *a);
 /* The result shape of spec for these operands (b NULL for one operand), without
  * computing anything. */
-ta_status ta_einsum_shape(const char *spec, const ta_tensor *a, const ta_tensor *b,
-                          int *ndim, int64_t shape[TA_MAX_DIMS]);
+ta_status ta_einsum_shape(int *ndim, int64_t shape[TA_MAX_DIMS], const char *spec,
+                          const ta_tensor *a, const ta_tensor *b);
 
 /* -------------------------------------------------- softmax and masks */
 
@@ -395,11 +402,11 @@ ta_status ta_npy_save(const char *path, const ta_tensor *t);
  * must satisfy begin <= end <= data size and end - begin == numel * itemsize; tensors
  * must not overlap and must cover the data area without gaps (the specification's
  * rules). "__metadata__" is allowed and ignored; a duplicate name is an error. The
- * handle keeps the file open until ta_safetensors_close. A handle may be read from
+ * handle keeps the file open until ta_safetensors_free. A handle may be read from
  * several threads at once. */
 typedef struct ta_safetensors ta_safetensors;
 
-/* Opens path; *st becomes a new handle (release with ta_safetensors_close). */
+/* Opens path; *st becomes a new handle (release with ta_safetensors_free). */
 ta_status ta_safetensors_open(ta_safetensors **st, const char *path);
 /* Number of tensors (the "__metadata__" entry is not one). */
 int ta_safetensors_count(const ta_safetensors *st);
@@ -416,7 +423,7 @@ int ta_safetensors_find(const ta_safetensors *st, const char *name);
  * W.safetensors"). */
 ta_status ta_safetensors_get(ta_tensor *out, const ta_safetensors *st, const char *name);
 /* Closes the file and frees the handle. NULL is fine. */
-void ta_safetensors_close(ta_safetensors *st);
+void ta_safetensors_free(ta_safetensors *st);
 
 /* Writes n tensors (float32, any strides) as F32 under names[i] (non-empty, distinct,
  * not "__metadata__", UTF-8) to path, in the given order, with
@@ -521,9 +528,10 @@ ta_status ta_attention_param(ta_tensor *view, const ta_attention *layer, const c
  *   key_padding_mask: NULL or [N, Lk], read with key_padding_mode; torch's bool
  *     key_padding_mask (True = padding, ignored) is TA_MASK_BLOCK, a float one
  *     TA_MASK_ADDITIVE. Note that a zeroed struct means TA_MASK_KEEP for both masks.
- *   causal: nonzero = query i may see keys j <= i only (top-left aligned, PyTorch's
- *     is_causal; torch 1.13's MultiheadAttention lacks it: this is the mask
- *     triu(ones(Lq, Lk), 1) as a bool attn_mask).
+ *   causal: a ta_causal, as in ta_sdpa: TA_CAUSAL_TOP_LEFT lets query i see keys
+ *     j <= i only (PyTorch's is_causal; torch 1.13's MultiheadAttention lacks it: this
+ *     is the mask triu(ones(Lq, Lk), 1) as a bool attn_mask), TA_CAUSAL_BOTTOM_RIGHT
+ *     keys j <= i + Lk - Lq (queries that continue a cached sequence).
  *   weights: NULL, or an output of the attention weights (softmax probabilities):
  *     [N, H, Lq, Lk] per head, or [N, Lq, Lk] averaged over heads when
  *     average_weights is nonzero (torch's need_weights=True, average_attn_weights). */
@@ -532,7 +540,7 @@ typedef struct ta_attention_opts {
     ta_mask_mode mask_mode;
     const ta_tensor *key_padding_mask;
     ta_mask_mode key_padding_mode;
-    int causal;
+    ta_causal causal;
     ta_tensor *weights;
     int average_weights;
 } ta_attention_opts;
@@ -604,18 +612,27 @@ typedef struct ta_optimizer ta_optimizer;
  *                     g = nesterov ? g + momentum * buf : buf
  *   p = p - lr * g
  * lr, momentum, weight_decay >= 0 and finite; nesterov needs momentum > 0 and
- * dampening == 0 (as PyTorch). */
-ta_status ta_optimizer_sgd(ta_optimizer **opt, double lr, double momentum, double dampening,
-                           double weight_decay, int nesterov);
+ * dampening == 0 (as PyTorch). A zeroed struct is plain SGD with lr 0: set lr. */
+typedef struct ta_sgd_opts {
+    double lr, momentum, dampening, weight_decay;
+    int nesterov;
+} ta_sgd_opts;
+ta_status ta_optimizer_sgd(ta_optimizer **opt, const ta_sgd_opts *opts);
+
 /* torch.optim.AdamW(lr, betas=(beta1, beta2), eps, weight_decay) (amsgrad off): at step t
  * (1, 2, ...) per element
  *   p = p * (1 - lr * weight_decay)                       (decoupled weight decay)
  *   m = beta1 * m + (1 - beta1) * grad;  v = beta2 * v + (1 - beta2) * grad^2
  *   p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
- * PyTorch's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 1e-2.
- * beta1, beta2 in [0, 1); lr, eps, weight_decay >= 0 and finite. */
-ta_status ta_optimizer_adamw(ta_optimizer **opt, double lr, double beta1, double beta2,
-                             double eps, double weight_decay);
+ * beta1, beta2 in [0, 1); lr, eps, weight_decay >= 0 and finite. opts NULL means
+ * PyTorch's defaults, TA_ADAMW_DEFAULTS: change the fields you need,
+ *     ta_adamw_opts o = TA_ADAMW_DEFAULTS; o.lr = 3e-3; ta_optimizer_adamw(&opt, &o); */
+typedef struct ta_adamw_opts {
+    double lr, beta1, beta2, eps, weight_decay;
+} ta_adamw_opts;
+#define TA_ADAMW_DEFAULTS                                                                  \
+    ((ta_adamw_opts){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 1e-2})
+ta_status ta_optimizer_adamw(ta_optimizer **opt, const ta_adamw_opts *opts);
 /* One update of params[0..n-1] with grads[0..n-1] (the gradients are only read). */
 ta_status ta_optimizer_step(ta_optimizer *opt, int n, ta_tensor *const *params,
                             const ta_tensor *const *grads);

@@ -103,7 +103,7 @@ static float abuf[2 * 3 * 17 * 9], bbuf[2 * 3 * 13 * 9];
 static ta_status einsum_case(const char *spec, const ta_tensor *a, const ta_tensor *b)
 {
     ta_tensor out = {0};
-    ta_status st = b ? ta_einsum(spec, &out, a, b) : ta_einsum1(spec, &out, a);
+    ta_status st = b ? ta_einsum_alloc(&out, spec, a, b) : ta_einsum1_alloc(&out, spec, a);
     ta_tensor_free(&out);
     return st;
 }
@@ -198,7 +198,7 @@ static ta_status op_safetensors(void)
     ta_tensor t = {0};
     if (!st) st = ta_safetensors_get(&t, sf, "k");
     ta_tensor_free(&t);
-    ta_safetensors_close(sf);
+    ta_safetensors_free(sf);
     return st;
 }
 
@@ -216,7 +216,7 @@ static ta_status layer_case(ta_layout layout)
     ta_tensor_from_buffer(&kv, kvb, 3, ks, NULL);
     ta_tensor_from_buffer(&y, yb, 3, xs, NULL);
     ta_tensor_from_buffer(&kpm, kpmb, 2, kpm_s, NULL);
-    ta_attention_opts o = {.causal = 1, .key_padding_mask = &kpm};
+    ta_attention_opts o = {.causal = TA_CAUSAL_TOP_LEFT, .key_padding_mask = &kpm};
     if (!st) st = ta_attention_forward(&y, l, &x, &x, &x, NULL);
     if (!st) st = ta_attention_forward(&y, l, &x, &kv, &kv, &o);
     if (!st) st = ta_attention_save(l, path_out);

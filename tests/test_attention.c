@@ -268,7 +268,7 @@ static void test_seed_causal_tril_mask(void **state)
     ta_attention_opts o = {.mask = &m, .mask_mode = TA_MASK_KEEP};
     run_case(l, &x, &x, &x, &o, b, 1, 1e-5);
     /* the same through the causal flag, and through the block convention (triu(1)) */
-    ta_attention_opts oc = {.causal = 1};
+    ta_attention_opts oc = {.causal = TA_CAUSAL_TOP_LEFT};
     run_case(l, &x, &x, &x, &oc, b, 2, 1e-5);
     TA_CHECK_OK(ta_tensor_fill(&m, 1.0f));
     TA_CHECK_OK(ta_tensor_triu(&m, 1));
@@ -334,7 +334,7 @@ static void test_seed_padding_mask_and_fully_masked_rows(void **state)
         for (int64_t i = 0; i < L; i++) for (int64_t j = 0; j < L; j++)
             bc[((n * HL + h) * L + i) * L + j] =
                 (j > i || ((float *)kpm.data)[n * L + j] != 0.0f) ? -INFINITY : 0.0;
-    ta_attention_opts oc = {.key_padding_mask = &kpm, .key_padding_mode = TA_MASK_BLOCK, .causal = 1};
+    ta_attention_opts oc = {.key_padding_mask = &kpm, .key_padding_mode = TA_MASK_BLOCK, .causal = TA_CAUSAL_TOP_LEFT};
     run_case(l, &x, &x, &x, &oc, bc, 1, 1e-5);
     free(bc);
     ta_tensor_free(&x);
@@ -462,7 +462,7 @@ static void test_torch_every_mask_kind(void **state)
             B4(b, n, h, i, j) = blocked ? -INFINITY : 0.0;
         }
     ta_attention_opts oall = {.mask = &m3, .mask_mode = TA_MASK_BLOCK, .key_padding_mask = &kpm,
-                              .key_padding_mode = TA_MASK_BLOCK, .causal = 1};
+                              .key_padding_mode = TA_MASK_BLOCK, .causal = TA_CAUSAL_TOP_LEFT};
     run_case(l, &q, &k, &v, &oall, b, 1, 1e-5);
     /* float key_padding_mask, additive */
     TA_CHECK_OK(ta_rand_uniform(&kpm, -2.0f, 2.0f, 82));
@@ -479,6 +479,28 @@ static void test_torch_every_mask_kind(void **state)
     ta_attention_free(l);
 }
 
+/* Bottom-right causal cross attention (queries that continue a cached sequence): query i
+ * sees keys j <= i + Lk - Lq, in both layouts. */
+static void test_causal_bottom_right_cross(void **state)
+{
+    (void)state;
+    const int64_t N = 2, H = 4, Lq = 5, Lk = 13, E = 32;
+    ta_tensor q = randn3(N, Lq, E, 91), k = randn3(N, Lk, E, 92), v = randn3(N, Lk, E, 93);
+    double *b = bias_new(N, H, Lq, Lk);
+    for (int64_t n = 0; n < N; n++) for (int64_t h = 0; h < H; h++)
+        for (int64_t i = 0; i < Lq; i++)
+            for (int64_t j = i + Lk - Lq + 1; j < Lk; j++) B4(b, n, h, i, j) = -INFINITY;
+    ta_attention_opts oc = {.causal = TA_CAUSAL_BOTTOM_RIGHT};
+    for (int layout = 0; layout < 2; layout++) {
+        ta_attention *l;
+        TA_CHECK_OK(ta_attention_create(&l, (ta_layout)layout, E, H, 94));
+        run_case(l, &q, &k, &v, &oc, b, 1, 1e-5);
+        ta_attention_free(l);
+    }
+    free(b);
+    ta_tensor_free(&q); ta_tensor_free(&k); ta_tensor_free(&v);
+}
+
 static void test_torch_causal_and_fully_blocked_rows(void **state)
 {
     (void)state;
@@ -492,7 +514,7 @@ static void test_torch_causal_and_fully_blocked_rows(void **state)
     double *b = bias_new(N, H, Lq, Lk);
     for (int64_t n = 0; n < N; n++) for (int64_t h = 0; h < H; h++)
         for (int64_t i = 0; i < Lq; i++) for (int64_t j = i + 1; j < Lk; j++) B4(b, n, h, i, j) = -INFINITY;
-    ta_attention_opts oc = {.causal = 1};
+    ta_attention_opts oc = {.causal = TA_CAUSAL_TOP_LEFT};
     run_case(l, &x, &x, &x, &oc, b, 1, 1e-5);
     /* A row blocked everywhere: torch gives NaN, we give out_proj.bias and weights 0. */
     int64_t s2[2] = {Lq, Lk};
@@ -570,7 +592,7 @@ static void test_workspace_reuse_and_thread_invariance(void **state)
             TA_CHECK_OK(ta_tensor_empty(&o1, 3, os));
             TA_CHECK_OK(ta_tensor_empty(&o2, 3, os));
             TA_CHECK_OK(ta_tensor_empty(&o3, 3, os));
-            ta_attention_opts oc = {.causal = 1};
+            ta_attention_opts oc = {.causal = TA_CAUSAL_TOP_LEFT};
             int nt = ta_get_num_threads();
             TA_CHECK_OK(ta_attention_forward(&o1, l, &x, &x, &x, &oc));
             ta_attention *f2;
@@ -746,7 +768,7 @@ static void test_save_load_round_trip(void **state)
         assert_int_equal(ta_safetensors_count(sf), ta_attention_param_count(l));
         for (int i = 0; i < ta_attention_param_count(l); i++)
             assert_true(ta_safetensors_find(sf, ta_attention_param_name(l, i)) >= 0);
-        ta_safetensors_close(sf);
+        ta_safetensors_free(sf);
         /* same forward */
         ta_tensor x = randn3(2, 5, 48, 23), o1, o2;
         int64_t os[3] = {2, 5, 48};
@@ -931,6 +953,7 @@ int main(void)
         cmocka_unit_test(test_torch_no_mask_self_and_cross),
         cmocka_unit_test(test_torch_every_mask_kind),
         cmocka_unit_test(test_torch_causal_and_fully_blocked_rows),
+        cmocka_unit_test(test_causal_bottom_right_cross),
         cmocka_unit_test(test_strided_inputs_and_output),
         cmocka_unit_test(test_workspace_reuse_and_thread_invariance),
         cmocka_unit_test(test_zero_sizes),

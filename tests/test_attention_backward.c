@@ -375,7 +375,7 @@ static void test_backward_accumulates_like_pytorch_grad(void **state)
         TA_CHECK_OK(ta_tensor_empty(&G, 3, s)); TA_CHECK_OK(ta_randn(&G, 2));
         TA_CHECK_OK(ta_tensor_zeros(&dx, 3, s));
         ta_attention_opts o = {0};
-        o.causal = 1;
+        o.causal = TA_CAUSAL_TOP_LEFT;
         /* fresh layers start with zero gradients */
         snapshot z, one, two;
         snap(&z, l);

@@ -92,7 +92,7 @@ static void run_case(const ta_fixture_file *f, const char *c, double *worst)
         o.key_padding_mask = &kpm;
         o.key_padding_mode = mode_of(c, mm);
     }
-    o.causal = causal;
+    o.causal = causal ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_NONE;
     TA_CHECK_OK(ta_tensor_zeros(&dq, q.ndim, q.shape));
     TA_CHECK_OK(ta_tensor_zeros(&dk, k.ndim, k.shape));
     TA_CHECK_OK(ta_tensor_zeros(&dv, v.ndim, v.shape));

@@ -132,7 +132,7 @@ static void run_case(const ta_fixture_file *f, const char *c, double *worst)
         o.key_padding_mask = &kpm;
         o.key_padding_mode = mode_of(c, km);
     }
-    o.causal = causal;
+    o.causal = causal ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_NONE;
     const int64_t N = q.shape[0], Lq = q.shape[1], Lk = k.shape[1];
     int64_t os[3] = {N, Lq, E};
     TA_CHECK_OK(ta_tensor_full(&out, 3, os, NAN));

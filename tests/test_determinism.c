@@ -82,7 +82,7 @@ static ta_status op_einsum(float *out)
     const int64_t so[4] = {2, 4, 96, 80};
     ta_tensor o;
     ta_tensor_from_buffer(&o, out, 4, so, NULL);
-    return ta_einsum("bhid,bhjd->bhij", &o, &eq, &ek);
+    return ta_einsum(&o, "bhid,bhjd->bhij", &eq, &ek);
 }
 
 static ta_status op_einsum_packed(float *out)
@@ -92,7 +92,7 @@ static ta_status op_einsum_packed(float *out)
     ta_tensor o, qv;
     ta_tensor_from_buffer(&o, out, 4, so, NULL);
     ta_tensor_permute(&qv, &eq, (const int[]){0, 2, 1, 3});
-    return ta_einsum("nqhd,nkhd->nhqk", &o, &qv, &esl);
+    return ta_einsum(&o, "nqhd,nkhd->nhqk", &qv, &esl);
 }
 
 static ta_status op_einsum_reduce(float *out)
@@ -100,7 +100,7 @@ static ta_status op_einsum_reduce(float *out)
     const int64_t so[2] = {4, 48};
     ta_tensor o;
     ta_tensor_from_buffer(&o, out, 2, so, NULL);
-    return ta_einsum1("bhid->hd", &o, &eq);
+    return ta_einsum1(&o, "bhid->hd", &eq);
 }
 
 static void test_einsum(void **s)
@@ -227,7 +227,7 @@ static ta_status op_layer(float *out)
     const int64_t so[3] = {2, 70, 64};
     ta_tensor y;
     ta_tensor_from_buffer(&y, out, 3, so, NULL);
-    ta_attention_opts o = {.causal = 1};
+    ta_attention_opts o = {.causal = TA_CAUSAL_TOP_LEFT};
     ta_status st = ta_attention_forward(&y, layer, &X, &KV, &KV, &o);
     return st;
 }

@@ -308,7 +308,7 @@ static void check_roundtrip(const ta_tensor *t, const char *what)
     int64_t idx[TA_MAX_DIMS] = {0}, n = ta_tensor_numel(t);
     const float *got = u.data;
     for (int64_t i = 0; i < n; i++) {
-        float want = *ta_tensor_at(t, idx);
+        float want = *ta_tensor_at_const(t, idx);
         if (memcmp(&got[i], &want, 4) != 0)
             fail_msg("%s: element %lld is %g, expected %g", what, (long long)i, (double)got[i],
                      (double)want);
@@ -539,12 +539,12 @@ static void test_safetensors_reads_and_converts_every_float_dtype(void **state)
     TA_CHECK_ERR(ta_safetensors_get(&t, NULL, "a.f32"), TA_EINVAL, "st is NULL");
     TA_CHECK_ERR(ta_safetensors_get(NULL, st, "a.f32"), TA_EINVAL, "out is NULL");
     assert_memory_equal(&t, &before, sizeof t);
-    ta_safetensors_close(st);
-    ta_safetensors_close(NULL);
+    ta_safetensors_free(st);
+    ta_safetensors_free(NULL);
 
     TA_CHECK_OK(ta_safetensors_open(&st, fix("empty.safetensors")));
     assert_int_equal(ta_safetensors_count(st), 0);
-    ta_safetensors_close(st);
+    ta_safetensors_free(st);
 }
 
 /* A file written by the safetensors package itself (torch.save_file). */
@@ -570,7 +570,7 @@ static void test_safetensors_reads_the_official_writer(void **state)
         assert_matches_expected(&t, exp);
         ta_tensor_free(&t);
     }
-    ta_safetensors_close(st);
+    ta_safetensors_free(st);
 }
 
 static void test_safetensors_errors_name_the_file_and_the_problem(void **state)
@@ -624,7 +624,7 @@ static void test_safetensors_errors_name_the_file_and_the_problem(void **state)
     ta_tensor t;
     TA_CHECK_ERR(ta_safetensors_get(&t, st, "a"), TA_EUNSUPPORTED,
                  "tensor 'a' has 9 dimensions; at most 8 are supported");
-    ta_safetensors_close(st);
+    ta_safetensors_free(st);
 }
 
 static void test_safetensors_roundtrip_keeps_names_values_and_layout(void **state)
@@ -668,12 +668,12 @@ static void test_safetensors_roundtrip_keeps_names_values_and_layout(void **stat
         ta_tensor_free(&want);
         ta_tensor_free(&u);
     }
-    ta_safetensors_close(st);
+    ta_safetensors_free(st);
     /* n == 0 writes a valid empty file. */
     TA_CHECK_OK(ta_safetensors_save(tmp("none.safetensors"), 0, NULL, NULL));
     TA_CHECK_OK(ta_safetensors_open(&st, tmp("none.safetensors")));
     assert_int_equal(ta_safetensors_count(st), 0);
-    ta_safetensors_close(st);
+    ta_safetensors_free(st);
     ta_tensor_free(&a), ta_tensor_free(&s), ta_tensor_free(&e), ta_tensor_free(&big);
     assert_no_temporaries();
 }

@@ -46,9 +46,9 @@ static void run_formula_case(const hyper *h, const char *name)
         }
     ta_optimizer *opt;
     if (h->adamw)
-        TA_CHECK_OK(ta_optimizer_adamw(&opt, h->lr, h->b1, h->b2, h->eps, h->wd));
+        TA_CHECK_OK(ta_optimizer_adamw(&opt, &(ta_adamw_opts){.lr = h->lr, .beta1 = h->b1, .beta2 = h->b2, .eps = h->eps, .weight_decay = h->wd}));
     else
-        TA_CHECK_OK(ta_optimizer_sgd(&opt, h->lr, h->momentum, h->dampening, h->wd, h->nesterov));
+        TA_CHECK_OK(ta_optimizer_sgd(&opt, &(ta_sgd_opts){.lr = h->lr, .momentum = h->momentum, .dampening = h->dampening, .weight_decay = h->wd, .nesterov = h->nesterov}));
     ta_tensor *pp[NP] = {&p[0], &p[1]};
     const ta_tensor *gp[NP] = {&g[0], &g[1]};
     double worst = 0.0;
@@ -129,8 +129,8 @@ static void test_strided_parameters(void **state)
     TA_CHECK_OK(ta_tensor_copy(&bview, &a));
     TA_CHECK_OK(ta_tensor_empty(&g, 2, s));
     ta_optimizer *o1, *o2;
-    TA_CHECK_OK(ta_optimizer_adamw(&o1, 1e-2, 0.9, 0.99, 1e-8, 0.1));
-    TA_CHECK_OK(ta_optimizer_adamw(&o2, 1e-2, 0.9, 0.99, 1e-8, 0.1));
+    TA_CHECK_OK(ta_optimizer_adamw(&o1, &(ta_adamw_opts){.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1}));
+    TA_CHECK_OK(ta_optimizer_adamw(&o2, &(ta_adamw_opts){.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1}));
     for (int t = 0; t < 4; t++) {
         TA_CHECK_OK(ta_randn(&g, 100 + (uint64_t)t));
         ta_tensor *pa = &a, *pb = &bview;
@@ -151,14 +151,14 @@ static void test_optimizer_errors(void **state)
 {
     (void)state;
     ta_optimizer *o = NULL;
-    TA_CHECK_ERR(ta_optimizer_sgd(&o, 0.1, 0.0, 0.0, 0.0, 1), TA_EINVAL, "Nesterov momentum requires");
-    TA_CHECK_ERR(ta_optimizer_sgd(&o, 0.1, 0.9, 0.5, 0.0, 1), TA_EINVAL, "zero dampening");
-    TA_CHECK_ERR(ta_optimizer_sgd(&o, -1.0, 0.0, 0.0, 0.0, 0), TA_EINVAL, "lr must be");
-    TA_CHECK_ERR(ta_optimizer_adamw(&o, 1e-3, 1.0, 0.999, 1e-8, 0.0), TA_EINVAL, "beta1 must be in [0, 1)");
-    TA_CHECK_ERR(ta_optimizer_adamw(&o, 1e-3, 0.9, -0.1, 1e-8, 0.0), TA_EINVAL, "beta2");
-    TA_CHECK_ERR(ta_optimizer_adamw(NULL, 1e-3, 0.9, 0.9, 1e-8, 0.0), TA_EINVAL, "opt is NULL");
+    TA_CHECK_ERR(ta_optimizer_sgd(&o, &(ta_sgd_opts){.lr = 0.1, .momentum = 0.0, .dampening = 0.0, .weight_decay = 0.0, .nesterov = 1}), TA_EINVAL, "Nesterov momentum requires");
+    TA_CHECK_ERR(ta_optimizer_sgd(&o, &(ta_sgd_opts){.lr = 0.1, .momentum = 0.9, .dampening = 0.5, .weight_decay = 0.0, .nesterov = 1}), TA_EINVAL, "zero dampening");
+    TA_CHECK_ERR(ta_optimizer_sgd(&o, &(ta_sgd_opts){.lr = -1.0, .momentum = 0.0, .dampening = 0.0, .weight_decay = 0.0, .nesterov = 0}), TA_EINVAL, "lr must be");
+    TA_CHECK_ERR(ta_optimizer_adamw(&o, &(ta_adamw_opts){.lr = 1e-3, .beta1 = 1.0, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0}), TA_EINVAL, "beta1 must be in [0, 1)");
+    TA_CHECK_ERR(ta_optimizer_adamw(&o, &(ta_adamw_opts){.lr = 1e-3, .beta1 = 0.9, .beta2 = -0.1, .eps = 1e-8, .weight_decay = 0.0}), TA_EINVAL, "beta2");
+    TA_CHECK_ERR(ta_optimizer_adamw(NULL, &(ta_adamw_opts){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.9, .eps = 1e-8, .weight_decay = 0.0}), TA_EINVAL, "opt is NULL");
     assert_null(o);
-    TA_CHECK_OK(ta_optimizer_sgd(&o, 0.1, 0.9, 0.0, 0.0, 0));
+    TA_CHECK_OK(ta_optimizer_sgd(&o, &(ta_sgd_opts){.lr = 0.1, .momentum = 0.9, .dampening = 0.0, .weight_decay = 0.0, .nesterov = 0}));
     const int64_t s3 = 3, s4 = 4;
     ta_tensor p, g, p4;
     TA_CHECK_OK(ta_tensor_zeros(&p, 1, &s3));
@@ -207,13 +207,9 @@ static void test_optimizers_match_pytorch(void **state)
         ta_fixture_meta_get(meta, "optimizer", opt_name, sizeof opt_name);
         ta_optimizer *o;
         if (!strcmp(opt_name, "adamw"))
-            TA_CHECK_OK(ta_optimizer_adamw(&o, meta_f(meta, "lr"), meta_f(meta, "beta1"),
-                                           meta_f(meta, "beta2"), meta_f(meta, "eps"),
-                                           meta_f(meta, "weight_decay")));
+            TA_CHECK_OK(ta_optimizer_adamw(&o, &(ta_adamw_opts){.lr = meta_f(meta, "lr"), .beta1 = meta_f(meta, "beta1"), .beta2 = meta_f(meta, "beta2"), .eps = meta_f(meta, "eps"), .weight_decay = meta_f(meta, "weight_decay")}));
         else
-            TA_CHECK_OK(ta_optimizer_sgd(&o, meta_f(meta, "lr"), meta_f(meta, "momentum"),
-                                         meta_f(meta, "dampening"), meta_f(meta, "weight_decay"),
-                                         (int)meta_f(meta, "nesterov")));
+            TA_CHECK_OK(ta_optimizer_sgd(&o, &(ta_sgd_opts){.lr = meta_f(meta, "lr"), .momentum = meta_f(meta, "momentum"), .dampening = meta_f(meta, "dampening"), .weight_decay = meta_f(meta, "weight_decay"), .nesterov = (int)meta_f(meta, "nesterov")}));
         ta_tensor p, gall, pall;
         TA_CHECK_OK(ta_fixture_tensor(&p, ta_fixture_case_record(f, c, "p0")));
         TA_CHECK_OK(ta_fixture_tensor(&gall, ta_fixture_case_record(f, c, "grads")));

@@ -61,7 +61,7 @@ static double *to_f64(const ta_tensor *t)
     int64_t n = ta_tensor_numel(t), idx[TA_MAX_DIMS] = {0};
     double *x = malloc(sizeof(double) * (size_t)(n ? n : 1));
     for (int64_t e = 0; e < n; e++) {
-        x[e] = *ta_tensor_at(t, idx);
+        x[e] = *ta_tensor_at_const(t, idx);
         for (int d = t->ndim - 1; d >= 0; d--) {
             if (++idx[d] < t->shape[d]) break;
             idx[d] = 0;

@@ -27,7 +27,7 @@ static double max_err(const ta_tensor *t, const double *ref, double rel)
     int64_t idx[TA_MAX_DIMS] = {0}, n = ta_tensor_numel(t);
     double worst = 0;
     for (int64_t e = 0; e < n; e++) {
-        double a = *ta_tensor_at(t, idx), b = ref[e];
+        double a = *ta_tensor_at_const(t, idx), b = ref[e];
         double d;
         if (isnan(a) || isnan(b)) d = isnan(a) && isnan(b) ? 0 : INFINITY;
         else if (isinf(a) || isinf(b)) d = a == b ? 0 : INFINITY;

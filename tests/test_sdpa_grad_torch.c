@@ -22,7 +22,7 @@ static double compare(const ta_tensor *got, const double *want)
     int64_t n = ta_tensor_numel(got), idx[TA_MAX_DIMS] = {0};
     double worst = 0;
     for (int64_t e = 0; e < n; e++) {
-        double g = *ta_tensor_at(got, idx), w = want[e], err;
+        double g = *ta_tensor_at_const(got, idx), w = want[e], err;
         if (!isfinite(g) || !isfinite(w))
             err = (g == w || (isnan(g) && isnan(w))) ? 0 : INFINITY;
         else

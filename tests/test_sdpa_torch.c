@@ -24,7 +24,7 @@ static double compare(const ta_tensor *got, const double *want, int rel, int64_t
     double worst = 0;
     *bad = -1;
     for (int64_t e = 0; e < n; e++) {
-        double g = *ta_tensor_at(got, idx), w = want[e];
+        double g = *ta_tensor_at_const(got, idx), w = want[e];
         double err;
         if (isnan(w) || isnan(g) || isinf(w) || isinf(g))
             err = (g == w || (isnan(g) && isnan(w))) ? 0 : INFINITY;

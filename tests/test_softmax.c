@@ -44,8 +44,8 @@ static void check_softmax(const ta_tensor *out, const ta_tensor *x, int dim, dou
     for (int d = 0; d < nd; d++) shape[d] = d == dim ? 1 : x->shape[d];
     double *ref = malloc((size_t)(n ? n : 1) * sizeof(double));
     for (int64_t r = 0; r < rows; r++) {
-        const float *xr = ta_tensor_at(x, idx);
-        const float *orow = ta_tensor_at(out, idx);
+        const float *xr = ta_tensor_at_const(x, idx);
+        const float *orow = ta_tensor_at_const(out, idx);
         softmax_ref(ref, xr, x->stride[dim], n);
         for (int64_t j = 0; j < n; j++) {
             double got = orow[j * out->stride[dim]];

@@ -131,7 +131,14 @@ int ta_tensor_is_contiguous(const ta_tensor *t)
     return 1;
 }
 
-float *ta_tensor_at(const ta_tensor *t, const int64_t *idx)
+const float *ta_tensor_at_const(const ta_tensor *t, const int64_t *idx)
+{
+    const float *p = t->data;
+    for (int i = 0; i < t->ndim; i++) p += idx[i] * t->stride[i];
+    return p;
+}
+
+float *ta_tensor_at(ta_tensor *t, const int64_t *idx)
 {
     float *p = t->data;
     for (int i = 0; i < t->ndim; i++) p += idx[i] * t->stride[i];
@@ -379,7 +386,7 @@ ta_status ta_tensor_copy(ta_tensor *dst, const ta_tensor *src)
     int64_t idx[TA_MAX_DIMS] = {0};
     for (int64_t done = 0; done < n; done += inner) {
         float *d = ta_tensor_at(dst, idx);
-        const float *s = ta_tensor_at(src, idx);
+        const float *s = ta_tensor_at_const(src, idx);
         if (ds == 1 && ss == 1)
             memcpy(d, s, (size_t)inner * sizeof(float));
         else

@@ -327,14 +327,14 @@ ta_status ta_safetensors_open(ta_safetensors **st, const char *path)
     else
         status = read_header(fn, path, s, (uint64_t)sb.st_size);
     if (status) {
-        ta_safetensors_close(s);
+        ta_safetensors_free(s);
         return status;
     }
     *st = s;
     return TA_OK;
 }
 
-void ta_safetensors_close(ta_safetensors *st)
+void ta_safetensors_free(ta_safetensors *st)
 {
     if (!st) return;
     if (st->fd >= 0) close(st->fd);

@@ -221,7 +221,7 @@ ta_status ta_attention_load(ta_attention **layer, const char *path, ta_layout la
     *layer = l;
 done:
     for (int i = 0; i < n; i++) ta_tensor_free(&t[i]);
-    ta_safetensors_close(sf);
+    ta_safetensors_free(sf);
     return st;
 }
 
@@ -674,6 +674,9 @@ ta_status ta_attention_run(ta_attention_fwd *keep, const char *fn, ta_tensor *ou
     const ta_tensor *mask = NULL, *kpm = opts->key_padding_mask;
     if (!mask_mode_ok(opts->mask_mode))
         return ta_error(TA_EINVAL, "%s: mask_mode %d is not a ta_mask_mode", fn, (int)opts->mask_mode);
+    if (opts->causal != TA_CAUSAL_NONE && opts->causal != TA_CAUSAL_TOP_LEFT &&
+        opts->causal != TA_CAUSAL_BOTTOM_RIGHT)
+        return ta_error(TA_EINVAL, "%s: causal %d is not a ta_causal", fn, (int)opts->causal);
     if (!mask_mode_ok(opts->key_padding_mode))
         return ta_error(TA_EINVAL, "%s: key_padding_mode %d is not a ta_mask_mode", fn,
                         (int)opts->key_padding_mode);
@@ -791,7 +794,7 @@ ta_status ta_attention_run(ta_attention_fwd *keep, const char *fn, ta_tensor *ou
     ta_heads_view(&Ov, Ob, N, Lq, H, D);
     ta_sdpa_opts so;
     memset(&so, 0, sizeof so);
-    so.causal = opts->causal ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_NONE;
+    so.causal = opts->causal;
     so.mask = sdpa_mask;
     so.mask_mode = sdpa_mode;
     so.key_lengths = use_lengths ? lens : NULL;

@@ -34,11 +34,14 @@ static ta_optimizer *opt_new(opt_kind kind)
     return o;
 }
 
-ta_status ta_optimizer_sgd(ta_optimizer **opt, double lr, double momentum, double dampening,
-                           double weight_decay, int nesterov)
+ta_status ta_optimizer_sgd(ta_optimizer **opt, const ta_sgd_opts *opts)
 {
     const char *fn = "ta_optimizer_sgd";
     if (!opt) return ta_error(TA_EINVAL, "%s: opt is NULL", fn);
+    if (!opts) return ta_error(TA_EINVAL, "%s: opts is NULL (SGD has no default lr)", fn);
+    const double lr = opts->lr, momentum = opts->momentum, dampening = opts->dampening,
+                 weight_decay = opts->weight_decay;
+    const int nesterov = opts->nesterov;
     if (!(lr >= 0.0) || !isfinite(lr))
         return ta_error(TA_EINVAL, "%s: lr must be finite and >= 0, got %g", fn, lr);
     if (!(momentum >= 0.0) || !isfinite(momentum))
@@ -63,11 +66,13 @@ ta_status ta_optimizer_sgd(ta_optimizer **opt, double lr, double momentum, doubl
     return TA_OK;
 }
 
-ta_status ta_optimizer_adamw(ta_optimizer **opt, double lr, double beta1, double beta2,
-                             double eps, double weight_decay)
+ta_status ta_optimizer_adamw(ta_optimizer **opt, const ta_adamw_opts *opts)
 {
     const char *fn = "ta_optimizer_adamw";
     if (!opt) return ta_error(TA_EINVAL, "%s: opt is NULL", fn);
+    const ta_adamw_opts h = opts ? *opts : TA_ADAMW_DEFAULTS;
+    const double lr = h.lr, beta1 = h.beta1, beta2 = h.beta2, eps = h.eps,
+                 weight_decay = h.weight_decay;
     if (!(lr >= 0.0) || !isfinite(lr))
         return ta_error(TA_EINVAL, "%s: lr must be finite and >= 0, got %g", fn, lr);
     if (!(beta1 >= 0.0 && beta1 < 1.0))

@@ -822,7 +822,7 @@ static ta_status ei_execute(const ei_bind *bd, const ta_tensor *const *ops, ta_t
 }
 
 static ta_status ei_call(const char *fn, const char *spec, ta_tensor *out, const ta_tensor *a,
-                         const ta_tensor *b, int nops)
+                         const ta_tensor *b, int nops, bool allocate)
 {
     ei_last_plan = (ta_einsum_plan_info){0};
     if (!out) return ta_error(TA_EINVAL, "%s: out is NULL", fn);
@@ -830,7 +830,6 @@ static ta_status ei_call(const char *fn, const char *spec, ta_tensor *out, const
     ei_bind bd;
     ta_status st = ei_prepare(&sp, &bd, fn, spec, a, b, nops);
     if (st) return st;
-    bool allocate = out->data == NULL && out->owned == NULL;
     ta_tensor res;
     if (allocate) {
         if ((st = ta_tensor_empty(&res, bd.out_ndim, bd.out_shape))) return st;
@@ -857,18 +856,29 @@ static ta_status ei_call(const char *fn, const char *spec, ta_tensor *out, const
     return TA_OK;
 }
 
-ta_status ta_einsum(const char *spec, ta_tensor *out, const ta_tensor *a, const ta_tensor *b)
+ta_status ta_einsum(ta_tensor *out, const char *spec, const ta_tensor *a, const ta_tensor *b)
 {
-    return ei_call("ta_einsum", spec, out, a, b, 2);
+    return ei_call("ta_einsum", spec, out, a, b, 2, false);
 }
 
-ta_status ta_einsum1(const char *spec, ta_tensor *out, const ta_tensor *a)
+ta_status ta_einsum1(ta_tensor *out, const char *spec, const ta_tensor *a)
 {
-    return ei_call("ta_einsum1", spec, out, a, NULL, 1);
+    return ei_call("ta_einsum1", spec, out, a, NULL, 1, false);
 }
 
-ta_status ta_einsum_shape(const char *spec, const ta_tensor *a, const ta_tensor *b, int *ndim,
-                          int64_t shape[TA_MAX_DIMS])
+ta_status ta_einsum_alloc(ta_tensor *out, const char *spec, const ta_tensor *a,
+                          const ta_tensor *b)
+{
+    return ei_call("ta_einsum_alloc", spec, out, a, b, 2, true);
+}
+
+ta_status ta_einsum1_alloc(ta_tensor *out, const char *spec, const ta_tensor *a)
+{
+    return ei_call("ta_einsum1_alloc", spec, out, a, NULL, 1, true);
+}
+
+ta_status ta_einsum_shape(int *ndim, int64_t shape[TA_MAX_DIMS], const char *spec,
+                          const ta_tensor *a, const ta_tensor *b)
 {
     const char *fn = "ta_einsum_shape";
     if (!ndim) return ta_error(TA_EINVAL, "%s: ndim is NULL", fn);

@@ -19,9 +19,9 @@
 static ta_status group_sum(const char *spec4, const char *spec5, ta_tensor *C, const ta_tensor *A,
                            const ta_tensor *Bt, int64_t G)
 {
-    if (G == 1) return ta_einsum(spec4, C, A, Bt);
+    if (G == 1) return ta_einsum(C, spec4, A, Bt);
     ta_tensor a5 = ta_sdpa_split_heads(A, G), b5 = ta_sdpa_split_heads(Bt, G);
-    return ta_einsum(spec5, C, &a5, &b5);
+    return ta_einsum(C, spec5, &a5, &b5);
 }
 
 static float *row_ptr(const ta_tensor *t, int64_t b, int64_t h, int64_t i)

@@ -153,9 +153,9 @@ ta_tensor ta_sdpa_split_heads(const ta_tensor *t, int64_t G)
 ta_status ta_sdpa_group_einsum(const char *spec4, const char *spec5, ta_tensor *C,
                                const ta_tensor *A, const ta_tensor *Bt, int64_t G)
 {
-    if (G == 1) return ta_einsum(spec4, C, A, Bt);
+    if (G == 1) return ta_einsum(C, spec4, A, Bt);
     ta_tensor a5 = ta_sdpa_split_heads(A, G), c5 = ta_sdpa_split_heads(C, G);
-    return ta_einsum(spec5, &c5, &a5, Bt);
+    return ta_einsum(&c5, spec5, &a5, Bt);
 }
 
 /* Mask, softmax and LSE of every score row (b, h, i) of S, in place. Rows are

@@ -9,7 +9,7 @@
 double ta_test_at4(const ta_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d)
 {
     int64_t idx[4] = {a, b, c, d};
-    return *ta_tensor_at(t, idx);
+    return *ta_tensor_at_const(t, idx);
 }
 
 double ta_test_mask_at(const ta_tensor *m, int64_t b, int64_t h, int64_t i, int64_t j)
@@ -17,7 +17,7 @@ double ta_test_mask_at(const ta_tensor *m, int64_t b, int64_t h, int64_t i, int6
     int64_t full[4] = {b, h, i, j}, idx[4];
     int lead = 4 - m->ndim;
     for (int d = 0; d < m->ndim; d++) idx[d] = m->shape[d] == 1 ? 0 : full[d + lead];
-    return *ta_tensor_at(m, idx);
+    return *ta_tensor_at_const(m, idx);
 }
 
 void ta_test_sdpa_f64(double *O, double *W, double *L, const ta_tensor *Q, const ta_tensor *K,
