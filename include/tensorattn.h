@@ -82,6 +82,22 @@ typedef void *(*ta_alloc_fn)(size_t bytes, size_t alignment, void *user);
 typedef void (*ta_free_fn)(void *ptr, void *user);
 void ta_set_allocator(ta_alloc_fn alloc, ta_free_fn release, void *user);
 
+/* A caller's scratch memory for one operation. Operations that need scratch
+ * (ta_sdpa, ta_sdpa_backward, einsum, the layers) have a _workspace_size query; pass a
+ * buffer of at least that many bytes (any alignment) in their options and the call makes
+ * no allocation at all: a decoding loop sizes it once and reuses it for every token.
+ * The size depends on the shapes, the options and the library's thread count at the
+ * time of the query (ta_set_num_threads): query again after changing either; a buffer
+ * that is too small is TA_EINVAL, before anything is written. A zeroed ta_workspace
+ * ({0}) means "allocate for me": the library then takes one block per call before
+ * writing any output, and keeps blocks up to 64 MiB between calls so that steady calls
+ * reuse memory already touched. A workspace may be reused by consecutive calls but not
+ * shared by calls running at the same time. */
+typedef struct ta_workspace {
+    void *data;  /* NULL: no caller workspace */
+    size_t size; /* bytes */
+} ta_workspace;
+
 /* ---------------------------------------------------------------- tensors */
 
 #define TA_MAX_DIMS 8

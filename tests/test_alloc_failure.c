@@ -6,7 +6,7 @@
  * OpenMP and cJSON allocate with malloc, outside the hook: not covered here (the
  * sanitizer and valgrind runs watch those). */
 #include "ta_test.h"
-#include "ops/gemm.h" /* ta_gemm_workspace_release: the GEMM keeps its packing block */
+#include "core/workspace.h" /* ta_scratch_cache_release: a block is kept between calls */
 
 #include <math.h>
 #include <stdio.h>
@@ -49,14 +49,14 @@ static long sweep(const char *name, ta_status (*op)(void))
     /* The GEMM caches its packing block between calls (allocated through the hook):
      * drop it before swapping hooks and after each run, so that only blocks the
      * operation itself leaked are counted. */
-    ta_gemm_workspace_release();
+    ta_scratch_cache_release();
     ta_set_allocator(counting_alloc, counting_free, NULL);
     long n;
     for (n = 1; n < 100000; n++) {
         calls = injected = outstanding = 0;
         fail_at = n;
         ta_status st = op();
-        ta_gemm_workspace_release();
+        ta_scratch_cache_release();
         if (outstanding != 0)
             fail_msg("%s: failing allocation %ld leaked %ld block(s) (status %s)", name, n,
                      outstanding, ta_status_name(st));
@@ -72,7 +72,7 @@ static long sweep(const char *name, ta_status (*op)(void))
             break;
         }
     }
-    ta_gemm_workspace_release();
+    ta_scratch_cache_release();
     ta_set_allocator(NULL, NULL, NULL);
     assert_true(n > 1 || calls == 0); /* each op allocates, so n = 1 did fail */
     print_message("  %s: %ld allocation(s), each made to fail once\n", name, n - 1);

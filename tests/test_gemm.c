@@ -241,7 +241,7 @@ static void test_strided_multidim_batch(void **state)
     mat_make(&C, 6 * M, N, ROW);
     ta_gemm_batch bt = {.ndim = 2, .shape = {2, 3}, .stride_a = {3 * M * K, M * K},
                         .stride_b = {K * N, 0}, .stride_c = {3 * M * N, M * N}};
-    TA_CHECK_OK(ta_gemm_strided(C.at, N, 1, A.at, K, 1, B.at, N, 1, M, N, K, 1.0f, 0.0f, &bt));
+    TA_CHECK_OK(ta_gemm_run("test", NULL, C.at, N, 1, A.at, K, 1, B.at, N, 1, M, N, K, 1.0f, 0.0f, &bt));
     for (int64_t p = 0; p < 6; p++) {
         mat a = A, b = B, c = C;
         a.at += p * M * K, a.rows = M;
@@ -250,7 +250,7 @@ static void test_strided_multidim_batch(void **state)
         check_result(&c, C.data, &a, &b, K, 1.0f, 0.0f);
     }
     ta_gemm_batch none = {.ndim = 0};
-    TA_CHECK_OK(ta_gemm_strided(C.at, N, 1, A.at, K, 1, B.at, N, 1, M, N, K, 1.0f, 0.0f, &none));
+    TA_CHECK_OK(ta_gemm_run("test", NULL, C.at, N, 1, A.at, K, 1, B.at, N, 1, M, N, K, 1.0f, 0.0f, &none));
     C.rows = M, A.rows = M, B.rows = K;
     check_result(&C, C.data, &A, &B, K, 1.0f, 0.0f);
     ta_guard_release(&A.g);
@@ -342,12 +342,12 @@ static void test_errors(void **state)
     TA_CHECK_ERR(ta_sgemm_batched(c, 0, 4, 1, a, 0, 4, 1, b, 0, 4, 1, 2, 4, 4, 4, 1.0f, 0.0f),
                  TA_ESHAPE, "ta_sgemm_batched: C has a zero stride");
     /* Out of memory for the packing buffers (the cached block released first). */
-    ta_gemm_workspace_release();
+    ta_scratch_cache_release();
     ta_set_allocator(failing_alloc, plain_free, NULL);
     ta_status st = ta_sgemm(c, 4, 1, a, 4, 1, b, 4, 1, 4, 4, 4, 1.0f, 0.0f);
     ta_set_allocator(NULL, NULL, NULL);
     assert_int_equal(st, TA_ENOMEM);
-    assert_non_null(strstr(ta_last_error(), "ta_gemm: cannot allocate"));
+    assert_non_null(strstr(ta_last_error(), "ta_sgemm: cannot allocate"));
     /* Outputs untouched on every error. */
     for (int i = 0; i < 16; i++) assert_true(c[i] == (float)i);
 }

@@ -365,7 +365,7 @@ static ta_status linear_rows(float *C, int64_t csc, const float *A, int64_t csa,
         }
     }
     /* B[k, j] = W[j, k]: row stride 1, column stride in_f (W^T without a copy). */
-    return ta_gemm_strided(C, rsc, csc, A, rsa, csa, W, 1, in_f, M, out_f, in_f, 1.0f,
+    return ta_gemm_run("ta_attention_forward", NULL, C, rsc, csc, A, rsa, csa, W, 1, in_f, M, out_f, in_f, 1.0f,
                            bias ? 1.0f : 0.0f, m ? &batch : NULL);
 }
 

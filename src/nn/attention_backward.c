@@ -150,13 +150,13 @@ static ta_status check_grad(const char *fn, const char *name, const ta_tensor *g
 /* gw [F, F] += dP^T X over R rows (both [R, F] contiguous). */
 static ta_status weight_grad(float *gw, const float *dP, const float *X, int64_t R, int64_t F)
 {
-    return ta_gemm_strided(gw, F, 1, dP, 1, F, X, F, 1, F, F, R, 1.0f, 1.0f, NULL);
+    return ta_gemm_run("ta_attention_backward", NULL, gw, F, 1, dP, 1, F, X, F, 1, F, F, R, 1.0f, 1.0f, NULL);
 }
 
 /* dX [R, F] = dP [R, F] W [F, F] (W as stored: [out, in] of the Linear). */
 static ta_status input_grad(float *dX, const float *dP, const float *W, int64_t R, int64_t F)
 {
-    return ta_gemm_strided(dX, F, 1, dP, F, 1, W, F, 1, R, F, F, 1.0f, 0.0f, NULL);
+    return ta_gemm_run("ta_attention_backward", NULL, dX, F, 1, dP, F, 1, W, F, 1, R, F, F, 1.0f, 0.0f, NULL);
 }
 
 ta_status ta_attention_backward(ta_tensor *d_queries, ta_tensor *d_keys, ta_tensor *d_values,

@@ -692,13 +692,13 @@ static ta_status ei_gemm(ei_plan *p, float *C, const int *bids, int nb, const in
         info->transposed = 1;
         info->m = N;
         info->n = M;
-        return ta_gemm_strided(C, ns[EI_C], ms[EI_C], p->ptr[EI_B], ns[EI_B], K.st[EI_B][0],
+        return ta_gemm_run("ta_einsum", NULL, C, ns[EI_C], ms[EI_C], p->ptr[EI_B], ns[EI_B], K.st[EI_B][0],
                                p->ptr[EI_A], K.st[EI_A][0], ms[EI_A], N, M, K.size[0], 1.0f,
                                0.0f, &gb);
     }
     info->m = M;
     info->n = N;
-    return ta_gemm_strided(C, ms[EI_C], ns[EI_C], p->ptr[EI_A], ms[EI_A], K.st[EI_A][0],
+    return ta_gemm_run("ta_einsum", NULL, C, ms[EI_C], ns[EI_C], p->ptr[EI_A], ms[EI_A], K.st[EI_A][0],
                            p->ptr[EI_B], K.st[EI_B][0], ns[EI_B], M, N, K.size[0], 1.0f, 0.0f,
                            &gb);
 }

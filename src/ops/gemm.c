@@ -21,9 +21,9 @@
 #include "core/core.h"
 #include "kernels/kernels.h"
 #include "ops/gemm.h"
+#include "core/workspace.h"
 
 #include <omp.h>
-#include <pthread.h>
 #include <string.h>
 
 /* The largest MR x NR tile a kernel of the table may have (12 x 32 today). */
@@ -162,67 +162,6 @@ static void gemm_chunk(const blocking *bk, const problem *pr, int64_t m0, int64_
     }
 }
 
-/* ---------------------------------------------------------------- workspace */
-
-/* The packing block is kept between calls: first touch of fresh memory costs ~11 us per
- * 4 KiB page here, and glibc hands large blocks back to the OS on free, so a block
- * allocated per call was fresh memory every call (1024^3 on 2 threads: ~100-126
- * GFLOP/s, against ~200 with the block kept). One block is cached; concurrent callers each take it or allocate their own.
- * It comes from the allocation hook; ta_gemm_workspace_release frees it, and is
- * registered with the core so that ta_set_allocator releases it before switching hooks. */
-static pthread_mutex_t ws_lock = PTHREAD_MUTEX_INITIALIZER;
-static float *ws_ptr;
-static size_t ws_bytes;
-
-/* A block of at least `bytes`; *got receives its size (for workspace_give). */
-static pthread_once_t ws_registered = PTHREAD_ONCE_INIT;
-
-static void ws_register(void) { ta_register_cache(ta_gemm_workspace_release); }
-
-static float *workspace_take(size_t bytes, size_t *got)
-{
-    pthread_once(&ws_registered, ws_register);
-    pthread_mutex_lock(&ws_lock);
-    float *p = ws_ptr;
-    size_t have = ws_bytes;
-    ws_ptr = NULL;
-    ws_bytes = 0;
-    pthread_mutex_unlock(&ws_lock);
-    if (p && have >= bytes) {
-        *got = have;
-        return p;
-    }
-    ta_free(p);
-    *got = bytes;
-    return ta_alloc(bytes);
-}
-
-/* Returns a block to the cache, keeping the larger when another call returned one. */
-static void workspace_give(float *p, size_t bytes)
-{
-    pthread_mutex_lock(&ws_lock);
-    if (ws_ptr && ws_bytes >= bytes) {
-        pthread_mutex_unlock(&ws_lock);
-        ta_free(p);
-        return;
-    }
-    float *old = ws_ptr;
-    ws_ptr = p;
-    ws_bytes = bytes;
-    pthread_mutex_unlock(&ws_lock);
-    ta_free(old);
-}
-
-void ta_gemm_workspace_release(void)
-{
-    pthread_mutex_lock(&ws_lock);
-    float *p = ws_ptr;
-    ws_ptr = NULL;
-    ws_bytes = 0;
-    pthread_mutex_unlock(&ws_lock);
-    ta_free(p);
-}
-
 /* ------------------------------------------------------------------- driver */
 
 /* K == 0: C = beta * C (beta == 0 writes zeros without reading C). */
@@ -249,20 +188,100 @@ static problem batch_problem(const problem *base, const ta_gemm_batch *batch, in
     return pr;
 }
 
-ta_status ta_gemm_strided(float *C, int64_t rsc, int64_t csc, const float *A, int64_t rsa,
-                          int64_t csa, const float *B, int64_t rsb, int64_t csb, int64_t M,
-                          int64_t N, int64_t K, float alpha, float beta,
-                          const ta_gemm_batch *batch)
+static int64_t batch_count(const ta_gemm_batch *batch)
 {
     int64_t nb = 1;
     if (batch)
         for (int i = 0; i < batch->ndim; i++) nb *= batch->shape[i];
+    return nb;
+}
+
+/* How one call is cut into work items and how much packing it needs; a function of the
+ * shapes, the kernel table and the thread count only, so the size query and the call
+ * always agree. M and N are the kernel's (after the column-major swap). */
+typedef struct schedule {
+    int nt;                    /* threads */
+    int64_t chunk_m, chunk_n;  /* rows / columns of C per item */
+    int64_t parts_m, parts_n;  /* items per problem along M and N */
+    int64_t items;
+    int64_t size_a, size_b;    /* packing floats per thread */
+} schedule;
+
+static schedule plan_schedule(const blocking *bk, int64_t nb, int64_t M, int64_t N, int64_t K)
+{
+    schedule sc = {.nt = ta_threads(), .chunk_m = M, .chunk_n = N};
+    /* Work items: whole problems when the batch alone balances the threads (the
+     * attention shapes), else each problem cut into `threads` chunks of columns (or of
+     * rows when C is tall), in multiples of NR (MR) so edge tiles stay at the edges. */
+    const double fmas = (double)nb * (double)M * (double)N * (double)K;
+    if (fmas < (double)SERIAL_FMAS) sc.nt = 1;
+    int64_t parts = (nb % sc.nt == 0 || nb >= 4 * (int64_t)sc.nt) ? 1 : sc.nt;
+    if (parts > 1) {
+        if (N >= M) sc.chunk_n = ta_round_up((N + parts - 1) / parts, bk->nr);
+        else sc.chunk_m = ta_round_up((M + parts - 1) / parts, bk->mr);
+    }
+    sc.parts_m = (M + sc.chunk_m - 1) / sc.chunk_m;
+    sc.parts_n = (N + sc.chunk_n - 1) / sc.chunk_n;
+    sc.items = nb * sc.parts_m * sc.parts_n;
+    if ((int64_t)sc.nt > sc.items) sc.nt = (int)sc.items;
+    /* Per-thread packing buffers, sized to what a chunk needs. */
+    const int64_t kc = TA_MIN(bk->kc, K);
+    sc.size_a = ta_round_up(TA_MIN(bk->mc, ta_round_up(sc.chunk_m, bk->mr)) * kc, 16);
+    sc.size_b = ta_round_up(TA_MIN(bk->nc, ta_round_up(sc.chunk_n, bk->nr)) * kc, 16);
+    return sc;
+}
+
+static blocking active_blocking(void)
+{
+    const ta_kernels *kt = ta_kernels_active();
+    return (blocking){kt->sgemm_ukr, kt->sgemm_mr, kt->sgemm_nr, kt->sgemm_kc, kt->sgemm_mc,
+                      kt->sgemm_nc};
+}
+
+/* Whether the kernels compute C^T = B^T A^T: they store rows of C with unit stride. */
+static bool swap_for_columns(int64_t rsc, int64_t csc) { return csc != 1 && rsc == 1; }
+
+/* The packing floats of the whole call (0 when nothing is multiplied). */
+static bool gemm_floats(size_t *out, int64_t rsc, int64_t csc, int64_t M, int64_t N, int64_t K,
+                        const ta_gemm_batch *batch)
+{
+    int64_t nb = batch_count(batch);
+    *out = 0;
+    if (nb == 0 || M == 0 || N == 0 || K == 0) return true;
+    if (swap_for_columns(rsc, csc)) {
+        int64_t t = M;
+        M = N;
+        N = t;
+    }
+    const blocking bk = active_blocking();
+    schedule sc = plan_schedule(&bk, nb, M, N, K);
+    return ta_mul_size(out, (size_t)(sc.size_a + sc.size_b), (size_t)sc.nt);
+}
+
+void ta_gemm_layout(ta_arena *a, float **pack, int64_t rsc, int64_t csc, int64_t M, int64_t N,
+                    int64_t K, const ta_gemm_batch *batch)
+{
+    size_t n;
+    if (!gemm_floats(&n, rsc, csc, M, N, K, batch)) {
+        a->overflow = true;
+        *pack = NULL;
+        return;
+    }
+    *pack = TA_ARENA_TAKE(a, float, n);
+}
+
+ta_status ta_gemm_strided(float *C, int64_t rsc, int64_t csc, const float *A, int64_t rsa,
+                          int64_t csa, const float *B, int64_t rsb, int64_t csb, int64_t M,
+                          int64_t N, int64_t K, float alpha, float beta,
+                          const ta_gemm_batch *batch, float *pack)
+{
+    const int64_t nb = batch_count(batch);
     if (nb == 0 || M == 0 || N == 0) return TA_OK;
 
     ta_gemm_batch tb;
     /* The kernels store rows of C with unit stride: a column-major C is done as
      * C^T = B^T A^T (A and B trade places, rows and columns trade strides). */
-    if (csc != 1 && rsc == 1) {
+    if (swap_for_columns(rsc, csc)) {
         const float *t = A;
         A = B;
         B = t;
@@ -287,50 +306,40 @@ ta_status ta_gemm_strided(float *C, int64_t rsc, int64_t csc, const float *A, in
         return TA_OK;
     }
 
-    const ta_kernels *kt = ta_kernels_active();
-    const blocking bk = {kt->sgemm_ukr, kt->sgemm_mr, kt->sgemm_nr, kt->sgemm_kc,
-                         kt->sgemm_mc, kt->sgemm_nc};
+    const blocking bk = active_blocking();
+    const schedule sc = plan_schedule(&bk, nb, M, N, K);
+    const size_t per_thread = (size_t)(sc.size_a + sc.size_b);
+    if (!pack) return ta_error(TA_EINTERNAL, "ta_gemm: no packing buffer (a bug)");
 
-    /* Work items: whole problems when the batch alone balances the threads (the
-     * attention shapes), else each problem cut into `threads` chunks of columns (or of
-     * rows when C is tall), in multiples of NR (MR) so edge tiles stay at the edges. */
-    int nt = ta_threads();
-    const double fmas = (double)nb * (double)M * (double)N * (double)K;
-    if (fmas < (double)SERIAL_FMAS) nt = 1;
-    int64_t parts = (nb % nt == 0 || nb >= 4 * (int64_t)nt) ? 1 : nt;
-    int64_t chunk_m = M, chunk_n = N;
-    if (parts > 1) {
-        if (N >= M) chunk_n = ta_round_up((N + parts - 1) / parts, bk.nr);
-        else chunk_m = ta_round_up((M + parts - 1) / parts, bk.mr);
-    }
-    const int64_t parts_m = (M + chunk_m - 1) / chunk_m, parts_n = (N + chunk_n - 1) / chunk_n;
-    const int64_t items = nb * parts_m * parts_n;
-    if ((int64_t)nt > items) nt = (int)items;
-
-    /* Per-thread packing buffers, sized to what a chunk needs: one block for the call,
-     * allocated before any thread writes C (so on failure C is untouched). */
-    const int64_t kc = TA_MIN(bk.kc, K);
-    const int64_t size_a = ta_round_up(TA_MIN(bk.mc, ta_round_up(chunk_m, bk.mr)) * kc, 16);
-    const int64_t size_b = ta_round_up(TA_MIN(bk.nc, ta_round_up(chunk_n, bk.nr)) * kc, 16);
-    const size_t per_thread = (size_t)(size_a + size_b);
-    const size_t bytes = per_thread * sizeof(float) * (size_t)nt;
-    size_t got;
-    float *buf = workspace_take(bytes, &got);
-    if (!buf)
-        return ta_error(TA_ENOMEM, "ta_gemm: cannot allocate %zu bytes of packing buffers",
-                        bytes);
-
-    #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
-    for (int64_t it = 0; it < items; it++) {
-        float *pa = buf + per_thread * (size_t)omp_get_thread_num(), *pb = pa + size_a;
-        const int64_t p = it / (parts_m * parts_n), r = it % (parts_m * parts_n);
-        const int64_t m0 = r / parts_n * chunk_m, n0 = r % parts_n * chunk_n;
+    #pragma omp parallel for num_threads(sc.nt) schedule(dynamic, 1) if (sc.nt > 1)
+    for (int64_t it = 0; it < sc.items; it++) {
+        float *pa = pack + per_thread * (size_t)omp_get_thread_num(), *pb = pa + sc.size_a;
+        const int64_t p = it / (sc.parts_m * sc.parts_n), r = it % (sc.parts_m * sc.parts_n);
+        const int64_t m0 = r / sc.parts_n * sc.chunk_m, n0 = r % sc.parts_n * sc.chunk_n;
         problem pr = batch_problem(&base, batch, p);
-        gemm_chunk(&bk, &pr, m0, TA_MIN(M, m0 + chunk_m), n0, TA_MIN(N, n0 + chunk_n), pa,
-                   pb);
+        gemm_chunk(&bk, &pr, m0, TA_MIN(M, m0 + sc.chunk_m), n0, TA_MIN(N, n0 + sc.chunk_n),
+                   pa, pb);
     }
-    workspace_give(buf, got);
     return TA_OK;
+}
+
+ta_status ta_gemm_run(const char *fn, const ta_workspace *ws, float *C, int64_t rsc, int64_t csc,
+                      const float *A, int64_t rsa, int64_t csa, const float *B, int64_t rsb,
+                      int64_t csb, int64_t M, int64_t N, int64_t K, float alpha, float beta,
+                      const ta_gemm_batch *batch)
+{
+    ta_arena m = ta_arena_measure();
+    float *pack;
+    ta_gemm_layout(&m, &pack, rsc, csc, M, N, K, batch);
+    ta_scratch s;
+    ta_status st = ta_scratch_acquire(&s, fn, ws, ta_arena_bytes(&m));
+    if (st) return st;
+    ta_arena a = ta_arena_over(s.base, s.size);
+    ta_gemm_layout(&a, &pack, rsc, csc, M, N, K, batch);
+    st = ta_gemm_strided(C, rsc, csc, A, rsa, csa, B, rsb, csb, M, N, K, alpha, beta, batch,
+                         pack);
+    ta_scratch_release(&s);
+    return st;
 }
 
 /* ------------------------------------------------------- public entry points */
@@ -421,7 +430,8 @@ ta_status ta_sgemm_batched(float *C, int64_t bsc, int64_t rsc, int64_t csc, cons
     if (st != TA_OK) return st;
     ta_gemm_batch b = {.ndim = 1, .shape = {batch}, .stride_a = {bsa}, .stride_b = {bsb},
                        .stride_c = {bsc}};
-    return ta_gemm_strided(C, rsc, csc, A, rsa, csa, B, rsb, csb, M, N, K, alpha, beta, &b);
+    return ta_gemm_run("ta_sgemm_batched", NULL, C, rsc, csc, A, rsa, csa, B, rsb, csb, M, N, K,
+                       alpha, beta, &b);
 }
 
 ta_status ta_sgemm(float *C, int64_t rsc, int64_t csc, const float *A, int64_t rsa, int64_t csa,
@@ -432,5 +442,6 @@ ta_status ta_sgemm(float *C, int64_t rsc, int64_t csc, const float *A, int64_t r
     ta_status st = check_args("ta_sgemm", C, 0, rsc, csc, A, 0, rsa, csa, B, 0, rsb, csb, 1, M,
                               N, K);
     if (st != TA_OK) return st;
-    return ta_gemm_strided(C, rsc, csc, A, rsa, csa, B, rsb, csb, M, N, K, alpha, beta, NULL);
+    return ta_gemm_run("ta_sgemm", NULL, C, rsc, csc, A, rsa, csa, B, rsb, csb, M, N, K, alpha,
+                       beta, NULL);
 }

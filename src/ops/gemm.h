@@ -3,6 +3,7 @@
 #ifndef TA_GEMM_H
 #define TA_GEMM_H
 
+#include "core/workspace.h"
 #include "tensorattn.h"
 
 /* Batch dimensions of a strided GEMM: problem at batch multi-index b uses
@@ -16,17 +17,25 @@ typedef struct ta_gemm_batch {
 /* C = alpha * A B + beta * C for every batch index, with element strides:
  *   A[i,k] = A[i*rsa + k*csa], B[k,j] = B[k*rsb + j*csb], C[i,j] = C[i*rsc + j*csc].
  * beta == 0: C is not read. batch may be NULL (one problem). Arguments are trusted
- * (public entry points validate); returns TA_ENOMEM when a packing buffer cannot be
- * had. Threads: OpenMP over batch x macro-tiles; every C element is computed by one
- * thread in a fixed order, so results do not depend on the thread count. */
+ * (public entry points validate). pack: the packing buffers laid out by ta_gemm_layout
+ * for the same shapes (and thread count) in the caller's arena. Threads: OpenMP over
+ * batch x macro-tiles; every C element is computed by one thread in a fixed order, so
+ * results do not depend on the thread count. Never allocates. */
 ta_status ta_gemm_strided(float *C, int64_t rsc, int64_t csc,
                           const float *A, int64_t rsa, int64_t csa,
                           const float *B, int64_t rsb, int64_t csb,
                           int64_t M, int64_t N, int64_t K, float alpha, float beta,
-                          const ta_gemm_batch *batch);
+                          const ta_gemm_batch *batch, float *pack);
 
-/* The engine keeps its packing block between calls (fresh memory is slow to touch);
- * this frees it. Call it before ta_set_allocator swaps the hook after GEMM calls. */
-void ta_gemm_workspace_release(void);
+/* Lays out (or measures) in arena a the packing buffers of ta_gemm_strided for this
+ * problem on the library's current thread count; *pack is NULL while measuring. */
+void ta_gemm_layout(ta_arena *a, float **pack, int64_t rsc, int64_t csc, int64_t M, int64_t N,
+                    int64_t K, const ta_gemm_batch *batch);
+
+/* ta_gemm_strided with its own scratch (ws, or the library's block; errors name fn). */
+ta_status ta_gemm_run(const char *fn, const ta_workspace *ws, float *C, int64_t rsc, int64_t csc,
+                      const float *A, int64_t rsa, int64_t csa, const float *B, int64_t rsb,
+                      int64_t csb, int64_t M, int64_t N, int64_t K, float alpha, float beta,
+                      const ta_gemm_batch *batch);
 
 #endif

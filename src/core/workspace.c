@@ -1,0 +1,127 @@
+/* The arena that lays out an operation's scratch, and the block it runs in (workspace.h). */
+#include "core/workspace.h"
+
+#include "core/core.h"
+
+#include <pthread.h>
+
+void *ta_arena_take(ta_arena *a, size_t n, size_t elem)
+{
+    size_t bytes;
+    if (!ta_mul_size(&bytes, n, elem) || bytes > SIZE_MAX - TA_ARENA_ALIGN - a->used) {
+        a->overflow = true;
+        return NULL;
+    }
+    size_t off = a->used;
+    a->used += (bytes + TA_ARENA_ALIGN - 1) / TA_ARENA_ALIGN * TA_ARENA_ALIGN;
+    if (!a->base) return NULL;
+    if (a->used > a->size) { /* a layout that differs from its measurement: a bug */
+        a->overflow = true;
+        return NULL;
+    }
+    return a->base + off;
+}
+
+ta_arena ta_arena_sub(ta_arena *a, size_t bytes)
+{
+    unsigned char *p = ta_arena_take(a, bytes, 1);
+    return p ? ta_arena_over(p, bytes) : ta_arena_measure();
+}
+
+size_t ta_workspace_bytes(size_t needed)
+{
+    return needed == 0 ? 0 : needed > SIZE_MAX - TA_ARENA_ALIGN ? SIZE_MAX
+                                                                : needed + TA_ARENA_ALIGN;
+}
+
+/* -------------------------------------------------------- the kept block */
+
+/* One block is kept between calls: a call takes it (or allocates its own when another
+ * call holds it, or it is too small) and gives back the larger. It comes from the
+ * allocation hook; ta_set_allocator releases it first (ta_register_cache). */
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *kept_ptr;
+static size_t kept_bytes;
+static pthread_once_t kept_registered = PTHREAD_ONCE_INIT;
+
+void ta_scratch_cache_release(void)
+{
+    pthread_mutex_lock(&kept_lock);
+    void *p = kept_ptr;
+    kept_ptr = NULL;
+    kept_bytes = 0;
+    pthread_mutex_unlock(&kept_lock);
+    ta_free(p);
+}
+
+static void kept_register(void) { ta_register_cache(ta_scratch_cache_release); }
+
+static void *kept_take(size_t bytes, size_t *got)
+{
+    pthread_once(&kept_registered, kept_register);
+    pthread_mutex_lock(&kept_lock);
+    void *p = kept_ptr;
+    size_t have = kept_bytes;
+    kept_ptr = NULL;
+    kept_bytes = 0;
+    pthread_mutex_unlock(&kept_lock);
+    if (p && have >= bytes) {
+        *got = have;
+        return p;
+    }
+    ta_free(p);
+    *got = bytes;
+    return ta_alloc(bytes);
+}
+
+static void kept_give(void *p, size_t bytes)
+{
+    pthread_mutex_lock(&kept_lock);
+    if (kept_ptr && kept_bytes >= bytes) {
+        pthread_mutex_unlock(&kept_lock);
+        ta_free(p);
+        return;
+    }
+    void *old = kept_ptr;
+    kept_ptr = p;
+    kept_bytes = bytes;
+    pthread_mutex_unlock(&kept_lock);
+    ta_free(old);
+}
+
+/* ------------------------------------------------------------- scratch */
+
+ta_status ta_scratch_acquire(ta_scratch *s, const char *fn, const ta_workspace *ws,
+                             size_t bytes)
+{
+    *s = (ta_scratch){0};
+    if (bytes == SIZE_MAX)
+        return ta_error(TA_ENOMEM, "%s: the scratch for these shapes does not fit in memory",
+                        fn);
+    if (ws && ws->data) {
+        size_t need = ta_workspace_bytes(bytes);
+        if (ws->size < need)
+            return ta_error(TA_EINVAL, "%s: the workspace has %zu bytes but this call needs "
+                            "%zu (its _workspace_size query, for the current thread count)",
+                            fn, ws->size, need);
+        uintptr_t p = ((uintptr_t)ws->data + TA_ARENA_ALIGN - 1) & ~(uintptr_t)(TA_ARENA_ALIGN - 1);
+        s->base = (void *)p;
+        s->size = bytes;
+        return TA_OK;
+    }
+    if (bytes == 0) return TA_OK;
+    size_t got = bytes;
+    void *p = bytes <= TA_SCRATCH_KEEP_MAX ? kept_take(bytes, &got) : ta_alloc(bytes);
+    if (!p) return ta_error(TA_ENOMEM, "%s: cannot allocate %zu bytes of scratch", fn, bytes);
+    *s = (ta_scratch){.base = p, .size = got, .alloc = p, .alloc_size = got};
+    return TA_OK;
+}
+
+void ta_scratch_release(ta_scratch *s)
+{
+    if (s->alloc) {
+        if (s->alloc_size <= TA_SCRATCH_KEEP_MAX) kept_give(s->alloc, s->alloc_size);
+        else ta_free(s->alloc);
+    }
+    *s = (ta_scratch){0};
+}
