@@ -307,6 +307,9 @@ typedef struct ta_sdpa_opts {
     ta_tensor *lse;             /* NULL, or output [B, H, Lq]: log-sum-exp of the scaled,
                                    masked scores (natural log), -inf for an empty row */
     ta_sdpa_path path;
+    ta_workspace workspace;     /* {0}: the library's scratch; else at least
+                                   ta_sdpa_workspace_size (ta_sdpa_backward_workspace_size
+                                   for the backward) bytes: the call then allocates nothing */
 } ta_sdpa_opts;
 
 /* Scaled dot-product attention: O = softmax(mask(Q K^T * scale)) V, per batch and head.
@@ -333,10 +336,10 @@ typedef struct ta_sdpa_opts {
  * reference path under TA_SDPA_AUTO), opts->lse [B, H, Lq] (natural log of the sum of
  * exp of the scaled, masked scores; NaN for a NaN row).
  * Paths: TA_SDPA_REFERENCE runs the seed's algorithm (einsum 'bhid,bhjd->bhij', scale,
- * mask, softmax, einsum 'bhij,bhjd->bhid') with one [B, H, Lq, Lk] scratch allocated
- * per call (opts->weights itself when given). TA_SDPA_FUSED runs FlashAttention-2 on
+ * mask, softmax, einsum 'bhij,bhjd->bhid') with a [B, H, Lq, Lk] score scratch
+ * (opts->weights itself when given). TA_SDPA_FUSED runs FlashAttention-2 on
  * the CPU: tiles of queries against tiles of keys, online softmax, never forming
- * Lq x Lk (extra memory: tens of KiB per thread), skipping key tiles that the causal
+ * Lq x Lk (scratch: tens of KiB per thread), skipping key tiles that the causal
  * limit or the key lengths hide; it refuses opts->weights (TA_EUNSUPPORTED). With
  * Lq small and Lk large (decoding) it splits the keys into shape-determined chunks
  * merged exactly by their log-sum-exp. TA_SDPA_AUTO takes the fused path unless
@@ -344,15 +347,20 @@ typedef struct ta_sdpa_opts {
  * difference: the fused path never reads V at a key that is blocked for every row of a
  * tile, so a NaN/inf in V there does not reach rows that cannot see it (the reference
  * spreads it through 0 * NaN as PyTorch does).
+ * Scratch: one block per call, taken before anything is written: opts->workspace when
+ * given (no allocation at all), else the library's (see ta_workspace).
  * Errors (message names the argument and shapes, e.g. "ta_sdpa: K has head_dim 32 but
  * Q has 64"): TA_EINVAL (NULL, bad enum, non-finite scale, key length outside [0, Lk],
- * overlapping outputs), TA_ESHAPE (ranks, extents, H % Hkv, mask broadcast, output
- * shapes), TA_ENOMEM, TA_EUNSUPPORTED. Validation errors leave every output untouched;
- * after validation only an allocation can fail, and the scratch is allocated before
- * anything is written (an allocation failure inside einsum's packing could still leave
- * O or opts->weights partly written; opts->lse is written last). */
+ * overlapping outputs, a workspace smaller than ta_sdpa_workspace_size), TA_ESHAPE
+ * (ranks, extents, H % Hkv, mask broadcast, output shapes), TA_ENOMEM, TA_EUNSUPPORTED.
+ * On any error every output is untouched. */
 ta_status ta_sdpa(ta_tensor *O, const ta_tensor *Q, const ta_tensor *K, const ta_tensor *V,
                   const ta_sdpa_opts *opts);
+/* The bytes of opts->workspace that ta_sdpa needs for these arguments (validated as
+ * ta_sdpa validates them; the path, shapes, strides and the library's thread count
+ * decide it, not the data). 0 when the call needs no scratch. */
+ta_status ta_sdpa_workspace_size(size_t *bytes, const ta_tensor *O, const ta_tensor *Q,
+                                 const ta_tensor *K, const ta_tensor *V, const ta_sdpa_opts *opts);
 
 /* Gradients of ta_sdpa: given dO = dL/dO and the forward's inputs, output O and
  * log-sum-exp (opts->lse of the forward call, [B, H, Lq]), computes
@@ -364,11 +372,20 @@ ta_status ta_sdpa(ta_tensor *O, const ta_tensor *Q, const ta_tensor *K, const ta
  * are recomputed block by block from Q, K and the LSE, D_i = rowsum(dO_i * O_i),
  * dS = P * (dP - D); Lq x Lk is never materialised on the fused path (TA_SDPA_AUTO,
  * TA_SDPA_FUSED); TA_SDPA_REFERENCE materialises it (the test oracle).
- * Deterministic: bitwise identical results for any thread count.
- * Errors as ta_sdpa, plus shapes of dO, O, lse and the gradient outputs. */
+ * Deterministic: bitwise identical results for any thread count. Scratch as ta_sdpa's:
+ * opts->workspace of ta_sdpa_backward_workspace_size bytes makes it allocate nothing.
+ * Errors as ta_sdpa, plus shapes of dO, O, lse and the gradient outputs; on any error
+ * every output is untouched. */
 ta_status ta_sdpa_backward(ta_tensor *dQ, ta_tensor *dK, ta_tensor *dV, const ta_tensor *dO,
                            const ta_tensor *Q, const ta_tensor *K, const ta_tensor *V,
                            const ta_tensor *O, const ta_tensor *lse, const ta_sdpa_opts *opts);
+/* The bytes of opts->workspace that ta_sdpa_backward needs for these arguments. */
+ta_status ta_sdpa_backward_workspace_size(size_t *bytes, const ta_tensor *dQ,
+                                          const ta_tensor *dK, const ta_tensor *dV,
+                                          const ta_tensor *dO, const ta_tensor *Q,
+                                          const ta_tensor *K, const ta_tensor *V,
+                                          const ta_tensor *O, const ta_tensor *lse,
+                                          const ta_sdpa_opts *opts);
 
 /* ------------------------------------------------------------------ files */
 

@@ -167,9 +167,9 @@ static ta_sdpa_opts opts_of(const fcase *c, tensors *t)
 
 static void run_fused(tensors *t, const ta_sdpa_opts *o)
 {
-    ta_sdpa_problem p;
-    TA_CHECK_OK(ta_sdpa_validate(&p, "ta_sdpa", &t->o, &t->q, &t->k, &t->v, o));
-    TA_CHECK_OK(ta_sdpa_fused_run(&p));
+    ta_sdpa_opts f = *o;
+    f.path = TA_SDPA_FUSED;
+    TA_CHECK_OK(ta_sdpa(&t->o, &t->q, &t->k, &t->v, &f));
 }
 
 /* Fused vs float64 (and vs the reference path, which must agree just as well). */
@@ -201,9 +201,7 @@ static void check_case(const fcase *c)
     ta_sdpa_opts r = o;
     r.lse = &l2;
     r.path = TA_SDPA_REFERENCE;
-    ta_sdpa_problem p;
-    TA_CHECK_OK(ta_sdpa_validate(&p, "ta_sdpa", &o2, &t.q, &t.k, &t.v, &r));
-    TA_CHECK_OK(ta_sdpa_reference_run(&p));
+    TA_CHECK_OK(ta_sdpa(&o2, &t.q, &t.k, &t.v, &r));
     eo = max_err(&o2, O, 0.0);
     el = max_err(&l2, L, 1.0);
     if (!(eo <= 1e-5) || !(el <= 1e-5))
@@ -512,9 +510,8 @@ static void test_weights_are_refused(void **state)
     TA_CHECK_OK(ta_tensor_empty(&w, 4, ws));
     ta_sdpa_opts o = opts_of(&c, &t);
     o.weights = &w;
-    ta_sdpa_problem p;
-    TA_CHECK_OK(ta_sdpa_validate(&p, "ta_sdpa", &t.o, &t.q, &t.k, &t.v, &o));
-    TA_CHECK_ERR(ta_sdpa_fused_run(&p), TA_EUNSUPPORTED, "weights");
+    o.path = TA_SDPA_FUSED;
+    TA_CHECK_ERR(ta_sdpa(&t.o, &t.q, &t.k, &t.v, &o), TA_EUNSUPPORTED, "weights");
     ta_tensor_free(&w);
     free_tensors(&t);
 }

@@ -233,7 +233,7 @@ static void test_softmax_guard_page_tails(void **state)
         /* the mask plan's tile fill and apply, ending at the guard too */
         ta_mask_plan plan;
         TA_CHECK_OK(ta_mask_plan_init(&plan, "t", 1, 1, 1, n, TA_CAUSAL_NONE, NULL,
-                                      TA_MASK_KEEP, NULL));
+                                      TA_MASK_KEEP, NULL, true));
         ta_mask_row_bias(&plan, 0, 0, 0, 0, n, p + 2 * n);
         ta_mask_apply(&plan, 0, 0, 0, 0, n, 1.0f, p + 2 * n, 1);
         ta_guard_release(&g);
@@ -409,7 +409,7 @@ static void test_mask_plan_matches_rules(void **state)
                         mp[e] = mp[e] > 0 ? 1.0f : 0.0f;
                 ta_mask_plan p;
                 TA_CHECK_OK(ta_mask_plan_init(&p, "t", B, H, Lq, Lk, (ta_causal)causal, &m,
-                                              (ta_mask_mode)mode, kl));
+                                              (ta_mask_mode)mode, kl, true));
                 int lead = 4 - mranks[c];
                 for (int b = 0; b < B; b++)
                     for (int h = 0; h < H; h++)

@@ -145,7 +145,7 @@ float *ta_tensor_at(ta_tensor *t, const int64_t *idx)
     return p;
 }
 
-ta_status ta_tensor_check(const char *fn, const char *name, const ta_tensor *t)
+static ta_status check(const char *fn, const char *name, const ta_tensor *t, bool data)
 {
     if (!t) return ta_error(TA_EINVAL, "%s: %s is NULL", fn, name);
     if (t->ndim < 0 || t->ndim > TA_MAX_DIMS)
@@ -160,7 +160,7 @@ ta_status ta_tensor_check(const char *fn, const char *name, const ta_tensor *t)
         return ta_error(TA_EINVAL, "%s: %s has an invalid shape %s", fn, name,
                         ta_shape_str(s, sizeof s, t->ndim, t->shape));
     }
-    if (n > 0 && !t->data) return ta_error(TA_EINVAL, "%s: %s has NULL data", fn, name);
+    if (data && n > 0 && !t->data) return ta_error(TA_EINVAL, "%s: %s has NULL data", fn, name);
     /* Every element offset sum(idx[d] * stride[d]) must fit a ptrdiff_t of floats, so
      * that no pointer arithmetic downstream can overflow, whatever the caller's strides. */
     int64_t span = 0;
@@ -178,10 +178,29 @@ ta_status ta_tensor_check(const char *fn, const char *name, const ta_tensor *t)
     return TA_OK;
 }
 
-ta_status ta_tensor_check_shape(const char *fn, const char *name, const ta_tensor *t, int ndim,
-                                const int64_t *shape, const char *dims, bool output)
+ta_tensor ta_tensor_view(void *data, int ndim, const int64_t *shape)
 {
-    ta_status st = ta_tensor_check(fn, name, t);
+    ta_tensor t = {.data = data, .dtype = TA_F32, .ndim = ndim};
+    for (int d = 0; d < ndim; d++) t.shape[d] = shape[d];
+    ta_contiguous_strides(t.stride, ndim, shape);
+    return t;
+}
+
+ta_status ta_tensor_check(const char *fn, const char *name, const ta_tensor *t)
+{
+    return check(fn, name, t, true);
+}
+
+ta_status ta_tensor_check_layout(const char *fn, const char *name, const ta_tensor *t)
+{
+    return check(fn, name, t, false);
+}
+
+ta_status ta_tensor_check_shape(const char *fn, const char *name, const ta_tensor *t, int ndim,
+                                const int64_t *shape, const char *dims, int flags)
+{
+    const bool output = flags & TA_CHECK_OUTPUT;
+    ta_status st = check(fn, name, t, !(flags & TA_CHECK_LAYOUT_ONLY));
     if (st) return st;
     bool same = t->ndim == ndim;
     for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];

@@ -5,18 +5,49 @@
 #include "tensorattn.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 
-/* Validates a float32 tensor argument: not NULL, rank in range, shape valid, data set
- * when non-empty. The message names fn and the argument name. */
+/* Validates a float32 tensor argument: not NULL, rank in range, shape valid, strides
+ * within the index range, data set when non-empty. The message names fn and the
+ * argument name. */
 ta_status ta_tensor_check(const char *fn, const char *name, const ta_tensor *t);
+/* ta_tensor_check but for the data pointer (a tensor described before its memory exists). */
+ta_status ta_tensor_check_layout(const char *fn, const char *name, const ta_tensor *t);
+/* Flags of ta_tensor_check_shape. */
+enum { TA_CHECK_OUTPUT = 1, TA_CHECK_LAYOUT_ONLY = 2 };
 /* ta_tensor_check, and t has exactly shape[0..ndim-1] ("X has shape [..], expected
- * <dims> = [..]", dims naming the extents, e.g. "[B, H, Lq, D]"); an output (output
- * set) must also not repeat an element through a stride 0 over an extent > 1. */
+ * <dims> = [..]", dims naming the extents, e.g. "[B, H, Lq, D]"). TA_CHECK_OUTPUT: an
+ * output must also not repeat an element through a stride 0 over an extent > 1;
+ * TA_CHECK_LAYOUT_ONLY: the data pointer is not checked (ta_tensor_check_layout). */
 ta_status ta_tensor_check_shape(const char *fn, const char *name, const ta_tensor *t, int ndim,
-                                const int64_t *shape, const char *dims, bool output);
+                                const int64_t *shape, const char *dims, int flags);
+/* A C-contiguous float32 view of data with shape (no checks; data may be NULL while a
+ * scratch layout is being measured: only shapes and strides are read then). */
+ta_tensor ta_tensor_view(void *data, int ndim, const int64_t *shape);
 /* C-contiguous element strides for shape. */
 void ta_contiguous_strides(int64_t *stride, int ndim, const int64_t *shape);
 /* Advances a row-major multi-index over shape (wraps to all zeros at the end). */
 void ta_index_next(int ndim, const int64_t *shape, int64_t *idx);
+
+/* Whether the element address ranges of a and b intersect (conservative: two
+ * interleaved views that share no element still count as overlapping). */
+static inline bool ta_tensors_overlap(const ta_tensor *a, const ta_tensor *b)
+{
+    uintptr_t lo[2], hi[2]; /* integers: comparing unrelated pointers is undefined */
+    const ta_tensor *t[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        int64_t n = 1, neg = 0, pos = 0;
+        for (int d = 0; d < t[k]->ndim; d++) {
+            n *= t[k]->shape[d];
+            int64_t span = (t[k]->shape[d] - 1) * t[k]->stride[d];
+            if (span < 0) neg += span; else pos += span;
+        }
+        if (n == 0) return false;
+        uintptr_t base = (uintptr_t)t[k]->data;
+        lo[k] = base - (uintptr_t)(-neg) * sizeof(float);
+        hi[k] = base + (uintptr_t)(pos + 1) * sizeof(float);
+    }
+    return lo[0] < hi[1] && lo[1] < hi[0];
+}
 
 #endif

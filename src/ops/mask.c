@@ -29,7 +29,7 @@ bool ta_mask_broadcast_strides(int64_t *out, const ta_tensor *mask, int ndim,
 
 ta_status ta_mask_plan_init(ta_mask_plan *p, const char *fn, int64_t B, int64_t H, int64_t Lq,
                             int64_t Lk, ta_causal causal, const ta_tensor *mask,
-                            ta_mask_mode mode, const int64_t *key_lengths)
+                            ta_mask_mode mode, const int64_t *key_lengths, bool check_data)
 {
     if (causal != TA_CAUSAL_NONE && causal != TA_CAUSAL_TOP_LEFT &&
         causal != TA_CAUSAL_BOTTOM_RIGHT)
@@ -42,7 +42,8 @@ ta_status ta_mask_plan_init(ta_mask_plan *p, const char *fn, int64_t B, int64_t 
         if (mode != TA_MASK_KEEP && mode != TA_MASK_BLOCK && mode != TA_MASK_ADDITIVE)
             return ta_error(TA_EINVAL, "%s: mask_mode = %d is not a ta_mask_mode value", fn,
                             (int)mode);
-        ta_status st = ta_tensor_check(fn, "mask", mask);
+        ta_status st = check_data ? ta_tensor_check(fn, "mask", mask)
+                                  : ta_tensor_check_layout(fn, "mask", mask);
         if (st) return st;
         const int64_t full[4] = {B, H, Lq, Lk};
         if (!ta_mask_broadcast_strides(q.mstride, mask, 4, full)) {
@@ -54,7 +55,7 @@ ta_status ta_mask_plan_init(ta_mask_plan *p, const char *fn, int64_t B, int64_t 
         q.mask = mask->data;
     }
     if (key_lengths) {
-        for (int64_t b = 0; b < B; b++)
+        for (int64_t b = 0; check_data && b < B; b++)
             if (key_lengths[b] < 0 || key_lengths[b] > Lk)
                 return ta_error(TA_EINVAL, "%s: key_lengths[%lld] = %lld is outside [0, %lld]",
                                 fn, (long long)b, (long long)key_lengths[b], (long long)Lk);

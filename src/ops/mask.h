@@ -36,10 +36,12 @@ typedef struct ta_mask_plan {
 /* Validates and records the masking options for problem [B, H, Lq, Lk]: causal must be
  * a ta_causal value, mask (may be NULL) a float32 tensor of rank <= 4 broadcastable to
  * [B, H, Lq, Lk], mode a ta_mask_mode, key_lengths (may be NULL) B values in [0, Lk].
- * Error messages start with fn. The plan keeps pointers to mask data and key_lengths. */
+ * check_data false: neither the mask's data pointer nor the key lengths are read (a
+ * problem described before its memory exists). Error messages start with fn. The plan
+ * keeps pointers to mask data and key_lengths. */
 ta_status ta_mask_plan_init(ta_mask_plan *p, const char *fn, int64_t B, int64_t H, int64_t Lq,
                             int64_t Lk, ta_causal causal, const ta_tensor *mask,
-                            ta_mask_mode mode, const int64_t *key_lengths);
+                            ta_mask_mode mode, const int64_t *key_lengths, bool check_data);
 
 /* Keys [end, Lk) are blocked for every head of row (b, i) by the causal limit or the key
  * length; 0 <= end <= Lk. A row with end == 0 attends to nothing. */

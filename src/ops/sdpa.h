@@ -1,102 +1,103 @@
-/* Internal interface of scaled dot-product attention: the validated problem that every
- * path (reference now, fused later) runs from, and the row softmax they share. */
+/* Scaled dot-product attention inside the library: the one problem description that the
+ * front door (sdpa.c) builds from a public call, forward or backward, and the interface
+ * of the four implementations behind it:
+ *
+ *     ta_sdpa / ta_sdpa_backward / *_workspace_size          sdpa.c: validate, check
+ *        |  (ta_sdpa_prepare*: one ta_sdpa_problem)             overlaps, normalise options,
+ *        v                                                      resolve the path, plan the
+ *     ta_sdpa_run(problem, scratch arena)                       scratch, dispatch
+ *        |-- forward,  reference  sdpa_forward_reference.c   the seed's algorithm on einsum
+ *        |-- forward,  fused      sdpa_forward_fused.c       FlashAttention-2, tiles in L1
+ *        |-- backward, reference  sdpa_backward_reference.c  materialised P and dP (oracle)
+ *        '-- backward, fused      sdpa_backward_fused.c      FlashAttention-2 backward
+ *
+ * Every implementation has a scratch size (from shapes, strides, options and the thread
+ * count only: never from data) and a run that carves that scratch from the arena it is
+ * given and never allocates. A feature that extends attention (dtypes, sequence
+ * offsets, score modifiers) enters here, in ta_sdpa_problem, and reaches the kernels
+ * through the implementations' contracts. */
 #ifndef TA_OPS_SDPA_H
 #define TA_OPS_SDPA_H
 
+#include "core/tensor_internal.h"
+#include "core/workspace.h"
 #include "ops/mask.h"
 #include "tensorattn.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 
-/* One ta_sdpa call after validation: shapes agree, outputs do not overlap inputs, the
- * mask plan is checked. Q [B,H,Lq,D], K [B,Hkv,Lk,D], V [B,Hkv,Lk,Dv], O [B,H,Lq,Dv];
- * query head h reads key/value head h / (H / Hkv). */
+/* One validated call. Q [B,H,Lq,D], K [B,Hkv,Lk,D], V [B,Hkv,Lk,Dv], O [B,H,Lq,Dv]; query
+ * head h reads key/value head h / G (G = H / Hkv). A backward also has dO [B,H,Lq,Dv] and
+ * the forward's LSE [B,H,Lq] (inputs; O is then an input too) and dQ [B,H,Lq,D],
+ * dK [B,Hkv,Lk,D], dV [B,Hkv,Lk,Dv] (outputs, overlapping nothing). */
 typedef struct ta_sdpa_problem {
-    ta_tensor *O;
+    const char *fn;           /* the public function, for messages */
+    bool backward;
+    ta_sdpa_path path;        /* resolved: TA_SDPA_REFERENCE or TA_SDPA_FUSED */
+    int64_t B, H, Hkv, G, Lq, Lk, D, Dv;
+    float scale;              /* opts->scale or 1/sqrt(D) */
+    ta_mask_plan mask;        /* causal, mask tensor, key lengths */
     const ta_tensor *Q, *K, *V;
-    int64_t B, H, Hkv, Lq, Lk, D, Dv;
-    float scale;            /* the resolved scale (opts->scale or 1/sqrt(D)) */
-    ta_mask_plan mask;
-    ta_tensor *weights;     /* NULL or [B, H, Lq, Lk] */
-    ta_tensor *lse;         /* NULL or [B, H, Lq] */
-    ta_sdpa_path path;
+    ta_tensor *O;             /* the forward's output (an input of the backward) */
+    ta_tensor *weights;       /* forward: NULL or [B, H, Lq, Lk] */
+    ta_tensor *lse;           /* forward: NULL or [B, H, Lq] */
+    const ta_tensor *dO, *fwd_lse; /* backward inputs */
+    ta_tensor *dQ, *dK, *dV;       /* backward outputs */
 } ta_sdpa_problem;
 
-/* Validates ta_sdpa's arguments into *p (messages start with fn). Writes nothing else. */
-ta_status ta_sdpa_validate(ta_sdpa_problem *p, const char *fn, ta_tensor *O, const ta_tensor *Q,
-                           const ta_tensor *K, const ta_tensor *V, const ta_sdpa_opts *opts);
-/* The same, where O may be an input (o_is_output false: the backward's forward output,
- * which may be a broadcast view and is checked against its own outputs by the caller). */
-ta_status ta_sdpa_validate_ext(ta_sdpa_problem *p, const char *fn, ta_tensor *O,
-                               const ta_tensor *Q, const ta_tensor *K, const ta_tensor *V,
-                               const ta_sdpa_opts *opts, bool o_is_output);
+/* How much of a call's arguments to check. The layers size SDPA's scratch inside their
+ * own before their buffers exist: TA_SDPA_SHAPES_ONLY checks shapes, strides and options
+ * but reads or compares no data pointer (no NULL data, overlap or key-length checks); a
+ * problem prepared so may be sized but not run. */
+typedef enum ta_sdpa_check { TA_SDPA_CHECK_ALL = 0, TA_SDPA_SHAPES_ONLY = 1 } ta_sdpa_check;
 
-/* A 5-d view [B, Hkv, G, L, X] of a [B, H, L, X] tensor, splitting the head axis into
- * (kv head, group member): head h = k * G + g. Splitting one axis is always a view; the
- * reference paths contract over it for grouped-query attention without copying K, V. */
-ta_tensor ta_sdpa_split_heads(const ta_tensor *t, int64_t G);
+/* The front door's validation of ta_sdpa's arguments into *p (messages start with fn);
+ * writes nothing else. */
+ta_status ta_sdpa_prepare(ta_sdpa_problem *p, const char *fn, ta_tensor *O, const ta_tensor *Q,
+                          const ta_tensor *K, const ta_tensor *V, const ta_sdpa_opts *opts,
+                          ta_sdpa_check check);
+/* The same for ta_sdpa_backward's arguments. */
+ta_status ta_sdpa_prepare_backward(ta_sdpa_problem *p, const char *fn, ta_tensor *dQ,
+                                   ta_tensor *dK, ta_tensor *dV, const ta_tensor *dO,
+                                   const ta_tensor *Q, const ta_tensor *K, const ta_tensor *V,
+                                   const ta_tensor *O, const ta_tensor *lse,
+                                   const ta_sdpa_opts *opts, ta_sdpa_check check);
 
-/* C [B,H,.,.] = A [B,H,.,.] x Bt [B,Hkv,.,.] with Bt shared by the G = H / Hkv query
- * heads of each group: spec4 ("bhid,bhjd->bhij") when G == 1, else spec5 on the
- * split-heads views ("bkgid,bkjd->bkgij"), so K and V are never repeated. */
-ta_status ta_sdpa_group_einsum(const char *spec4, const char *spec5, ta_tensor *C,
-                               const ta_tensor *A, const ta_tensor *Bt, int64_t G);
+/* Scratch bytes of a prepared problem on the library's current thread count (SIZE_MAX
+ * when it does not fit size_t). */
+size_t ta_sdpa_scratch_bytes(const ta_sdpa_problem *p);
+/* Runs a fully checked problem in scratch (an arena of at least ta_sdpa_scratch_bytes:
+ * a caller's sub-arena, e.g. a layer's); never allocates. */
+ta_status ta_sdpa_run(const ta_sdpa_problem *p, ta_arena *scratch);
 
-/* The seed's algorithm on a validated problem: einsum, scale, mask, softmax, einsum. */
-ta_status ta_sdpa_reference_run(const ta_sdpa_problem *p);
+/* The implementations: scratch bytes, and a run that lays its scratch out in `scratch`
+ * with the same code. */
+size_t ta_sdpa_forward_reference_scratch(const ta_sdpa_problem *p);
+ta_status ta_sdpa_forward_reference(const ta_sdpa_problem *p, ta_arena *scratch);
+size_t ta_sdpa_forward_fused_scratch(const ta_sdpa_problem *p);
+ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch);
+size_t ta_sdpa_backward_reference_scratch(const ta_sdpa_problem *p);
+ta_status ta_sdpa_backward_reference(const ta_sdpa_problem *p, ta_arena *scratch);
+size_t ta_sdpa_backward_fused_scratch(const ta_sdpa_problem *p);
+ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch);
 
-/* The fused FlashAttention-2 forward (sdpa_fused.c) on a validated problem: tiles of
- * queries against tiles of keys with an online softmax, never materialising Lq x Lk.
- * Writes O and, when p->lse is set, the LSE. Refuses p->weights (TA_EUNSUPPORTED):
- * the weights need the reference path. Allocates O(threads * tile * (D + Dv)) floats
- * per call (plus the key-split partials of small-Lq problems) before writing O. */
-ta_status ta_sdpa_fused_run(const ta_sdpa_problem *p);
+/* Shared by the two reference paths (sdpa_forward_reference.c). */
 
-/* One ta_sdpa_backward call after validation (sdpa_backward.c): the forward problem
- * (p.O is the forward's output, read only here; p.weights and p.lse are NULL), dO
- * [B,H,Lq,Dv] and the forward's LSE [B,H,Lq] (inputs), dQ [B,H,Lq,D], dK [B,Hkv,Lk,D],
- * dV [B,Hkv,Lk,Dv] (outputs, overlapping nothing). */
-typedef struct ta_sdpa_grad_problem {
-    ta_sdpa_problem p;
-    const ta_tensor *dO, *lse;
-    ta_tensor *dQ, *dK, *dV;
-} ta_sdpa_grad_problem;
-
-/* The materialised backward (sdpa_backward_reference.c): P and dP as [B,H,Lq,Lk] tensors
- * and the products on einsum; the oracle of the fused path. */
-ta_status ta_sdpa_backward_reference_run(const ta_sdpa_grad_problem *g);
-
-/* The fused FlashAttention-2 backward (sdpa_backward.c): never materialises Lq x Lk. */
-ta_status ta_sdpa_backward_fused_run(const ta_sdpa_grad_problem *g);
-
-/* Softmax of one row x[0], x[xs], ... (n entries) into out[0], out[os], ... (out may
- * be x: in place). Returns the row's log-sum-exp (natural log). Rules:
- *   a NaN anywhere            -> every entry NaN, LSE NaN;
- *   no NaN, a +inf            -> every entry NaN, LSE NaN (inf - inf: as PyTorch);
- *   every entry -inf (or n=0) -> every entry 0, LSE -inf (a row with nothing to attend);
- *   otherwise max-subtracted expf, the sum accumulated in double, entries e/sum. */
-float ta_softmax_row(float *out, int64_t os, const float *x, int64_t xs, int64_t n);
-
-/* Whether the element address ranges of a and b intersect (conservative: two
- * interleaved views that share no element still count as overlapping). */
-static inline bool ta_tensors_overlap(const ta_tensor *a, const ta_tensor *b)
-{
-    uintptr_t lo[2], hi[2]; /* integers: comparing unrelated pointers is undefined */
-    const ta_tensor *t[2] = {a, b};
-    for (int k = 0; k < 2; k++) {
-        int64_t n = 1, neg = 0, pos = 0;
-        for (int d = 0; d < t[k]->ndim; d++) {
-            n *= t[k]->shape[d];
-            int64_t span = (t[k]->shape[d] - 1) * t[k]->stride[d];
-            if (span < 0) neg += span; else pos += span;
-        }
-        if (n == 0) return false;
-        uintptr_t base = (uintptr_t)t[k]->data;
-        lo[k] = base - (uintptr_t)(-neg) * sizeof(float);
-        hi[k] = base + (uintptr_t)(pos + 1) * sizeof(float);
-    }
-    return lo[0] < hi[1] && lo[1] < hi[0];
-}
+/* One product of a reference path, an einsum over the heads: C = A B with spec4 over
+ * [B, H, ...] tensors when G == 1; with grouped-query attention (G > 1) spec5 on 5-d
+ * views [B, Hkv, G, ...] of the operands whose head axis has all H heads (bits of
+ * `split`: 1 C, 2 A, 4 B), so K and V are shared by the einsum itself, never repeated. */
+typedef struct ta_sdpa_product {
+    const char *spec;
+    ta_tensor c, a, b;
+} ta_sdpa_product;
+enum { TA_SPLIT_C = 1, TA_SPLIT_A = 2, TA_SPLIT_B = 4 };
+ta_sdpa_product ta_sdpa_product_of(const char *spec4, const char *spec5, const ta_tensor *C,
+                                   const ta_tensor *A, const ta_tensor *B, int64_t G, int split);
+/* Scratch bytes of the product (its einsum's), and the product run in scratch. */
+size_t ta_sdpa_product_scratch(const ta_sdpa_problem *p, const ta_sdpa_product *pr);
+ta_status ta_sdpa_product_run(const ta_sdpa_problem *p, const ta_sdpa_product *pr,
+                              ta_arena *scratch);
 
 #endif

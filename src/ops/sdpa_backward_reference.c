@@ -10,66 +10,81 @@
  * With GQA (G = H / Hkv > 1) the head axis of the [B, H, ...] tensors is split into
  * (kv head, group member) views, so K and V are shared by the einsum itself and the
  * group sum of dK and dV is part of the contraction. */
-#include "core/core.h"
 #include "ops/sdpa.h"
 
-#include <math.h>
+#include "core/core.h"
 
-/* C [B,Hkv,.,.] = sum over the group of A [B,H,.,.] x Bt [B,H,.,.]. */
-static ta_status group_sum(const char *spec4, const char *spec5, ta_tensor *C, const ta_tensor *A,
-                           const ta_tensor *Bt, int64_t G)
-{
-    if (G == 1) return ta_einsum(C, spec4, A, Bt);
-    ta_tensor a5 = ta_sdpa_split_heads(A, G), b5 = ta_sdpa_split_heads(Bt, G);
-    return ta_einsum(C, spec5, &a5, &b5);
-}
+#include <math.h>
 
 static float *row_ptr(const ta_tensor *t, int64_t b, int64_t h, int64_t i)
 {
     return (float *)t->data + b * t->stride[0] + h * t->stride[1] + i * t->stride[2];
 }
 
-ta_status ta_sdpa_backward_reference_run(const ta_sdpa_grad_problem *g)
-{
-    const ta_sdpa_problem *p = &g->p;
-    int64_t B = p->B, H = p->H, Lq = p->Lq, Lk = p->Lk, G = p->Hkv ? H / p->Hkv : 1;
-    int64_t rows = B * H * Lq;
-    if (rows == 0 || Lk == 0) { /* nothing attends to anything: every gradient is 0 */
-        ta_tensor_fill(g->dQ, 0.0f);
-        ta_tensor_fill(g->dK, 0.0f);
-        ta_tensor_fill(g->dV, 0.0f);
-        return TA_OK;
-    }
-    size_t n;
-    if (!ta_mul_size(&n, (size_t)rows, (size_t)Lk) || !ta_mul_size(&n, n, 2 * sizeof(float)))
-        return ta_error(TA_ENOMEM, "ta_sdpa_backward: the [B, H, Lq, Lk] scratch is too large");
-    float *mem = ta_alloc(n);
-    if (!mem) return TA_ENOMEM;
-    const int64_t shape[4] = {B, H, Lq, Lk};
+/* The scratch: P and dP as [B, H, Lq, Lk] and the largest of the five einsums' scratch
+ * (they run one after the other). */
+typedef struct bref_plan {
     ta_tensor P, dP;
-    ta_tensor_from_buffer(&P, mem, 4, shape, NULL);
-    ta_tensor_from_buffer(&dP, mem + rows * Lk, 4, shape, NULL);
+    ta_sdpa_product s, dp, dv, dk, dq;
+    ta_arena einsum;
+} bref_plan;
 
-    /* S = Q K^T, then scale, mask and P = exp(S - LSE) row by row. */
-    ta_status st = p->D > 0 ? ta_sdpa_group_einsum("bhid,bhjd->bhij", "bkgid,bkjd->bkgij", &P, p->Q, p->K, G)
-                            : ta_tensor_fill(&P, 0.0f);
-    if (!st) st = p->Dv > 0 ? ta_sdpa_group_einsum("bhid,bhjd->bhij", "bkgid,bkjd->bkgij", &dP, g->dO, p->V, G)
-                            : ta_tensor_fill(&dP, 0.0f);
-    if (st) {
-        ta_free(mem);
-        return st;
-    }
+static void layout(ta_arena *a, bref_plan *r, const ta_sdpa_problem *p)
+{
+    const int64_t shape[4] = {p->B, p->H, p->Lq, p->Lk}, n = p->B * p->H * p->Lq * p->Lk;
+    const int64_t G = p->G;
+    r->P = ta_tensor_view(TA_ARENA_TAKE(a, float, n), 4, shape);
+    r->dP = ta_tensor_view(TA_ARENA_TAKE(a, float, n), 4, shape);
+    /* S = Q K^T, dP = dO V^T; dV = P^T dO, dK = dS^T Q (group sums); dQ = dS K */
+    r->s = ta_sdpa_product_of("bhid,bhjd->bhij", "bkgid,bkjd->bkgij", &r->P, p->Q, p->K, G,
+                              TA_SPLIT_C | TA_SPLIT_A);
+    r->dp = ta_sdpa_product_of("bhid,bhjd->bhij", "bkgid,bkjd->bkgij", &r->dP, p->dO, p->V, G,
+                               TA_SPLIT_C | TA_SPLIT_A);
+    r->dv = ta_sdpa_product_of("bhij,bhid->bhjd", "bkgij,bkgid->bkjd", p->dV, &r->P, p->dO, G,
+                               TA_SPLIT_A | TA_SPLIT_B);
+    r->dk = ta_sdpa_product_of("bhij,bhid->bhjd", "bkgij,bkgid->bkjd", p->dK, &r->dP, p->Q, G,
+                               TA_SPLIT_A | TA_SPLIT_B);
+    r->dq = ta_sdpa_product_of("bhij,bhjd->bhid", "bkgij,bkjd->bkgid", p->dQ, &r->dP, p->K, G,
+                               TA_SPLIT_C | TA_SPLIT_A);
+    const ta_sdpa_product *all[5] = {&r->s, &r->dp, &r->dv, &r->dk, &r->dq};
+    size_t most = 0;
+    for (int i = 0; i < 5; i++) most = TA_MAX(most, ta_sdpa_product_scratch(p, all[i]));
+    r->einsum = ta_arena_sub(a, most);
+}
+
+size_t ta_sdpa_backward_reference_scratch(const ta_sdpa_problem *p)
+{
+    if (p->B * p->H * p->Lq == 0 || p->Lk == 0) return 0;
+    ta_arena m = ta_arena_measure();
+    bref_plan r;
+    layout(&m, &r, p);
+    return ta_arena_bytes(&m);
+}
+
+/* A product into an output that has elements (the einsum of an empty output is a no-op). */
+static ta_status product(const ta_sdpa_problem *p, const ta_sdpa_product *pr,
+                         const bref_plan *r)
+{
+    ta_arena e = r->einsum;
+    return ta_sdpa_product_run(p, pr, &e);
+}
+
+/* S -> P = exp(scale S masked - LSE), dP -> dS = scale P (dP - D), row by row. */
+static void softmax_backward_rows(const ta_sdpa_problem *p, bref_plan *r)
+{
+    const int64_t H = p->H, Lq = p->Lq, Lk = p->Lk, rows = p->B * H * Lq;
+    const ta_tensor *L = p->fwd_lse;
     int nt = rows * Lk < 32768 ? 1 : ta_threads();
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t b = r / (H * Lq), h = r / Lq % H, i = r % Lq;
-        float *s = (float *)P.data + r * Lk, *dp = (float *)dP.data + r * Lk;
-        const float *lp = (const float *)g->lse->data + b * g->lse->stride[0] +
-                          h * g->lse->stride[1] + i * g->lse->stride[2];
-        const float *o = row_ptr(p->O, b, h, i), *dout = row_ptr(g->dO, b, h, i);
+    for (int64_t x = 0; x < rows; x++) {
+        int64_t b = x / (H * Lq), h = x / Lq % H, i = x % Lq;
+        float *s = (float *)r->P.data + x * Lk, *dp = (float *)r->dP.data + x * Lk;
+        const float *lp = (const float *)L->data + b * L->stride[0] + h * L->stride[1] +
+                          i * L->stride[2];
+        const float *o = row_ptr(p->O, b, h, i), *dout = row_ptr(p->dO, b, h, i);
         double d = 0.0; /* D_i = rowsum(dO_i * O_i) */
         for (int64_t c = 0; c < p->Dv; c++)
-            d += (double)dout[c * g->dO->stride[3]] * (double)o[c * p->O->stride[3]];
+            d += (double)dout[c * p->dO->stride[3]] * (double)o[c * p->O->stride[3]];
         double lse = *lp;
         ta_mask_apply(&p->mask, b, h, i, 0, Lk, p->scale, s, 1);
         for (int64_t j = 0; j < Lk; j++) {
@@ -81,14 +96,25 @@ ta_status ta_sdpa_backward_reference_run(const ta_sdpa_grad_problem *g)
             dp[j] = (float)((double)p->scale * s[j] * ((double)dp[j] - d));
         }
     }
+}
 
-    /* dV = P^T dO, dK = dS^T Q (group sums), dQ = dS K. */
-    if (ta_tensor_numel(g->dV) > 0)
-        st = group_sum("bhij,bhid->bhjd", "bkgij,bkgid->bkjd", g->dV, &P, g->dO, G);
-    if (!st && ta_tensor_numel(g->dK) > 0)
-        st = group_sum("bhij,bhid->bhjd", "bkgij,bkgid->bkjd", g->dK, &dP, p->Q, G);
-    if (!st && ta_tensor_numel(g->dQ) > 0)
-        st = ta_sdpa_group_einsum("bhij,bhjd->bhid", "bkgij,bkjd->bkgid", g->dQ, &dP, p->K, G);
-    ta_free(mem);
+ta_status ta_sdpa_backward_reference(const ta_sdpa_problem *p, ta_arena *scratch)
+{
+    if (p->B * p->H * p->Lq == 0 || p->Lk == 0) { /* nothing attends: every gradient is 0 */
+        ta_tensor_fill(p->dQ, 0.0f);
+        ta_tensor_fill(p->dK, 0.0f);
+        ta_tensor_fill(p->dV, 0.0f);
+        return TA_OK;
+    }
+    bref_plan r;
+    layout(scratch, &r, p);
+    if (scratch->overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", p->fn);
+    ta_status st = p->D > 0 ? product(p, &r.s, &r) : ta_tensor_fill(&r.P, 0.0f);
+    if (!st) st = p->Dv > 0 ? product(p, &r.dp, &r) : ta_tensor_fill(&r.dP, 0.0f);
+    if (st) return st;
+    softmax_backward_rows(p, &r);
+    if (ta_tensor_numel(p->dV) > 0) st = product(p, &r.dv, &r);
+    if (!st && ta_tensor_numel(p->dK) > 0) st = product(p, &r.dk, &r);
+    if (!st && ta_tensor_numel(p->dQ) > 0) st = product(p, &r.dq, &r);
     return st;
 }

@@ -2,7 +2,7 @@
  * paths share (ta_softmax_row). */
 #include "core/core.h"
 #include "core/tensor_internal.h"
-#include "ops/sdpa.h"
+#include "ops/softmax.h"
 
 #include <math.h>
 #include <omp.h>

@@ -17,10 +17,12 @@
  * each row's key count and skip the blocks no row of theirs needs.
  *
  * Threads take whole work items (a tile, or a tile's key chunk) from a list ordered by
- * group, then by cost within the group (a causal tile near the diagonal's end costs
- * more): the threads share one group's K and V in cache, and the cheap items fill the
- * gaps at the end. Each output row is computed by one thread in a fixed order, so
- * results do not depend on the thread count. Problems with few tiles and many keys
+ * group, then within the group by query position from the last tile to the first (a
+ * causal tile near the diagonal's end costs the most; with any other bound the tiles
+ * cost the same): the threads share one group's K and V in cache, and the cheap items
+ * fill the gaps at the end. The list is built in that order, never sorted. Each output
+ * row is computed by one thread in a fixed order, so results do not depend on the
+ * thread count. Problems with few tiles and many keys
  * (decode) also split the keys into chunks of about TA_FUSED_SPLIT keys, fixed by the
  * shape alone, whose partial (m, l, O) are merged by log-sum-exp in chunk order.
  *
@@ -30,13 +32,13 @@
  * or inf in V at a key blocked for a row reaches that row only sometimes (when a
  * neighbouring row of its block attends the key and p = 0 meets it), where the
  * reference path's 0 * NaN always spreads it. */
+#include "ops/sdpa.h"
+
 #include "core/core.h"
 #include "kernels/kernels.h"
-#include "ops/sdpa.h"
 
 #include <math.h>
 #include <omp.h>
-#include <stdlib.h>
 #include <string.h>
 
 #define TA_FUSED_NK 64       /* keys per tile: the S tile (mq x 64 floats) stays in L1 */
@@ -49,7 +51,6 @@ typedef struct fused_item {
     int64_t b, hkv, r0, mq, jlo, jhi;
     int64_t tile;  /* index of the tile (its partials live at tile * nchunks + chunk) */
     int64_t chunk;
-    double cost;
 } fused_item;
 
 /* A thread's scratch, sized once per call. */
@@ -62,9 +63,13 @@ typedef struct fused_ws {
 typedef struct fused_plan {
     const ta_sdpa_problem *p;
     const ta_kernels *k;
-    int64_t G, mq_max, ldo, nchunks;
+    int64_t G, mq_max, ldo, nchunks, chunk_keys;
+    int64_t tpg, ngroups, ntiles; /* tiles per (batch, kv head) group, groups, tiles */
+    int64_t mq_used, part_floats; /* rows of a tile's partial (split), its floats */
+    bool split;          /* the keys are cut into chunks merged by LSE (decode) */
     bool pack_k, pack_v; /* K or V not unit-stride along D: copy each key tile */
     size_t ws_floats;    /* per thread */
+    int nt;              /* threads */
 } fused_plan;
 
 /* Head and query index of row r of a group. */
@@ -329,26 +334,6 @@ static void finish_item(const fused_plan *f, const fused_item *it, const fused_w
     }
 }
 
-/* Cost model for the schedule: multiply-adds of the visited keys plus the tile set-up. */
-static double item_cost(const fused_plan *f, const fused_item *it)
-{
-    const ta_sdpa_problem *p = f->p;
-    return (double)(it->jhi - it->jlo) * (double)f->mq_max * (double)(p->D + p->Dv) +
-           (double)f->mq_max * (double)(p->D + f->ldo) * 4.0;
-}
-
-/* Order of the work list: group by group, so that the threads work on the same K and V
- * (in L2) at the same time, and within a group the costliest items first, so that the
- * cheap ones fill the gaps at the end (dynamic schedule). */
-static int cmp_items(const void *a, const void *b)
-{
-    const fused_item *x = a, *y = b;
-    if (x->b != y->b || x->hkv != y->hkv)
-        return x->b != y->b ? (x->b < y->b ? -1 : 1) : (x->hkv < y->hkv ? -1 : 1);
-    if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
-    return x->tile != y->tile ? (x->tile < y->tile ? -1 : 1) : (x->chunk < y->chunk ? -1 : 1);
-}
-
 /* The tiles of a group: per head when Lq fills a tile, across heads otherwise. Returns
  * the number of tiles; fills starts/sizes when given. */
 static int64_t group_tiles(const fused_plan *f, int64_t *r0, int64_t *mq)
@@ -371,131 +356,178 @@ static int64_t group_tiles(const fused_plan *f, int64_t *r0, int64_t *mq)
     return n;
 }
 
-ta_status ta_sdpa_fused_run(const ta_sdpa_problem *p)
+/* The k-th tile of a group in schedule order, as an index of group_tiles' list: per
+ * head (Lq fills tiles), the last query position first, heads in order at each
+ * position; across heads (short Lq), the list order. */
+static int64_t tile_in_order(const fused_plan *f, int64_t k)
 {
-    if (p->weights)
-        return ta_error(TA_EUNSUPPORTED, "ta_sdpa: the fused path (TA_SDPA_FUSED) never forms "
-                        "the [B, H, Lq, Lk] weights; request them with TA_SDPA_REFERENCE or "
-                        "TA_SDPA_AUTO");
-    int64_t rows = p->B * p->H * p->Lq;
-    if (rows == 0) return TA_OK;
+    int64_t Lq = f->p->Lq, MQ = f->mq_max;
+    if (Lq < MQ) return k;
+    int64_t per_head = (Lq + MQ - 1) / MQ, g = k % f->G, pos = per_head - 1 - k / f->G;
+    return g * per_head + pos;
+}
 
-    fused_plan f = {.p = p, .k = ta_kernels_active()};
-    f.G = p->H / p->Hkv;
+/* Everything about a call that does not depend on data: tiles, the key split, packing,
+ * threads. The same for the size query and the run. */
+static fused_plan make_plan(const ta_sdpa_problem *p)
+{
+    fused_plan f = {.p = p, .k = ta_kernels_active(), .G = p->G};
     f.mq_max = f.k->attn_mq;
     f.ldo = ta_round_up(p->Dv ? p->Dv : 1, 16);
     f.pack_k = p->K->stride[3] != 1 && p->D > 1;
     f.pack_v = p->V->stride[3] != 1 && p->Dv > 1;
-
-    /* Tiles and their key bounds. */
-    int64_t tpg = group_tiles(&f, NULL, NULL), ngroups = p->B * p->Hkv;
-    int64_t ntiles = ngroups * tpg;
-    bool split = ntiles < TA_FUSED_FEW_TILES && p->Lk >= 2 * TA_FUSED_SPLIT;
-    f.nchunks = split ? (p->Lk + TA_FUSED_SPLIT - 1) / TA_FUSED_SPLIT : 1;
+    f.tpg = group_tiles(&f, NULL, NULL);
+    f.ngroups = p->B * p->Hkv;
+    f.ntiles = f.ngroups * f.tpg;
+    f.split = f.ntiles < TA_FUSED_FEW_TILES && p->Lk >= 2 * TA_FUSED_SPLIT;
+    f.nchunks = f.split ? (p->Lk + TA_FUSED_SPLIT - 1) / TA_FUSED_SPLIT : 1;
     if (f.nchunks > TA_FUSED_MAX_CHUNKS) f.nchunks = TA_FUSED_MAX_CHUNKS; /* widen them */
-    int64_t chunk_keys = split ? ta_round_up((p->Lk + f.nchunks - 1) / f.nchunks, TA_FUSED_NK)
-                               : p->Lk;
-    if (split) f.nchunks = (p->Lk + chunk_keys - 1) / chunk_keys;
+    f.chunk_keys = f.split ? ta_round_up((p->Lk + f.nchunks - 1) / f.nchunks, TA_FUSED_NK)
+                           : p->Lk;
+    if (f.split) f.nchunks = (p->Lk + f.chunk_keys - 1) / f.chunk_keys;
+    f.ws_floats = ws_carve(NULL, &f, NULL);
+    /* Partials (split only): per tile and chunk, m and l of mq_used rows, then mq_used
+     * rows of Dv. */
+    f.mq_used = TA_MIN(f.mq_max, p->Lq >= f.mq_max ? f.mq_max : f.G * p->Lq);
+    f.part_floats = 2 * f.mq_used + f.mq_used * p->Dv;
+    int64_t nitems_max = f.ntiles * f.nchunks;
+    f.nt = ta_threads();
+    if (f.nt > nitems_max) f.nt = (int)nitems_max;
+    if (f.nt < 1) f.nt = 1;
+    return f;
+}
 
-    size_t wsf = ws_carve(NULL, &f, NULL);
-    f.ws_floats = wsf;
+/* The scratch of one call: the work list, the tile table of a group, each thread's
+ * workspace and the partials of a key split. */
+typedef struct fused_mem {
+    fused_item *items;
+    int64_t *t_r0, *t_mq;
+    float *ws, *parts;
+} fused_mem;
 
-    int64_t nitems_max = ntiles * f.nchunks;
-    int nt = ta_threads();
-    if (nt > nitems_max) nt = (int)nitems_max;
-    if (nt < 1) nt = 1;
+static void layout(ta_arena *a, fused_mem *m, const fused_plan *f)
+{
+    m->ws = TA_ARENA_TAKE(a, float, f->ws_floats * (size_t)f->nt);
+    m->parts = f->split ? TA_ARENA_TAKE(a, float, f->part_floats * f->ntiles * f->nchunks) : NULL;
+    m->items = TA_ARENA_TAKE(a, fused_item, f->ntiles * f->nchunks);
+    m->t_r0 = TA_ARENA_TAKE(a, int64_t, f->tpg);
+    m->t_mq = TA_ARENA_TAKE(a, int64_t, f->tpg);
+}
 
-    /* Everything is allocated before O is written. Partials (split only): per tile and
-     * chunk, m and l of mq_max rows, then mq_max rows of Dv. */
-    int64_t mq_used = TA_MIN(f.mq_max, p->Lq >= f.mq_max ? f.mq_max : f.G * p->Lq);
-    int64_t part_floats = 2 * mq_used + mq_used * p->Dv;
-    size_t n_items_b = sizeof(fused_item) * (size_t)nitems_max;
-    size_t n_tiles_b = 2 * sizeof(int64_t) * (size_t)tpg;
-    size_t n_ws_b = sizeof(float) * wsf * (size_t)nt;
-    size_t n_part_b = split ? sizeof(float) * (size_t)ta_round_up(part_floats * nitems_max, 16) : 0;
-    char *mem = ta_alloc(n_items_b + n_tiles_b + n_ws_b + n_part_b + 64);
-    if (!mem) return TA_ENOMEM;
-    float *ws_base = (float *)mem; /* 64-byte aligned: first */
-    float *parts = (float *)(mem + n_ws_b);
-    fused_item *items = (fused_item *)(mem + n_ws_b + n_part_b);
-    int64_t *t_r0 = (int64_t *)(mem + n_ws_b + n_part_b + n_items_b), *t_mq = t_r0 + tpg;
-    group_tiles(&f, t_r0, t_mq);
+size_t ta_sdpa_forward_fused_scratch(const ta_sdpa_problem *p)
+{
+    if (p->B * p->H * p->Lq == 0) return 0;
+    fused_plan f = make_plan(p);
+    ta_arena a = ta_arena_measure();
+    fused_mem m;
+    layout(&a, &m, &f);
+    return ta_arena_bytes(&a);
+}
 
-    int64_t nitems = 0;
-    for (int64_t g = 0; g < ngroups; g++) {
-        for (int64_t t = 0; t < tpg; t++) {
-            fused_item base = {.b = g / p->Hkv, .hkv = g % p->Hkv, .r0 = t_r0[t], .mq = t_mq[t],
-                               .tile = g * tpg + t};
+/* The empty partial of a chunk with no keys to visit: "nothing seen". */
+static void empty_partial(const fused_plan *f, float *pt)
+{
+    for (int64_t r = 0; r < f->mq_used; r++) {
+        pt[r] = -INFINITY;
+        pt[f->mq_used + r] = 0.0f;
+    }
+    memset(pt + 2 * f->mq_used, 0, sizeof(float) * (size_t)(f->mq_used * f->p->Dv));
+}
+
+/* The work list, in schedule order: group by group, and within a group the tiles from
+ * the last query position to the first (see the top of the file), each tile's chunks
+ * in key order. Returns the number of items. */
+static int64_t build_items(const fused_plan *f, const fused_mem *m)
+{
+    const ta_sdpa_problem *p = f->p;
+    int64_t n = 0;
+    for (int64_t g = 0; g < f->ngroups; g++) {
+        for (int64_t k = 0; k < f->tpg; k++) {
+            int64_t t = tile_in_order(f, k);
+            fused_item base = {.b = g / p->Hkv, .hkv = g % p->Hkv, .r0 = m->t_r0[t],
+                               .mq = m->t_mq[t], .tile = g * f->tpg + t};
             int64_t jmax = 0; /* the largest row bound of the tile */
             for (int64_t r = 0; r < base.mq; r++) {
                 int64_t h, i;
-                row_hi(&f, base.hkv, base.r0 + r, &h, &i);
+                row_hi(f, base.hkv, base.r0 + r, &h, &i);
                 int64_t e = ta_mask_row_end(&p->mask, base.b, i);
                 if (e > jmax) jmax = e;
             }
-            for (int64_t c = 0; c < f.nchunks; c++) {
+            for (int64_t c = 0; c < f->nchunks; c++) {
                 fused_item it = base;
                 it.chunk = c;
-                it.jlo = c * chunk_keys;
-                it.jhi = TA_MIN(it.jlo + chunk_keys, jmax);
+                it.jlo = c * f->chunk_keys;
+                it.jhi = TA_MIN(it.jlo + f->chunk_keys, jmax);
                 if (it.jhi < it.jlo) it.jhi = it.jlo;
-                if (split && it.jhi == it.jlo && c > 0) {
-                    /* an empty chunk: its partial is "nothing seen" */
-                    float *pt = parts + (it.tile * f.nchunks + c) * part_floats;
-                    for (int64_t r = 0; r < mq_used; r++) {
-                        pt[r] = -INFINITY;
-                        pt[mq_used + r] = 0.0f;
-                    }
-                    memset(pt + 2 * mq_used, 0, sizeof(float) * (size_t)(mq_used * p->Dv));
+                if (f->split && it.jhi == it.jlo && c > 0) {
+                    empty_partial(f, m->parts + (it.tile * f->nchunks + c) * f->part_floats);
                     continue;
                 }
-                it.cost = item_cost(&f, &it);
-                items[nitems++] = it;
+                m->items[n++] = it;
             }
         }
     }
-    qsort(items, (size_t)nitems, sizeof *items, cmp_items);
+    return n;
+}
+
+/* A work item's (m, l, O) rows into its slot of the partials (split). */
+static void store_partial(const fused_plan *f, const fused_mem *m, const fused_item *it,
+                          const fused_ws *w)
+{
+    const int64_t Dv = f->p->Dv, mu = f->mq_used;
+    float *pt = m->parts + (it->tile * f->nchunks + it->chunk) * f->part_floats;
+    memcpy(pt, w->m, sizeof(float) * (size_t)it->mq);
+    memcpy(pt + mu, w->l, sizeof(float) * (size_t)it->mq);
+    for (int64_t r = 0; r < it->mq; r++)
+        memcpy(pt + 2 * mu + r * Dv, w->o + r * f->ldo, sizeof(float) * (size_t)Dv);
+}
+
+/* Every row of a split problem from its chunks' partials. */
+static void merge_partials(const fused_plan *f, const fused_mem *m)
+{
+    const ta_sdpa_problem *p = f->p;
+    const int64_t mu = f->mq_used;
+#pragma omp parallel for num_threads(f->nt) schedule(static)
+    for (int64_t t = 0; t < f->ntiles; t++) {
+        int64_t g = t / f->tpg, tt = t % f->tpg;
+        const float *ms[TA_FUSED_MAX_CHUNKS], *ls[TA_FUSED_MAX_CHUNKS], *os[TA_FUSED_MAX_CHUNKS];
+        for (int64_t r = 0; r < m->t_mq[tt]; r++) {
+            for (int64_t c = 0; c < f->nchunks; c++) {
+                const float *pt = m->parts + (t * f->nchunks + c) * f->part_floats;
+                ms[c] = pt + r;
+                ls[c] = pt + mu + r;
+                os[c] = pt + 2 * mu + r * p->Dv;
+            }
+            finish_row(f, g / p->Hkv, g % p->Hkv, m->t_r0[tt] + r, ms, ls, os, f->nchunks);
+        }
+    }
+}
+
+ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
+{
+    if (p->B * p->H * p->Lq == 0) return TA_OK;
+    const fused_plan f = make_plan(p);
+    fused_mem m;
+    layout(scratch, &m, &f);
+    if (scratch->overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", p->fn);
+    group_tiles(&f, m.t_r0, m.t_mq);
+    const int64_t nitems = build_items(&f, &m);
 
     /* Threads take whole groups while there are plenty (each core keeps one group's K
      * and V in its own L2), single tiles otherwise (to balance few large groups). */
-    const int64_t grab = !split && ngroups >= 8 * (int64_t)nt ? tpg : 1;
-#pragma omp parallel num_threads(nt)
+    const int64_t grab = !f.split && f.ngroups >= 8 * (int64_t)f.nt ? f.tpg : 1;
+#pragma omp parallel num_threads(f.nt)
     {
         fused_ws w;
-        ws_carve(&w, &f, ws_base + (size_t)omp_get_thread_num() * wsf);
+        ws_carve(&w, &f, m.ws + (size_t)omp_get_thread_num() * f.ws_floats);
 #pragma omp for schedule(dynamic, grab)
         for (int64_t n = 0; n < nitems; n++) {
-            const fused_item *it = &items[n];
+            const fused_item *it = &m.items[n];
             run_item(&f, it, &w);
-            if (!split) {
-                finish_item(&f, it, &w);
-            } else {
-                float *pt = parts + (it->tile * f.nchunks + it->chunk) * part_floats;
-                memcpy(pt, w.m, sizeof(float) * (size_t)it->mq);
-                memcpy(pt + mq_used, w.l, sizeof(float) * (size_t)it->mq);
-                for (int64_t r = 0; r < it->mq; r++)
-                    memcpy(pt + 2 * mq_used + r * p->Dv, w.o + r * f.ldo,
-                           sizeof(float) * (size_t)p->Dv);
-            }
+            if (f.split) store_partial(&f, &m, it, &w);
+            else finish_item(&f, it, &w);
         }
     }
-
-    if (split) {
-#pragma omp parallel for num_threads(nt) schedule(static)
-        for (int64_t t = 0; t < ntiles; t++) {
-            int64_t g = t / tpg, tt = t % tpg;
-            const float *m[TA_FUSED_MAX_CHUNKS], *l[TA_FUSED_MAX_CHUNKS], *o[TA_FUSED_MAX_CHUNKS];
-            for (int64_t r = 0; r < t_mq[tt]; r++) {
-                for (int64_t c = 0; c < f.nchunks; c++) {
-                    const float *pt = parts + (t * f.nchunks + c) * part_floats;
-                    m[c] = pt + r;
-                    l[c] = pt + mq_used + r;
-                    o[c] = pt + 2 * mq_used + r * p->Dv;
-                }
-                finish_row(&f, g / p->Hkv, g % p->Hkv, t_r0[tt] + r, m, l, o, f.nchunks);
-            }
-        }
-    }
-    ta_free(mem);
+    if (f.split) merge_partials(&f, &m);
     return TA_OK;
 }

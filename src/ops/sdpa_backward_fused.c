@@ -1,5 +1,4 @@
-/* ta_sdpa_backward: validation, dispatch, and the fused backward (FlashAttention-2, Dao
- * 2023, Algorithm 2) on the CPU.
+/* The fused SDPA backward (FlashAttention-2, Dao 2023, Algorithm 2) on the CPU.
  *
  * With P = exp(S - LSE) recomputed from Q, K and the forward's LSE, the gradients are
  *     dV = P^T dO,   dP = dO V^T,   D_i = rowsum(dO_i * O_i),   dS = P * (dP - D),
@@ -27,10 +26,10 @@
  *     recompute S, P, dP and dS over the key tiles in order for dQ (3.5x the forward).
  * The plan depends on the shape only, never on the thread count, so results are
  * bitwise identical for any number of threads. */
-#include "core/core.h"
-#include "core/tensor_internal.h"
-#include "kernels/kernels.h"
 #include "ops/sdpa.h"
+
+#include "core/core.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
 #include <omp.h>
@@ -43,68 +42,6 @@
 #define BWD_GROUP_MIN 8            /* plan "group" needs this many (batch, kv head) groups */
 #define BWD_GROUP_DQ_MAX (4 << 20) /* ... and a group dQ buffer of at most 4 MiB */
 
-/* ------------------------------------------------------------------ validation */
-
-static ta_status validate(ta_sdpa_grad_problem *g, const char *fn, ta_tensor *dQ, ta_tensor *dK,
-                          ta_tensor *dV, const ta_tensor *dO, const ta_tensor *Q,
-                          const ta_tensor *K, const ta_tensor *V, const ta_tensor *O,
-                          const ta_tensor *lse, const ta_sdpa_opts *opts)
-{
-    if (opts && opts->weights)
-        return ta_error(TA_EINVAL, "%s: opts->weights must be NULL (the backward has no "
-                        "weights output)", fn);
-    if (opts && opts->lse)
-        return ta_error(TA_EINVAL, "%s: opts->lse must be NULL (pass the forward's LSE as the "
-                        "lse argument)", fn);
-    if (!O) return ta_error(TA_EINVAL, "%s: O is NULL", fn);
-    /* The forward's checks (Q, K, V, options, O's shape); O is an input here. */
-    ta_status st = ta_sdpa_validate_ext(&g->p, fn, (ta_tensor *)O, Q, K, V, opts, false);
-    if (st) return st;
-    const ta_sdpa_problem *p = &g->p;
-    const int64_t qs[4] = {p->B, p->H, p->Lq, p->D}, os[4] = {p->B, p->H, p->Lq, p->Dv};
-    const int64_t ks[4] = {p->B, p->Hkv, p->Lk, p->D}, vs[4] = {p->B, p->Hkv, p->Lk, p->Dv};
-    st = ta_tensor_check_shape(fn, "dO", dO, 4, os, "[B, H, Lq, Dv]", false);
-    if (!st) st = ta_tensor_check_shape(fn, "lse", lse, 3, os, "[B, H, Lq]", false);
-    if (!st) st = ta_tensor_check_shape(fn, "dQ", dQ, 4, qs, "[B, H, Lq, D]", true);
-    if (!st) st = ta_tensor_check_shape(fn, "dK", dK, 4, ks, "[B, Hkv, Lk, D]", true);
-    if (!st) st = ta_tensor_check_shape(fn, "dV", dV, 4, vs, "[B, Hkv, Lk, Dv]", true);
-    if (st) return st;
-
-    const ta_tensor *ins[7] = {Q, K, V, O, dO, lse, opts ? opts->mask : NULL};
-    const char *in_names[7] = {"Q", "K", "V", "O", "dO", "lse", "opts->mask"};
-    ta_tensor *outs[3] = {dQ, dK, dV};
-    const char *out_names[3] = {"dQ", "dK", "dV"};
-    for (int o = 0; o < 3; o++) {
-        for (int i = 0; i < 7; i++)
-            if (ins[i] && ta_tensors_overlap(outs[o], ins[i]))
-                return ta_error(TA_EINVAL, "%s: %s overlaps %s; outputs must not share memory "
-                                "with inputs or other outputs", fn, out_names[o], in_names[i]);
-        for (int o2 = o + 1; o2 < 3; o2++)
-            if (ta_tensors_overlap(outs[o], outs[o2]))
-                return ta_error(TA_EINVAL, "%s: %s overlaps %s; outputs must not share memory "
-                                "with inputs or other outputs", fn, out_names[o], out_names[o2]);
-    }
-    g->dO = dO;
-    g->lse = lse;
-    g->dQ = dQ;
-    g->dK = dK;
-    g->dV = dV;
-    return TA_OK;
-}
-
-/* dO [B,H,Lq,Dv], Q [B,H,Lq,D], K [B,Hkv,Lk,D], V [B,Hkv,Lk,Dv], O [B,H,Lq,Dv], lse [B,H,Lq]
- * -> dQ [B,H,Lq,D], dK [B,Hkv,Lk,D], dV [B,Hkv,Lk,Dv] */
-ta_status ta_sdpa_backward(ta_tensor *dQ, ta_tensor *dK, ta_tensor *dV, const ta_tensor *dO,
-                           const ta_tensor *Q, const ta_tensor *K, const ta_tensor *V,
-                           const ta_tensor *O, const ta_tensor *lse, const ta_sdpa_opts *opts)
-{
-    ta_sdpa_grad_problem g;
-    ta_status st = validate(&g, "ta_sdpa_backward", dQ, dK, dV, dO, Q, K, V, O, lse, opts);
-    if (st) return st;
-    if (g.p.path == TA_SDPA_REFERENCE) return ta_sdpa_backward_reference_run(&g);
-    return ta_sdpa_backward_fused_run(&g);
-}
-
 /* ---------------------------------------------------------------- fused path */
 
 /* A tensor's data and element strides, as the kernels read it. */
@@ -114,7 +51,7 @@ typedef struct bwd_view {
 } bwd_view;
 
 typedef struct bwd_plan {
-    const ta_sdpa_grad_problem *g;
+    const ta_sdpa_problem *p;
     const ta_kernels *k;
     int64_t B, H, Hkv, G, Lq, Lk, D, Dv;
     bwd_view q, k_, v, dout; /* q, k_ and dout have unit stride along D / Dv */
@@ -173,7 +110,7 @@ static void pack_kv(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, int64_
 static void row_bounds(const bwd_plan *f, int64_t b, int64_t i0, int64_t mq, int64_t *lo,
                        int64_t *hi)
 {
-    const ta_mask_plan *mp = &f->g->p.mask;
+    const ta_mask_plan *mp = &f->p->mask;
     int64_t mn = f->Lk, mx = 0;
     for (int64_t r = 0; r < mq; r++) {
         int64_t e = ta_mask_row_end(mp, b, i0 + r);
@@ -190,7 +127,7 @@ static void row_bounds(const bwd_plan *f, int64_t b, int64_t i0, int64_t mq, int
 static void run_block(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, int64_t i0,
                       int64_t mq, int64_t j0, int64_t nk, bool kv, float *dq)
 {
-    const ta_sdpa_problem *p = &f->g->p;
+    const ta_sdpa_problem *p = f->p;
     const ta_kernels *k = f->k;
     const int64_t NK = BWD_NK, D = f->D, Dv = f->Dv;
     const float *q = at(&f->q, b, h, i0), *dout = at(&f->dout, b, h, i0);
@@ -232,7 +169,7 @@ static void store_rows(ta_tensor *t, int64_t b, int64_t h, int64_t r0, int64_t n
 static void run_key_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, int64_t j0,
                          int64_t nk, float *dq)
 {
-    const ta_sdpa_grad_problem *g = f->g;
+    const ta_sdpa_problem *p = f->p;
     pack_kv(f, w, b, hkv, j0, nk);
     memset(w->dk, 0, sizeof(float) * (size_t)(nk * f->D));
     memset(w->dv, 0, sizeof(float) * (size_t)(nk * f->Dv));
@@ -246,8 +183,8 @@ static void run_key_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, i
                       dq ? dq + (gi * f->Lq + i0) * f->D : NULL);
         }
     }
-    store_rows(g->dK, b, hkv, j0, nk, f->D, w->dk, g->p.scale);
-    store_rows(g->dV, b, hkv, j0, nk, f->Dv, w->dv, 1.0f);
+    store_rows(p->dK, b, hkv, j0, nk, f->D, w->dk, p->scale);
+    store_rows(p->dV, b, hkv, j0, nk, f->Dv, w->dv, 1.0f);
 }
 
 /* Plan "group": everything of group (b, hkv). */
@@ -257,8 +194,8 @@ static void run_group(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv)
     for (int64_t j0 = 0; j0 < f->Lk; j0 += BWD_NK)
         run_key_tile(f, w, b, hkv, j0, TA_MIN(BWD_NK, f->Lk - j0), w->dq);
     for (int64_t gi = 0; gi < f->G; gi++)
-        store_rows(f->g->dQ, b, hkv * f->G + gi, 0, f->Lq, f->D, w->dq + gi * f->Lq * f->D,
-                   f->g->p.scale);
+        store_rows(f->p->dQ, b, hkv * f->G + gi, 0, f->Lq, f->D, w->dq + gi * f->Lq * f->D,
+                   f->p->scale);
 }
 
 /* Plan "split", pass 2: dQ of query rows [i0, i0 + mq) of head h, over the key tiles in
@@ -273,7 +210,7 @@ static void run_query_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, i
         pack_kv(f, w, b, h / f->G, j0, nk);
         run_block(f, w, b, h, i0, mq, j0, nk, false, w->dq);
     }
-    store_rows(f->g->dQ, b, h, i0, mq, f->D, w->dq, f->g->p.scale);
+    store_rows(f->p->dQ, b, h, i0, mq, f->D, w->dq, f->p->scale);
 }
 
 /* A view of t with unit stride along the last dim: t itself, or a contiguous copy made
@@ -302,8 +239,7 @@ static int64_t copy_floats(const ta_tensor *t)
 /* D_i = rowsum(dO_i * O_i) (in double) and the LSE of every row, as flat arrays. */
 static void row_terms(const bwd_plan *f, float *di, float *lse, int nt)
 {
-    const ta_sdpa_grad_problem *g = f->g;
-    const ta_tensor *O = g->p.O, *dO = g->dO, *L = g->lse;
+    const ta_tensor *O = f->p->O, *dO = f->p->dO, *L = f->p->fwd_lse;
     int64_t rows = f->B * f->H * f->Lq, H = f->H, Lq = f->Lq;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
@@ -320,50 +256,84 @@ static void row_terms(const bwd_plan *f, float *di, float *lse, int nt)
     }
 }
 
-ta_status ta_sdpa_backward_fused_run(const ta_sdpa_grad_problem *g)
+/* Everything about a call that does not depend on data: the plan, tiles, threads. */
+typedef struct bwd_sched {
+    bool group_plan;
+    int64_t rows, groups, nkt, qtiles, items1, items2;
+    int nt;
+} bwd_sched;
+
+static bwd_plan make_plan(const ta_sdpa_problem *p, bwd_sched *sc)
 {
-    const ta_sdpa_problem *p = &g->p;
-    bwd_plan f = {.g = g, .k = ta_kernels_active(), .B = p->B, .H = p->H, .Hkv = p->Hkv,
-                  .Lq = p->Lq, .Lk = p->Lk, .D = p->D, .Dv = p->Dv};
-    f.G = p->Hkv ? p->H / p->Hkv : 1;
-    int64_t rows = f.B * f.H * f.Lq, groups = f.B * f.Hkv;
-    if (groups == 0) return TA_OK; /* every output is empty */
-    int64_t nkt = (f.Lk + BWD_NK - 1) / BWD_NK;
+    bwd_plan f = {.p = p, .k = ta_kernels_active(), .B = p->B, .H = p->H, .Hkv = p->Hkv,
+                  .G = p->G, .Lq = p->Lq, .Lk = p->Lk, .D = p->D, .Dv = p->Dv};
+    sc->rows = f.B * f.H * f.Lq;
+    sc->groups = f.B * f.Hkv;
+    sc->nkt = (f.Lk + BWD_NK - 1) / BWD_NK;
     double dq_bytes = 4.0 * (double)f.G * (double)f.Lq * (double)f.D;
-    bool group_plan = (groups >= BWD_GROUP_MIN || nkt <= 1) && dq_bytes <= BWD_GROUP_DQ_MAX;
-    f.dq_rows = group_plan ? f.G * f.Lq : BWD_MQ;
+    sc->group_plan = (sc->groups >= BWD_GROUP_MIN || sc->nkt <= 1) && dq_bytes <= BWD_GROUP_DQ_MAX;
+    f.dq_rows = sc->group_plan ? f.G * f.Lq : BWD_MQ;
     f.ws_floats = ws_size(&f, NULL, NULL);
+    sc->qtiles = (f.Lq + BWD_MQ - 1) / BWD_MQ;
+    sc->items1 = sc->group_plan ? sc->groups : sc->groups * sc->nkt;
+    sc->items2 = f.B * f.H * sc->qtiles;
+    sc->nt = ta_threads();
+    int64_t most = TA_MAX(sc->items1, sc->items2);
+    if (sc->nt > most) sc->nt = (int)TA_MAX(most, 1);
+    return f;
+}
 
-    int64_t qtiles = (f.Lq + BWD_MQ - 1) / BWD_MQ;
-    int64_t items1 = group_plan ? groups : groups * nkt, items2 = f.B * f.H * qtiles;
-    int nt = ta_threads();
-    if (nt > TA_MAX(items1, items2)) nt = (int)TA_MAX(TA_MAX(items1, items2), 1);
+/* The scratch: per-thread workspaces, D and LSE per row, and unit-stride copies of Q, K,
+ * dO where their last dim is strided. */
+typedef struct bwd_mem {
+    float *ws, *di, *lse, *copies;
+} bwd_mem;
 
-    /* Everything is allocated before any output is written: per-thread workspaces, D and
-     * LSE per row, and unit-stride copies of Q, K, dO where their last dim is strided. */
-    size_t total = (size_t)nt * f.ws_floats + 2 * (size_t)ta_round_up(TA_MAX(rows, 1), 16) +
-                   (size_t)(copy_floats(p->Q) + copy_floats(p->K) + copy_floats(g->dO));
-    size_t bytes;
-    if (!ta_mul_size(&bytes, total, sizeof(float)))
-        return ta_error(TA_ENOMEM, "ta_sdpa_backward: the workspace is too large");
-    float *mem = ta_alloc(bytes);
-    if (!mem) return TA_ENOMEM;
-    float *di = mem + (size_t)nt * f.ws_floats, *lse = di + ta_round_up(TA_MAX(rows, 1), 16);
-    float *cp = lse + ta_round_up(TA_MAX(rows, 1), 16);
+static void layout(ta_arena *a, bwd_mem *m, const bwd_plan *f, const bwd_sched *sc)
+{
+    const ta_sdpa_problem *p = f->p;
+    m->ws = TA_ARENA_TAKE(a, float, (size_t)sc->nt * f->ws_floats);
+    m->di = TA_ARENA_TAKE(a, float, sc->rows);
+    m->lse = TA_ARENA_TAKE(a, float, sc->rows);
+    m->copies = TA_ARENA_TAKE(a, float, copy_floats(p->Q) + copy_floats(p->K) +
+                                            copy_floats(p->dO));
+}
+
+size_t ta_sdpa_backward_fused_scratch(const ta_sdpa_problem *p)
+{
+    if (p->B * p->Hkv == 0) return 0;
+    bwd_sched sc;
+    bwd_plan f = make_plan(p, &sc);
+    ta_arena a = ta_arena_measure();
+    bwd_mem m;
+    layout(&a, &m, &f, &sc);
+    return ta_arena_bytes(&a);
+}
+
+ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
+{
+    if (p->B * p->Hkv == 0) return TA_OK; /* every output is empty */
+    bwd_sched sc;
+    bwd_plan f = make_plan(p, &sc);
+    bwd_mem m;
+    layout(scratch, &m, &f, &sc);
+    if (scratch->overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", p->fn);
+    float *cp = m.copies;
     f.q = unit_view(p->Q, &cp);
     f.k_ = unit_view(p->K, &cp);
-    f.dout = unit_view(g->dO, &cp);
+    f.dout = unit_view(p->dO, &cp);
     f.v = (bwd_view){.data = p->V->data,
                      .s = {p->V->stride[0], p->V->stride[1], p->V->stride[2], p->V->stride[3]}};
-    row_terms(&f, di, lse, rows * f.Dv < 32768 ? 1 : nt);
-    f.di = di;
-    f.lse = lse;
+    row_terms(&f, m.di, m.lse, sc.rows * f.Dv < 32768 ? 1 : sc.nt);
+    f.di = m.di;
+    f.lse = m.lse;
 
-#pragma omp parallel num_threads(nt)
+    const int64_t groups = sc.groups, items1 = sc.items1, items2 = sc.items2;
+#pragma omp parallel num_threads(sc.nt)
     {
         bwd_ws w;
-        ws_size(&f, &w, mem + (size_t)omp_get_thread_num() * f.ws_floats);
-        if (group_plan) {
+        ws_size(&f, &w, m.ws + (size_t)omp_get_thread_num() * f.ws_floats);
+        if (sc.group_plan) {
 #pragma omp for schedule(dynamic, 1)
             for (int64_t it = 0; it < groups; it++) run_group(&f, &w, it / f.Hkv, it % f.Hkv);
         } else {
@@ -378,11 +348,10 @@ ta_status ta_sdpa_backward_fused_run(const ta_sdpa_grad_problem *g)
             /* pass 2: dQ per (head, query tile); late query tiles first (most keys) */
 #pragma omp for schedule(dynamic, 1)
             for (int64_t it = 0; it < items2; it++) {
-                int64_t t = qtiles - 1 - it / (f.B * f.H), bh = it % (f.B * f.H);
+                int64_t t = sc.qtiles - 1 - it / (f.B * f.H), bh = it % (f.B * f.H);
                 run_query_tile(&f, &w, bh / f.H, bh % f.H, t * BWD_MQ);
             }
         }
     }
-    ta_free(mem);
     return TA_OK;
 }
