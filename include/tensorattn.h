@@ -32,6 +32,21 @@
  *   or exits.
  * - Arguments are ordered outputs, inputs, then options.
  * - Results are bitwise identical for any thread count.
+ * - Scratch memory: operations that need it take one block per call before writing any
+ *   output; pass your own (ta_workspace, sized by the op's _workspace_size query) and
+ *   the call allocates nothing.
+ *
+ * Threads and concurrency
+ * - Every operation runs its own OpenMP parallel regions on ta_get_num_threads()
+ *   threads (default: all cores).
+ * - Calls may run at the same time from several threads when their outputs (and
+ *   workspaces) are distinct: each call's scratch is its own, ta_last_error() is per
+ *   thread. Not concurrently: two calls on the same ta_attention layer or ta_optimizer,
+ *   two calls sharing one ta_workspace, and ta_set_allocator / ta_set_num_threads with
+ *   anything else.
+ * - Called from inside your own OpenMP parallel region, the library's regions are
+ *   nested: under OpenMP's default (one active level) each call then runs on its calling
+ *   thread alone, which suits one call per thread; the results are the same bits.
  */
 #ifndef TENSORATTN_H
 #define TENSORATTN_H
