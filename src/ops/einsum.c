@@ -181,15 +181,15 @@ static size_t ei_plan_bytes(ei_plan *p)
     return ta_arena_bytes(&m);
 }
 
-/* Carves the plan's scratch from arena a (which must hold ei_plan_bytes) and runs it. */
-static ta_status ei_carve_and_run(const char *fn, ei_plan *p, ta_arena *a, ta_tensor *out,
-                                  const ta_tensor *a_op, const ta_tensor *b_op)
+/* Carves the plan's scratch from arena (which must hold ei_plan_bytes) and runs it. */
+static ta_status ei_carve_and_run(const char *fn, ei_plan *p, ta_arena *arena, ta_tensor *out,
+                                  const ta_tensor *a, const ta_tensor *b)
 {
-    ei_plan_layout(a, p);
-    if (a->overflow)
+    ei_plan_layout(arena, p);
+    if (arena->overflow)
         return ta_error(TA_EINTERNAL, "%s: einsum's scratch does not fit the %zu bytes given",
-                        fn, a->size);
-    ta_status st = ei_execute(p, out, a_op, b_op);
+                        fn, arena->size);
+    ta_status st = ei_execute(p, out, a, b);
     if (!st) ei_last_plan = p->info;
     return st;
 }
