@@ -110,27 +110,6 @@ static ta_status einsum_case(const char *spec, const ta_tensor *a, const ta_tens
     return st;
 }
 
-static ta_status op_einsum(void)
-{
-    const int64_t sa[4] = {2, 3, 17, 9}, sb[4] = {2, 3, 13, 9};
-    ta_tensor a, b, at, bs;
-    ta_tensor_from_buffer(&a, abuf, 4, sa, NULL);
-    ta_tensor_from_buffer(&b, bbuf, 4, sb, NULL);
-    /* strided views that force the packing paths */
-    ta_tensor_transpose(&at, &a, 1, 3);
-    ta_tensor_slice(&bs, &b, 2, 0, 13, 2);
-    ta_status st = einsum_case("bhid,bhjd->bhij", &a, &b);
-    if (!st) st = einsum_case("bdia,bdja->bdij", &at, &at);
-    if (!st) st = einsum_case("bhid,bhjd->bhji", &a, &bs);
-    if (!st) st = einsum_case("bhid,bhjd->dij", &a, &b);
-    if (!st) st = einsum_case("bhid,bhjd->bh", &a, &b);
-    if (!st) st = einsum_case("bhid,bhjd->bhijd", &a, &b);
-    if (!st) st = einsum_case("bhid->bdi", &at, NULL);
-    if (!st) st = einsum_case("bhid->", &a, NULL);
-    if (!st) st = einsum_case("...d,...d->...", &a, &a);
-    return st;
-}
-
 /* Into an existing out: the scratch is taken before anything is written, so a failed
  * allocation leaves out untouched. The kept block is dropped before each case so that
  * every case allocates its own. */
@@ -155,23 +134,30 @@ static ta_status einsum_into(const char *spec, const ta_tensor *a, const ta_tens
     return st;
 }
 
-static ta_status op_einsum_into(void)
+/* Every einsum path, each case run through one entry (allocating, or into out). */
+static ta_status einsum_cases(ta_status (*run)(const char *, const ta_tensor *, const ta_tensor *))
 {
     const int64_t sa[4] = {2, 3, 17, 9}, sb[4] = {2, 3, 13, 9};
     ta_tensor a, b, at, bs;
     ta_tensor_from_buffer(&a, abuf, 4, sa, NULL);
     ta_tensor_from_buffer(&b, bbuf, 4, sb, NULL);
+    /* strided views that force the packing paths */
     ta_tensor_transpose(&at, &a, 1, 3);
     ta_tensor_slice(&bs, &b, 2, 0, 13, 2);
-    ta_status st = einsum_into("bhid,bhjd->bhij", &a, &b);           /* GEMM */
-    if (!st) st = einsum_into("bdia,bdja->bdij", &at, &at);          /* GEMM on views */
-    if (!st) st = einsum_into("bhid,bhjd->bhji", &a, &bs);           /* transposed */
-    if (!st) st = einsum_into("bhid,bhjd->dij", &a, &b);             /* packed */
-    if (!st) st = einsum_into("bhid,bhjd->bh", &a, &b);              /* pre-reduced */
-    if (!st) st = einsum_into("bhid,bhjd->bhijd", &a, &b);           /* product */
-    if (!st) st = einsum_into("bhid->bdi", &at, NULL);               /* one operand */
+    ta_status st = run("bhid,bhjd->bhij", &a, &b);     /* GEMM */
+    if (!st) st = run("bdia,bdja->bdij", &at, &at);    /* GEMM on views */
+    if (!st) st = run("bhid,bhjd->bhji", &a, &bs);     /* transposed */
+    if (!st) st = run("bhid,bhjd->dij", &a, &b);       /* packed */
+    if (!st) st = run("bhid,bhjd->bh", &a, &b);        /* pre-reduced */
+    if (!st) st = run("bhid,bhjd->bhijd", &a, &b);     /* product */
+    if (!st) st = run("bhid->bdi", &at, NULL);         /* one operand */
+    if (!st) st = run("bhid->", &a, NULL);
+    if (!st) st = run("...d,...d->...", &a, &a);
     return st;
 }
+
+static ta_status op_einsum(void) { return einsum_cases(einsum_case); }
+static ta_status op_einsum_into(void) { return einsum_cases(einsum_into); }
 
 static ta_status op_gemm(void)
 {

@@ -39,14 +39,12 @@ static void counting_free(void *p, void *user)
     free(p);
 }
 
-/* Allocations made by call, starting from no kept block. */
-#define ALLOCS_OF(call, n_out)                                                          \
-    do {                                                                                \
-        ta_scratch_cache_release();                                                     \
-        allocs = 0;                                                                     \
-        TA_CHECK_OK(call);                                                              \
-        *(n_out) = allocs;                                                              \
-    } while (0)
+/* Starts counting from no kept block, so that a call that needs scratch must show it. */
+static void count_from_nothing(void)
+{
+    ta_scratch_cache_release();
+    allocs = 0;
+}
 
 /* ------------------------------------------------------------- operands */
 
@@ -190,152 +188,147 @@ static void expect_plan(const ws_run *r)
 
 /* ----------------------------------------------------------------- tests */
 
-/* A caller buffer, aligned or not: the same bits as ta_einsum, no allocation. */
-static void test_caller_workspace(void **state)
+/* Runs check on every case, each with its operands, out and ta_einsum's result. */
+static void for_each_case(void (*check)(ws_run *r))
 {
-    (void)state;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         ws_run r;
         run_open(&r, &cases[i]);
-        size_t bytes;
-        TA_CHECK_OK(ta_einsum_workspace_size(&bytes, &r.out, r.c->spec, &r.a, r.bp));
-        if ((bytes > 0) != r.c->scratch)
-            fail_msg("%s: workspace of %zu bytes", r.c->name, bytes);
-        unsigned char *mem = malloc(bytes + 64);
-        assert_non_null(mem);
-        for (size_t off = 0; off < 64; off += 21) { /* 0: malloc's alignment; 21, 42: odd */
-            ta_workspace ws = {.data = mem + off, .size = bytes};
-            fill(r.omem, r.n, -3.0f);
-            long n;
-            ALLOCS_OF(ta_einsum_ext(&r.out, r.c->spec, &r.a, r.bp, &ws), &n);
-            if (n != 0) fail_msg("%s: %ld allocation(s) with a caller workspace", r.c->name, n);
-            expect_same(&r, "caller workspace");
-            expect_plan(&r);
-        }
-        /* NULL and zeroed workspaces: the library's block, same result */
-        ta_workspace zero = {0};
-        fill(r.omem, r.n, -3.0f);
-        TA_CHECK_OK(ta_einsum_ext(&r.out, r.c->spec, &r.a, r.bp, &zero));
-        expect_same(&r, "zeroed workspace");
-        fill(r.omem, r.n, -3.0f);
-        TA_CHECK_OK(ta_einsum_ext(&r.out, r.c->spec, &r.a, r.bp, NULL));
-        expect_same(&r, "no workspace");
-        free(mem);
+        check(&r);
         run_close(&r);
     }
 }
 
-/* One byte short: TA_EINVAL naming ta_einsum_ext, out untouched, nothing allocated. */
-static void test_workspace_too_small(void **state)
+static size_t workspace_size(const ws_run *r)
 {
-    (void)state;
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        if (!cases[i].scratch) continue;
-        ws_run r;
-        run_open(&r, &cases[i]);
-        size_t bytes;
-        TA_CHECK_OK(ta_einsum_workspace_size(&bytes, &r.out, r.c->spec, &r.a, r.bp));
-        unsigned char *mem = malloc(bytes);
-        assert_non_null(mem);
-        ta_workspace ws = {.data = mem, .size = bytes - 1};
-        fill(r.omem, r.n, -3.0f);
-        ta_scratch_cache_release();
-        allocs = 0;
-        TA_CHECK_ERR(ta_einsum_ext(&r.out, r.c->spec, &r.a, r.bp, &ws), TA_EINVAL,
-                     "ta_einsum_ext");
-        assert_int_equal(allocs, 0);
-        assert_all(r.omem, r.n, -3.0f, r.c->name);
-        free(mem);
-        run_close(&r);
+    size_t bytes;
+    TA_CHECK_OK(ta_einsum_workspace_size(&bytes, &r->out, r->c->spec, &r->a, r->bp));
+    return bytes;
+}
+
+/* A caller buffer, aligned or not: the same bits as ta_einsum, no allocation. */
+static void caller_workspace(ws_run *r)
+{
+    size_t bytes = workspace_size(r);
+    if ((bytes > 0) != r->c->scratch) fail_msg("%s: workspace of %zu bytes", r->c->name, bytes);
+    unsigned char *mem = malloc(bytes + 64);
+    assert_non_null(mem);
+    for (size_t off = 0; off < 64; off += 21) { /* 0: malloc's alignment; 21, 42: odd */
+        ta_workspace ws = {.data = mem + off, .size = bytes};
+        fill(r->omem, r->n, -3.0f);
+        count_from_nothing();
+        TA_CHECK_OK(ta_einsum_ext(&r->out, r->c->spec, &r->a, r->bp, &ws));
+        if (allocs != 0)
+            fail_msg("%s: %ld allocation(s) with a caller workspace", r->c->name, allocs);
+        expect_same(r, "caller workspace");
+        expect_plan(r);
     }
+    /* NULL and zeroed workspaces: the library's block, same result */
+    ta_workspace zero = {0};
+    fill(r->omem, r->n, -3.0f);
+    TA_CHECK_OK(ta_einsum_ext(&r->out, r->c->spec, &r->a, r->bp, &zero));
+    expect_same(r, "zeroed workspace");
+    fill(r->omem, r->n, -3.0f);
+    TA_CHECK_OK(ta_einsum_ext(&r->out, r->c->spec, &r->a, r->bp, NULL));
+    expect_same(r, "no workspace");
+    free(mem);
+}
+
+/* One byte short: TA_EINVAL naming ta_einsum_ext, out untouched, nothing allocated. */
+static void workspace_too_small(ws_run *r)
+{
+    if (!r->c->scratch) return;
+    size_t bytes = workspace_size(r);
+    unsigned char *mem = malloc(bytes);
+    assert_non_null(mem);
+    ta_workspace ws = {.data = mem, .size = bytes - 1};
+    fill(r->omem, r->n, -3.0f);
+    count_from_nothing();
+    TA_CHECK_ERR(ta_einsum_ext(&r->out, r->c->spec, &r->a, r->bp, &ws), TA_EINVAL,
+                 "ta_einsum_ext");
+    assert_int_equal(allocs, 0);
+    assert_all(r->omem, r->n, -3.0f, r->c->name);
+    free(mem);
 }
 
 /* The size is a function of the layouts: operands elsewhere in memory (other data)
  * need the same bytes, and ta_einsum_scratch_bytes gets them from views without data. */
-static void test_size_reads_layouts_only(void **state)
+static void size_reads_layouts_only(ws_run *r)
 {
-    (void)state;
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        ws_run r, r2;
-        run_open(&r, &cases[i]);
-        run_open(&r2, &cases[i]);
-        TA_CHECK_OK(ta_randn(&r2.a, 99));
-        size_t bytes, bytes2, raw;
-        TA_CHECK_OK(ta_einsum_workspace_size(&bytes, &r.out, r.c->spec, &r.a, r.bp));
-        TA_CHECK_OK(ta_einsum_workspace_size(&bytes2, &r2.out, r.c->spec, &r2.a, r2.bp));
-        assert_int_equal(bytes, bytes2);
-        ta_tensor a = r.a, b = r.b, out = r.out;
-        a.data = b.data = out.data = NULL;
-        TA_CHECK_OK(ta_einsum_scratch_bytes(&raw, "test", &out, r.c->spec, &a,
-                                            r.c->nb ? &b : NULL));
-        assert_int_equal(ta_workspace_bytes(raw), bytes);
-        run_close(&r);
-        run_close(&r2);
-    }
+    ws_run r2;
+    run_open(&r2, r->c);
+    TA_CHECK_OK(ta_randn(&r2.a, 99));
+    size_t bytes = workspace_size(r), raw;
+    assert_int_equal(workspace_size(&r2), bytes);
+    run_close(&r2);
+    ta_tensor a = r->a, b = r->b, out = r->out;
+    a.data = b.data = out.data = NULL;
+    TA_CHECK_OK(ta_einsum_scratch_bytes(&raw, "test", &out, r->c->spec, &a,
+                                        r->c->nb ? &b : NULL));
+    assert_int_equal(ta_workspace_bytes(raw), bytes);
 }
 
-/* The nested entry: sized from layouts, run in a sub-arena of a carved block. */
-static void test_nested_run(void **state)
+/* The nested entry: sized from layouts, run in a sub-arena of a carved block next to
+ * a piece of the caller's own, which it leaves alone. */
+static void nested_run(ws_run *r)
 {
-    (void)state;
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        ws_run r;
-        run_open(&r, &cases[i]);
-        size_t raw;
-        TA_CHECK_OK(ta_einsum_scratch_bytes(&raw, "test", &r.out, r.c->spec, &r.a, r.bp));
-        /* the caller's own layout: a piece of its own, then einsum's */
-        ta_arena m = ta_arena_measure();
-        (void)TA_ARENA_TAKE(&m, float, 5);
-        (void)ta_arena_sub(&m, raw);
-        size_t total = ta_arena_bytes(&m);
-        unsigned char *mem = aligned_alloc(TA_ARENA_ALIGN, total ? total : TA_ARENA_ALIGN);
-        assert_non_null(mem);
-        ta_arena a = ta_arena_over(mem, total);
-        float *mine = TA_ARENA_TAKE(&a, float, 5);
-        ta_arena sub = ta_arena_sub(&a, raw);
-        assert_false(a.overflow);
-        for (int k = 0; k < 5; k++) mine[k] = 1.5f;
-        fill(r.omem, r.n, -3.0f);
-        ta_scratch_cache_release();
-        allocs = 0;
-        TA_CHECK_OK(ta_einsum_run("test", &r.out, r.c->spec, &r.a, r.bp, &sub));
-        assert_int_equal(allocs, 0);
-        assert_all(mine, 5, 1.5f, "the caller's piece of the arena");
-        expect_same(&r, "ta_einsum_run");
-        expect_plan(&r);
-        free(mem);
-        run_close(&r);
-    }
+    size_t raw;
+    TA_CHECK_OK(ta_einsum_scratch_bytes(&raw, "test", &r->out, r->c->spec, &r->a, r->bp));
+    ta_arena m = ta_arena_measure();
+    (void)TA_ARENA_TAKE(&m, float, 5);
+    (void)ta_arena_sub(&m, raw);
+    size_t total = ta_arena_bytes(&m);
+    unsigned char *mem = aligned_alloc(TA_ARENA_ALIGN, total);
+    assert_non_null(mem);
+    ta_arena a = ta_arena_over(mem, total);
+    float *mine = TA_ARENA_TAKE(&a, float, 5);
+    ta_arena sub = ta_arena_sub(&a, raw);
+    assert_false(a.overflow);
+    for (int k = 0; k < 5; k++) mine[k] = 1.5f;
+    fill(r->omem, r->n, -3.0f);
+    count_from_nothing();
+    TA_CHECK_OK(ta_einsum_run("test", &r->out, r->c->spec, &r->a, r->bp, &sub));
+    assert_int_equal(allocs, 0);
+    assert_all(mine, 5, 1.5f, "the caller's piece of the arena");
+    expect_same(r, "ta_einsum_run");
+    expect_plan(r);
+    free(mem);
 }
 
 /* Without a workspace: the first call takes a block, the second reuses it; the
  * allocating variant allocates its result and nothing else. */
-static void test_kept_block(void **state)
+static void kept_block(ws_run *r)
 {
-    (void)state;
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        ws_run r;
-        run_open(&r, &cases[i]);
-        const char *spec = r.c->spec;
-        long first, second;
-        ALLOCS_OF(ta_einsum_ext(&r.out, spec, &r.a, r.bp, NULL), &first);
-        assert_int_equal(first, r.c->scratch ? 1 : 0);
-        allocs = 0;
-        TA_CHECK_OK(r.c->nb ? ta_einsum(&r.out, spec, &r.a, &r.b) : ta_einsum1(&r.out, spec, &r.a));
-        second = allocs;
-        if (second != 0) fail_msg("%s: the second call allocated %ld time(s)", r.c->name, second);
-        expect_same(&r, "second call");
-        ta_tensor res = {0};
-        allocs = 0;
-        TA_CHECK_OK(r.c->nb ? ta_einsum_alloc(&res, spec, &r.a, &r.b)
-                            : ta_einsum1_alloc(&res, spec, &r.a));
-        assert_int_equal(allocs, 1);
-        if (r.n && memcmp(res.data, r.rmem, (size_t)r.n * sizeof(float)) != 0)
-            fail_msg("%s: ta_einsum_alloc differs from ta_einsum", r.c->name);
-        ta_tensor_free(&res);
-        run_close(&r);
-    }
+    const char *spec = r->c->spec;
+    count_from_nothing();
+    TA_CHECK_OK(ta_einsum_ext(&r->out, spec, &r->a, r->bp, NULL));
+    assert_int_equal(allocs, r->c->scratch ? 1 : 0);
+    allocs = 0;
+    TA_CHECK_OK(r->c->nb ? ta_einsum(&r->out, spec, &r->a, &r->b)
+                         : ta_einsum1(&r->out, spec, &r->a));
+    if (allocs != 0) fail_msg("%s: the second call allocated %ld time(s)", r->c->name, allocs);
+    expect_same(r, "second call");
+    ta_tensor res = {0};
+    allocs = 0;
+    TA_CHECK_OK(r->c->nb ? ta_einsum_alloc(&res, spec, &r->a, &r->b)
+                         : ta_einsum1_alloc(&res, spec, &r->a));
+    assert_int_equal(allocs, 1);
+    if (r->n && memcmp(res.data, r->rmem, (size_t)r->n * sizeof(float)) != 0)
+        fail_msg("%s: ta_einsum_alloc differs from ta_einsum", r->c->name);
+    ta_tensor_free(&res);
 }
+
+#define CASE_TEST(name)                                                                    \
+    static void test_##name(void **state)                                                  \
+    {                                                                                      \
+        (void)state;                                                                       \
+        for_each_case(name);                                                               \
+    }
+CASE_TEST(caller_workspace)
+CASE_TEST(workspace_too_small)
+CASE_TEST(size_reads_layouts_only)
+CASE_TEST(nested_run)
+CASE_TEST(kept_block)
 
 /* The size query validates as the call does. */
 static void test_size_query_errors(void **state)
