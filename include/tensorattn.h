@@ -236,7 +236,10 @@ ta_status ta_sgemm_batched(float *C, int64_t bsc, int64_t rsc, int64_t csc,
  * any operand or repeated, more than one "..." or "->", wrong operand count for the
  * function; out with a stride-0 dim of size > 1), TA_ESHAPE (rank or size mismatch,
  * out of the wrong shape), TA_EUNSUPPORTED (dtype not float32, result above
- * TA_MAX_DIMS dims). On error out is untouched. */
+ * TA_MAX_DIMS dims), TA_ENOMEM (the scratch below). On error out is untouched.
+ * Scratch: packing an operand, reducing one first and the GEMM's packing buffers take one
+ * block per call, acquired before anything is written (the library's block here; see
+ * ta_einsum_ext to pass your own). */
 ta_status ta_einsum(ta_tensor *out, const char *spec, const ta_tensor *a, const ta_tensor *b);
 /* The one-operand form: "ij->ji", "ii->i", "ij->", "i...->...". */
 ta_status ta_einsum1(ta_tensor *out, const char *spec, const ta_tensor *a);
@@ -245,6 +248,20 @@ ta_status ta_einsum1(ta_tensor *out, const char *spec, const ta_tensor *a);
 ta_status ta_einsum_alloc(ta_tensor *out, const char *spec, const ta_tensor *a,
                           const ta_tensor *b);
 ta_status ta_einsum1_alloc(ta_tensor *out, const char *spec, const ta_tensor *a);
+/* ta_einsum (b set) or ta_einsum1 (b NULL) with the scratch in a caller's workspace.
+ * ws: NULL or zeroed ({0}): the library's block, as ta_einsum; else a buffer of at
+ * least ta_einsum_workspace_size bytes (any alignment), and the call makes no
+ * allocation at all. Errors as ta_einsum, plus TA_EINVAL naming ta_einsum_ext when
+ * ws->data is set and ws->size is too small (out untouched). */
+ta_status ta_einsum_ext(ta_tensor *out, const char *spec, const ta_tensor *a,
+                        const ta_tensor *b, const ta_workspace *ws);
+/* *bytes = the workspace ta_einsum_ext needs for these arguments (b NULL for one
+ * operand); 0 when the call needs no scratch (a product or one-operand loop, a result
+ * that is empty or all zeros). It depends only on the shapes, the strides, the spec and
+ * the thread count (ta_set_num_threads), never on the data. Validates exactly as
+ * ta_einsum_ext does (the same errors); TA_ENOMEM when the size would not fit a size_t. */
+ta_status ta_einsum_workspace_size(size_t *bytes, const ta_tensor *out, const char *spec,
+                                   const ta_tensor *a, const ta_tensor *b);
 /* The result shape of spec for these operands (b NULL for one operand), without
  * computing anything. */
 ta_status ta_einsum_shape(int *ndim, int64_t shape[TA_MAX_DIMS], const char *spec,

@@ -2,7 +2,9 @@
  * with ta_set_allocator) fails its n-th call; each operation runs with n = 1, 2, ...
  * until it completes with no failure injected. Every run must return TA_OK or
  * TA_ENOMEM (with a message), never crash, and leave no block allocated through the
- * hook (the operation's own results are freed by the case itself on success).
+ * hook (the operation's own results are freed by the case itself on success). einsum
+ * into an existing out must also leave out untouched on TA_ENOMEM (its one scratch
+ * block is taken before anything is written).
  * OpenMP and cJSON allocate with malloc, outside the hook: not covered here (the
  * sanitizer and valgrind runs watch those). */
 #include "ta_test.h"
@@ -108,7 +110,32 @@ static ta_status einsum_case(const char *spec, const ta_tensor *a, const ta_tens
     return st;
 }
 
-static ta_status op_einsum(void)
+/* Into an existing out: the scratch is taken before anything is written, so a failed
+ * allocation leaves out untouched. The kept block is dropped before each case so that
+ * every case allocates its own. */
+static float obuf[2 * 3 * 17 * 13 * 9];
+
+static ta_status einsum_into(const char *spec, const ta_tensor *a, const ta_tensor *b)
+{
+    int nd;
+    int64_t shape[TA_MAX_DIMS], n = 1;
+    ta_status st = ta_einsum_shape(&nd, shape, spec, a, b);
+    if (st) return st;
+    for (int d = 0; d < nd; d++) n *= shape[d];
+    assert_true(n <= (int64_t)(sizeof obuf / sizeof obuf[0]));
+    ta_tensor out;
+    ta_tensor_from_buffer(&out, obuf, nd, shape, NULL);
+    for (int64_t i = 0; i < n; i++) obuf[i] = -5.0f;
+    ta_scratch_cache_release();
+    st = b ? ta_einsum(&out, spec, a, b) : ta_einsum1(&out, spec, a);
+    for (int64_t i = 0; st == TA_ENOMEM && i < n; i++)
+        if (obuf[i] != -5.0f)
+            fail_msg("einsum '%s': TA_ENOMEM but out[%lld] was written", spec, (long long)i);
+    return st;
+}
+
+/* Every einsum path, each case run through one entry (allocating, or into out). */
+static ta_status einsum_cases(ta_status (*run)(const char *, const ta_tensor *, const ta_tensor *))
 {
     const int64_t sa[4] = {2, 3, 17, 9}, sb[4] = {2, 3, 13, 9};
     ta_tensor a, b, at, bs;
@@ -117,17 +144,20 @@ static ta_status op_einsum(void)
     /* strided views that force the packing paths */
     ta_tensor_transpose(&at, &a, 1, 3);
     ta_tensor_slice(&bs, &b, 2, 0, 13, 2);
-    ta_status st = einsum_case("bhid,bhjd->bhij", &a, &b);
-    if (!st) st = einsum_case("bdia,bdja->bdij", &at, &at);
-    if (!st) st = einsum_case("bhid,bhjd->bhji", &a, &bs);
-    if (!st) st = einsum_case("bhid,bhjd->dij", &a, &b);
-    if (!st) st = einsum_case("bhid,bhjd->bh", &a, &b);
-    if (!st) st = einsum_case("bhid,bhjd->bhijd", &a, &b);
-    if (!st) st = einsum_case("bhid->bdi", &at, NULL);
-    if (!st) st = einsum_case("bhid->", &a, NULL);
-    if (!st) st = einsum_case("...d,...d->...", &a, &a);
+    ta_status st = run("bhid,bhjd->bhij", &a, &b);     /* GEMM */
+    if (!st) st = run("bdia,bdja->bdij", &at, &at);    /* GEMM on views */
+    if (!st) st = run("bhid,bhjd->bhji", &a, &bs);     /* transposed */
+    if (!st) st = run("bhid,bhjd->dij", &a, &b);       /* packed */
+    if (!st) st = run("bhid,bhjd->bh", &a, &b);        /* pre-reduced */
+    if (!st) st = run("bhid,bhjd->bhijd", &a, &b);     /* product */
+    if (!st) st = run("bhid->bdi", &at, NULL);         /* one operand */
+    if (!st) st = run("bhid->", &a, NULL);
+    if (!st) st = run("...d,...d->...", &a, &a);
     return st;
 }
+
+static ta_status op_einsum(void) { return einsum_cases(einsum_case); }
+static ta_status op_einsum_into(void) { return einsum_cases(einsum_into); }
 
 static ta_status op_gemm(void)
 {
@@ -287,6 +317,7 @@ static int teardown(void **state)
 
 static void test_constructors(void **s) { (void)s; sweep("constructors", op_constructors); }
 static void test_einsum(void **s) { (void)s; sweep("einsum", op_einsum); }
+static void test_einsum_into(void **s) { (void)s; sweep("einsum into out", op_einsum_into); }
 static void test_gemm(void **s) { (void)s; sweep("sgemm", op_gemm); }
 static void test_npy(void **s) { (void)s; sweep("npy save/load", op_npy); }
 static void test_safetensors(void **s) { (void)s; sweep("safetensors save/open/get", op_safetensors); }
@@ -334,6 +365,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_constructors), cmocka_unit_test(test_einsum),
+        cmocka_unit_test(test_einsum_into),
         cmocka_unit_test(test_gemm),         cmocka_unit_test(test_sdpa_reference),
         cmocka_unit_test(test_sdpa_fused),   cmocka_unit_test(test_sdpa_backward),
         cmocka_unit_test(test_npy),
