@@ -20,7 +20,6 @@
 #include "core/core.h"
 #include "core/tensor_internal.h"
 #include "ops/einsum_internal.h"
-#include "ops/sdpa.h" /* ta_tensors_overlap */
 
 #include <omp.h>
 

@@ -10,6 +10,7 @@
 #include "ops/sdpa.h"
 
 #include "core/core.h"
+#include "ops/einsum.h"
 #include "ops/softmax.h"
 
 #include <math.h>
@@ -50,18 +51,17 @@ ta_sdpa_product ta_sdpa_product_of(const char *spec4, const char *spec5, const t
 
 size_t ta_sdpa_product_scratch(const ta_sdpa_problem *p, const ta_sdpa_product *pr)
 {
-    (void)p;
-    (void)pr;
-    return 0; /* TODO(lead): einsum's nested scratch once einsum takes an arena */
+    size_t bytes;
+    /* shapes were validated: only a size that overflows can fail here */
+    return ta_einsum_scratch_bytes(&bytes, p->fn, &pr->c, pr->spec, &pr->a, &pr->b) ? SIZE_MAX
+                                                                                   : bytes;
 }
 
 ta_status ta_sdpa_product_run(const ta_sdpa_problem *p, const ta_sdpa_product *pr,
                               ta_arena *scratch)
 {
-    (void)p;
-    (void)scratch;
     ta_tensor c = pr->c;
-    return ta_einsum(&c, pr->spec, &pr->a, &pr->b);
+    return ta_einsum_run(p->fn, &c, pr->spec, &pr->a, &pr->b, scratch);
 }
 
 /* --------------------------------------------------------- reference path */

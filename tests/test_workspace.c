@@ -1,0 +1,261 @@
+/* ta-test: all-isas -- Caller workspaces (ta_workspace): with a buffer of the size the
+ * _workspace_size query gives, ta_sdpa and ta_sdpa_backward make no allocation at all
+ * (counted through the allocation hook), on every path and plan, and give bitwise the
+ * results of the same call without a workspace; a buffer one byte too small is refused
+ * before any output is written; any alignment works; without a workspace a repeated call
+ * reuses the library's kept block and allocates nothing either. */
+#include "ta_test.h"
+
+#include "core/workspace.h" /* ta_scratch_cache_release: start from no kept block */
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static long allocs;
+
+static void *counting_alloc(size_t bytes, size_t alignment, void *user)
+{
+    (void)user;
+    allocs++;
+    return aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
+}
+
+static void counting_free(void *p, void *user)
+{
+    (void)user;
+    free(p);
+}
+
+/* One SDPA case: shapes, options, and views that exercise each plan. */
+typedef struct wcase {
+    const char *name;
+    int64_t B, H, Hkv, Lq, Lk, D, Dv;
+    ta_causal causal;
+    ta_sdpa_path path;
+    int weights, mask, k_strided, q_strided;
+} wcase;
+
+static const wcase cases[] = {
+    {"fused causal GQA", 2, 4, 2, 37, 53, 16, 24, TA_CAUSAL_TOP_LEFT, TA_SDPA_FUSED, 0, 0, 0, 0},
+    {"fused decode split", 1, 2, 1, 1, 2500, 32, 32, TA_CAUSAL_BOTTOM_RIGHT, TA_SDPA_FUSED, 0, 0, 0, 0},
+    {"fused mask, strided K and Q", 2, 2, 2, 19, 70, 8, 8, TA_CAUSAL_NONE, TA_SDPA_FUSED, 0, 1, 1, 1},
+    {"fused few groups (split backward)", 1, 1, 1, 300, 300, 16, 16, TA_CAUSAL_TOP_LEFT, TA_SDPA_FUSED, 0, 0, 0, 0},
+    {"reference with weights", 2, 4, 2, 13, 29, 8, 12, TA_CAUSAL_TOP_LEFT, TA_SDPA_REFERENCE, 1, 0, 0, 0},
+    {"reference mask, strided", 1, 2, 1, 9, 33, 8, 8, TA_CAUSAL_NONE, TA_SDPA_REFERENCE, 0, 1, 1, 1},
+};
+
+typedef struct tensors {
+    ta_tensor q, k, v, o, lse, w, mask, dout, dq, dk, dv;
+    ta_tensor qbuf, kbuf; /* storage of the strided views */
+} tensors;
+
+/* [B, H, L, D] with the last dim strided by 2 (a view into a [B, H, L, 2D] buffer). */
+static void strided(ta_tensor *view, ta_tensor *buf, const int64_t *shape, uint64_t seed)
+{
+    const int64_t wide[4] = {shape[0], shape[1], shape[2], 2 * shape[3]};
+    TA_CHECK_OK(ta_tensor_empty(buf, 4, wide));
+    TA_CHECK_OK(ta_randn(buf, seed));
+    TA_CHECK_OK(ta_tensor_slice(view, buf, 3, 0, wide[3], 2));
+}
+
+static void make(tensors *t, const wcase *c)
+{
+    memset(t, 0, sizeof *t);
+    const int64_t qs[4] = {c->B, c->H, c->Lq, c->D}, ks[4] = {c->B, c->Hkv, c->Lk, c->D};
+    const int64_t vs[4] = {c->B, c->Hkv, c->Lk, c->Dv}, os[4] = {c->B, c->H, c->Lq, c->Dv};
+    const int64_t ws[4] = {c->B, c->H, c->Lq, c->Lk}, ls[3] = {c->B, c->H, c->Lq};
+    if (c->q_strided) {
+        strided(&t->q, &t->qbuf, qs, 1);
+    } else {
+        TA_CHECK_OK(ta_tensor_empty(&t->q, 4, qs));
+        TA_CHECK_OK(ta_randn(&t->q, 1));
+    }
+    if (c->k_strided) {
+        strided(&t->k, &t->kbuf, ks, 2);
+    } else {
+        TA_CHECK_OK(ta_tensor_empty(&t->k, 4, ks));
+        TA_CHECK_OK(ta_randn(&t->k, 2));
+    }
+    TA_CHECK_OK(ta_tensor_empty(&t->v, 4, vs));
+    TA_CHECK_OK(ta_randn(&t->v, 3));
+    TA_CHECK_OK(ta_tensor_empty(&t->o, 4, os));
+    TA_CHECK_OK(ta_tensor_empty(&t->dout, 4, os));
+    TA_CHECK_OK(ta_randn(&t->dout, 4));
+    TA_CHECK_OK(ta_tensor_empty(&t->lse, 3, ls));
+    TA_CHECK_OK(ta_tensor_empty(&t->dq, 4, qs));
+    TA_CHECK_OK(ta_tensor_empty(&t->dk, 4, ks));
+    TA_CHECK_OK(ta_tensor_empty(&t->dv, 4, vs));
+    if (c->weights) TA_CHECK_OK(ta_tensor_empty(&t->w, 4, ws));
+    if (c->mask) { /* [B, 1, Lq, Lk] keep mask, about one key in five blocked */
+        const int64_t ms[4] = {c->B, 1, c->Lq, c->Lk};
+        TA_CHECK_OK(ta_tensor_empty(&t->mask, 4, ms));
+        TA_CHECK_OK(ta_rand(&t->mask, 5));
+        float *m = t->mask.data;
+        for (int64_t i = 0; i < ta_tensor_numel(&t->mask); i++) m[i] = m[i] < 0.2f ? 0.0f : 1.0f;
+    }
+}
+
+static void release(tensors *t)
+{
+    ta_tensor *all[] = {&t->q, &t->k, &t->v, &t->o, &t->lse, &t->w, &t->mask, &t->dout,
+                        &t->dq, &t->dk, &t->dv, &t->qbuf, &t->kbuf};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ta_tensor_free(all[i]);
+}
+
+static ta_sdpa_opts opts_of(const wcase *c, tensors *t)
+{
+    ta_sdpa_opts o = {.causal = c->causal, .path = c->path, .lse = &t->lse};
+    if (c->weights) o.weights = &t->w;
+    if (c->mask) {
+        o.mask = &t->mask;
+        o.mask_mode = TA_MASK_KEEP;
+    }
+    return o;
+}
+
+static float *copy_of(const ta_tensor *t)
+{
+    size_t n = (size_t)ta_tensor_numel(t);
+    float *c = malloc(sizeof(float) * (n ? n : 1));
+    memcpy(c, t->data, sizeof(float) * n);
+    return c;
+}
+
+static void assert_same(const ta_tensor *t, const float *ref, const char *what, const char *name)
+{
+    if (memcmp(t->data, ref, sizeof(float) * (size_t)ta_tensor_numel(t)) != 0)
+        fail_msg("%s: %s differs with a workspace", name, what);
+}
+
+/* A caller buffer of `bytes` starting `skew` bytes past a 64-byte boundary. */
+static ta_workspace buffer(size_t bytes, size_t skew, void **owner)
+{
+    *owner = malloc(bytes + 64 + skew);
+    uintptr_t p = ((uintptr_t)*owner + 63) & ~(uintptr_t)63;
+    return (ta_workspace){.data = (void *)(p + skew), .size = bytes};
+}
+
+static void forward_case(const wcase *c)
+{
+    tensors t;
+    make(&t, c);
+    ta_sdpa_opts o = opts_of(c, &t);
+    /* the reference result without a workspace, then the kept block is warm */
+    TA_CHECK_OK(ta_sdpa(&t.o, &t.q, &t.k, &t.v, &o));
+    float *o_ref = copy_of(&t.o), *l_ref = copy_of(&t.lse);
+    allocs = 0;
+    TA_CHECK_OK(ta_sdpa(&t.o, &t.q, &t.k, &t.v, &o));
+    if (allocs) fail_msg("%s: a repeated call without a workspace allocated %ld times", c->name, allocs);
+
+    size_t bytes = 0;
+    TA_CHECK_OK(ta_sdpa_workspace_size(&bytes, &t.o, &t.q, &t.k, &t.v, &o));
+    assert_true(bytes > 0);
+    void *owner;
+    o.workspace = buffer(bytes, 13, &owner); /* unaligned on purpose */
+    TA_CHECK_OK(ta_tensor_fill(&t.o, NAN));
+    ta_scratch_cache_release();
+    allocs = 0;
+    TA_CHECK_OK(ta_sdpa(&t.o, &t.q, &t.k, &t.v, &o));
+    if (allocs) fail_msg("%s: ta_sdpa with a workspace allocated %ld times", c->name, allocs);
+    assert_same(&t.o, o_ref, "O", c->name);
+    assert_same(&t.lse, l_ref, "LSE", c->name);
+
+    /* one byte short: refused, O untouched */
+    o.workspace.size = bytes - 1;
+    TA_CHECK_OK(ta_tensor_fill(&t.o, 7.0f));
+    TA_CHECK_ERR(ta_sdpa(&t.o, &t.q, &t.k, &t.v, &o), TA_EINVAL, "ta_sdpa: the workspace has");
+    for (int64_t i = 0; i < ta_tensor_numel(&t.o); i++) assert_true(((float *)t.o.data)[i] == 7.0f);
+    free(owner);
+    free(o_ref);
+    free(l_ref);
+    release(&t);
+}
+
+static void backward_case(const wcase *c)
+{
+    tensors t;
+    make(&t, c);
+    ta_sdpa_opts o = opts_of(c, &t);
+    TA_CHECK_OK(ta_sdpa(&t.o, &t.q, &t.k, &t.v, &o));
+    o.lse = NULL;
+    o.weights = NULL;
+    TA_CHECK_OK(ta_sdpa_backward(&t.dq, &t.dk, &t.dv, &t.dout, &t.q, &t.k, &t.v, &t.o, &t.lse, &o));
+    float *dq = copy_of(&t.dq), *dk = copy_of(&t.dk), *dv = copy_of(&t.dv);
+
+    size_t bytes = 0;
+    TA_CHECK_OK(ta_sdpa_backward_workspace_size(&bytes, &t.dq, &t.dk, &t.dv, &t.dout, &t.q, &t.k,
+                                                &t.v, &t.o, &t.lse, &o));
+    assert_true(bytes > 0);
+    void *owner;
+    o.workspace = buffer(bytes, 5, &owner);
+    TA_CHECK_OK(ta_tensor_fill(&t.dq, NAN));
+    TA_CHECK_OK(ta_tensor_fill(&t.dk, NAN));
+    TA_CHECK_OK(ta_tensor_fill(&t.dv, NAN));
+    ta_scratch_cache_release();
+    allocs = 0;
+    TA_CHECK_OK(ta_sdpa_backward(&t.dq, &t.dk, &t.dv, &t.dout, &t.q, &t.k, &t.v, &t.o, &t.lse, &o));
+    if (allocs) fail_msg("%s: ta_sdpa_backward with a workspace allocated %ld times", c->name, allocs);
+    assert_same(&t.dq, dq, "dQ", c->name);
+    assert_same(&t.dk, dk, "dK", c->name);
+    assert_same(&t.dv, dv, "dV", c->name);
+    o.workspace.size = bytes - 1;
+    TA_CHECK_ERR(ta_sdpa_backward(&t.dq, &t.dk, &t.dv, &t.dout, &t.q, &t.k, &t.v, &t.o, &t.lse, &o),
+                 TA_EINVAL, "ta_sdpa_backward: the workspace has");
+    free(owner);
+    free(dq);
+    free(dk);
+    free(dv);
+    release(&t);
+}
+
+static void test_sdpa_forward(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) forward_case(&cases[i]);
+}
+
+static void test_sdpa_backward(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) backward_case(&cases[i]);
+}
+
+/* The size is the thread count's: queried for 1 thread, a 2-thread call needs more on
+ * the fused path (a workspace per thread) and says so instead of overrunning. */
+static void test_size_follows_threads(void **state)
+{
+    (void)state;
+    tensors t;
+    make(&t, &cases[0]);
+    ta_sdpa_opts o = opts_of(&cases[0], &t);
+    size_t one, two;
+    TA_CHECK_OK(ta_set_num_threads(1));
+    TA_CHECK_OK(ta_sdpa_workspace_size(&one, &t.o, &t.q, &t.k, &t.v, &o));
+    TA_CHECK_OK(ta_set_num_threads(2));
+    TA_CHECK_OK(ta_sdpa_workspace_size(&two, &t.o, &t.q, &t.k, &t.v, &o));
+    assert_true(two > one);
+    void *owner;
+    o.workspace = buffer(one, 0, &owner);
+    TA_CHECK_ERR(ta_sdpa(&t.o, &t.q, &t.k, &t.v, &o), TA_EINVAL, "for the current thread count");
+    free(owner);
+    release(&t);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    ta_scratch_cache_release();
+    ta_set_allocator(counting_alloc, counting_free, NULL);
+    return ta_set_num_threads(2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sdpa_forward),
+        cmocka_unit_test(test_sdpa_backward),
+        cmocka_unit_test(test_size_follows_threads),
+    };
+    return cmocka_run_group_tests_name("workspace", tests, setup, NULL);
+}
