@@ -280,16 +280,3 @@ ta_status ta_attention_backward(ta_tensor *d_queries, ta_tensor *d_keys, ta_tens
         if (din[i]) add_rows(din[i], ws + go[i]);
     return TA_OK;
 }
-
-ta_status ta_attention_zero_grad(ta_attention *layer)
-{
-    if (!layer) return ta_error(TA_EINVAL, "ta_attention_zero_grad: layer is NULL");
-    for (int i = 0; i < layer->nparams; i++)
-        memset(layer->p[i].grad.data, 0, sizeof(float) * (size_t)ta_tensor_numel(&layer->p[i].grad));
-    return TA_OK;
-}
-
-ta_status ta_attention_grad(ta_tensor *view, const ta_attention *layer, const char *name)
-{
-    return ta_attention_lookup(view, layer, name, true, "ta_attention_grad");
-}

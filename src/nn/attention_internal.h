@@ -57,10 +57,6 @@ ta_status ta_attention_run(ta_attention_fwd *keep, const char *fn, ta_tensor *ou
  * seed's "nqhd -> nhqd", a strided view, not a copy). */
 void ta_heads_view(ta_tensor *t, float *buf, int64_t N, int64_t L, int64_t H, int64_t D);
 
-/* A view of parameter `name` of layer: its value, or its gradient buffer when grad is
- * set. Errors name fn and list the layout's parameters. */
-ta_status ta_attention_lookup(ta_tensor *view, const ta_attention *layer, const char *name,
-                              bool grad, const char *fn);
 ta_status ta_attention_check_input(const char *fn, const char *name, const ta_tensor *x, int64_t E);
 
 #endif
