@@ -50,8 +50,7 @@ void ta_attention_free(ta_attention *layer)
         ta_tensor_free(&layer->p[i].value);
         ta_tensor_free(&layer->p[i].grad);
     }
-    ta_free(layer->ws);
-    ta_free(layer->bws);
+    ta_free(layer->scratch);
     ta_free(layer);
 }
 
@@ -288,4 +287,32 @@ ta_status ta_attention_zero_grad(ta_attention *layer)
     for (int i = 0; i < layer->nparams; i++)
         memset(layer->p[i].grad.data, 0, sizeof(float) * (size_t)ta_tensor_numel(&layer->p[i].grad));
     return TA_OK;
+}
+
+/* The parameters of slot iw (weight) and ib (bias, -1: none), offset by `at` floats
+ * (torch's in_proj slices). */
+static ta_attention_proj proj(const ta_attention *l, int iw, int ib, int64_t at, int64_t F,
+                              int64_t heads)
+{
+    ta_attention_proj p = {.W = (const float *)l->p[iw].value.data + at * F,
+                           .dW = (float *)l->p[iw].grad.data + at * F, .F = F, .heads = heads};
+    if (ib >= 0) {
+        p.b = (const float *)l->p[ib].value.data + at;
+        p.db = (float *)l->p[ib].grad.data + at;
+    }
+    return p;
+}
+
+ta_attention_proj ta_attention_input_proj(const ta_attention *l, int i)
+{
+    static const int seed_slot[3] = {SEED_QUERIES, SEED_KEYS, SEED_VALUES};
+    if (l->layout == TA_LAYOUT_SEED) return proj(l, seed_slot[i], -1, 0, l->D, l->H);
+    /* rows i*E .. (i+1)*E - 1 of in_proj_weight and in_proj_bias */
+    return proj(l, TORCH_IN_W, TORCH_IN_B, i * l->E, l->E, 1);
+}
+
+ta_attention_proj ta_attention_output_proj(const ta_attention *l)
+{
+    if (l->layout == TA_LAYOUT_SEED) return proj(l, SEED_FC_W, SEED_FC_B, 0, l->E, 1);
+    return proj(l, TORCH_OUT_W, TORCH_OUT_B, 0, l->E, 1);
 }
