@@ -540,8 +540,9 @@ ta_status ta_safetensors_save(const char *path, int n, const char *const *names,
  *   Parameter i (in the order listed above) is drawn from the stream of a seed
  *   derived from (seed, i), so one seed makes the whole layer reproducibly.
  *
- * A layer is not safe to run from two threads at once (forward reuses a workspace
- * kept in the layer); distinct layers are independent. */
+ * A layer is not safe to run from two threads at once (calls without a caller
+ * workspace reuse a block kept in the layer; the backward accumulates into its
+ * gradients); distinct layers are independent. */
 typedef enum ta_layout { TA_LAYOUT_SEED = 0, TA_LAYOUT_TORCH = 1 } ta_layout;
 
 typedef struct ta_attention ta_attention; /* opaque; owns its parameters */
@@ -577,7 +578,8 @@ const char *ta_attention_param_name(const ta_attention *layer, int i);
  * called name ("fc_out.bias"); valid until ta_attention_free. Unknown name: TA_EINVAL. */
 ta_status ta_attention_param(ta_tensor *view, const ta_attention *layer, const char *name);
 
-/* Options of ta_attention_forward; a zeroed struct ({0}) means no masks, no weights.
+/* Options of ta_attention_forward and ta_attention_backward; a zeroed struct ({0})
+ * means no masks, no weights, no caller workspace.
  * Masks combine: a key is visible to a query only if every given mask allows it.
  *   mask: broadcastable (right-aligned, as in PyTorch) to [N, H, Lq, Lk], read with
  *     mask_mode:
@@ -599,7 +601,10 @@ ta_status ta_attention_param(ta_tensor *view, const ta_attention *layer, const c
  *     keys j <= i + Lk - Lq (queries that continue a cached sequence).
  *   weights: NULL, or an output of the attention weights (softmax probabilities):
  *     [N, H, Lq, Lk] per head, or [N, Lq, Lk] averaged over heads when
- *     average_weights is nonzero (torch's need_weights=True, average_attn_weights). */
+ *     average_weights is nonzero (torch's need_weights=True, average_attn_weights).
+ *   workspace: zeroed, or a caller's scratch (see ta_workspace) of at least
+ *     ta_attention_workspace_size bytes for a forward, ta_attention_backward_workspace_size
+ *     for a backward: the call then uses it instead of the block the layer keeps. */
 typedef struct ta_attention_opts {
     const ta_tensor *mask;
     ta_mask_mode mask_mode;
@@ -608,19 +613,30 @@ typedef struct ta_attention_opts {
     ta_causal causal;
     ta_tensor *weights;
     int average_weights;
+    ta_workspace workspace;
 } ta_attention_opts;
 
 /* out [N, Lq, E] = the layer applied to queries [N, Lq, E], keys [N, Lk, E], values
  * [N, Lk, E] (any strides; the same tensor may be passed for all three: self
  * attention; out may be one of the inputs). opts may be NULL. Note the argument order,
  * queries first (the seed's forward takes values, keys, queries; torch's query, key,
- * value). Scratch memory is kept in the layer and reused; it grows only when the
- * shapes grow. Errors name the input and both shapes ("ta_attention_forward: keys has
- * shape [2, 5, 8] but values has [2, 6, 8]"); on error out is untouched, except after a
- * TA_ENOMEM from the GEMM engine's packing buffer, which can leave it partly written. */
+ * value). Scratch memory: opts->workspace when given, else one block kept in the layer
+ * and reused (it grows only when the shapes grow), taken before anything is written.
+ * ta_sdpa, which runs the attention core, still allocates its own scratch on each call.
+ * Errors name the input and both shapes ("ta_attention_forward: keys has shape
+ * [2, 5, 8] but values has [2, 6, 8]"); on error out is untouched (opts->weights too,
+ * except after a TA_ENOMEM from ta_sdpa, which can leave per-head weights partly
+ * written). */
 ta_status ta_attention_forward(ta_tensor *out, ta_attention *layer, const ta_tensor *queries,
                                const ta_tensor *keys, const ta_tensor *values,
                                const ta_attention_opts *opts);
+/* *bytes = the size of the opts->workspace that ta_attention_forward needs for these
+ * arguments (the same checks and errors as the forward; nothing is run or written but
+ * *bytes). It depends on the shapes, out's strides, the options and the thread count. */
+ta_status ta_attention_workspace_size(size_t *bytes, const ta_tensor *out,
+                                      const ta_attention *layer, const ta_tensor *queries,
+                                      const ta_tensor *keys, const ta_tensor *values,
+                                      const ta_attention_opts *opts);
 
 /* Backward of ta_attention_forward: given d_out = dL/dout [N, Lq, E] and the forward's
  * inputs and opts, ACCUMULATES (adds to, like PyTorch's .grad) the gradients of
@@ -638,13 +654,21 @@ ta_status ta_attention_forward(ta_tensor *out, ta_attention *layer, const ta_ten
  * row (output 0) passes no gradient. Masks get no gradient.
  * The attention core runs ta_sdpa_backward. Bitwise identical for any thread count.
  * d_out and the inputs may alias the input gradients (everything is computed before
- * anything is accumulated). Errors as ta_attention_forward, plus the shapes of d_out
- * and of the input gradients; on error nothing is accumulated (except that an
- * allocation failure inside the GEMM engine could leave it partly done). */
+ * anything is accumulated). Scratch as ta_attention_forward's (one block for the
+ * forward it reruns and the backward; ta_sdpa and ta_sdpa_backward still allocate
+ * their own). Errors as ta_attention_forward, plus the shapes of d_out and of the input
+ * gradients; on error nothing is accumulated. */
 ta_status ta_attention_backward(ta_tensor *d_queries, ta_tensor *d_keys, ta_tensor *d_values,
                                 ta_attention *layer, const ta_tensor *d_out,
                                 const ta_tensor *queries, const ta_tensor *keys,
                                 const ta_tensor *values, const ta_attention_opts *opts);
+/* *bytes = the size of the opts->workspace that ta_attention_backward needs for these
+ * arguments (its checks and errors; nothing is run or written but *bytes). */
+ta_status ta_attention_backward_workspace_size(size_t *bytes, const ta_tensor *d_queries,
+                                               const ta_tensor *d_keys, const ta_tensor *d_values,
+                                               const ta_attention *layer, const ta_tensor *d_out,
+                                               const ta_tensor *queries, const ta_tensor *keys,
+                                               const ta_tensor *values, const ta_attention_opts *opts);
 /* Sets every parameter gradient of the layer to 0 (they start at 0). */
 ta_status ta_attention_zero_grad(ta_attention *layer);
 /* *view becomes a writable view (contiguous, the parameter's shape) of the gradient of

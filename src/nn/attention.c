@@ -1,534 +1,267 @@
-/* Multi-head attention layers: the seed's SelfAttention and torch's MultiheadAttention
- * (layouts, semantics and initialisation are documented in include/tensorattn.h).
+/* Multi-head attention layers, the forward: the seed's SelfAttention and torch's
+ * MultiheadAttention (layouts, semantics and initialisation are documented in
+ * include/tensorattn.h; parameters in attention_params.c, masks in attention_masks.c).
  *
- * forward, both layouts:
- *   1. projections: one strided GEMM per input (ta_gemm_strided), reading the caller's
- *      tensors through their strides into contiguous [N, L, H, D] buffers (the seed
- *      applies one D x D Linear to every head's slice: a GEMM with N*L*H rows; torch
- *      applies an E x E Linear plus bias: N*L rows);
- *   2. the attention core: ta_sdpa on the permuted views [N, H, L, D] of those buffers
- *      (no copies), its output written through a permuted view straight into the
- *      [N, Lq, H, D] = [N, Lq, E] layout that the output projection reads;
- *   3. output projection into the caller's out (bias first, then GEMM with beta = 1).
- * The seed layout fills masked scores with -1e20 (finite) before the softmax, so a row
- * whose keys are all masked gets uniform weights; ta_sdpa gives such a row zeros and
- * LSE -inf instead, so the seed path asks for the LSE and rewrites exactly those rows
- * (weights 1/Lk, output the mean of the projected values).
- *
- * Scratch lives in the layer (grown, never shrunk) so steady-state calls allocate
- * nothing here; ta_sdpa's reference path still allocates its own score scratch. */
+ * One call runs in stages, each a function below:
+ *   validate  inputs, out, masks and options (ta_attention_fwd_prepare); touches nothing;
+ *   plan      one arena layout of the whole call's scratch (ta_attention_fwd_layout:
+ *             projections, LSE, key lengths and combined mask, per-head weights to
+ *             average, the packing of every GEMM, ta_sdpa's scratch), measured, then
+ *             carved from the caller's workspace or the layer's block (ta_attention_plan);
+ *   project   Q, K, V: one strided linear per input (src/ops/linear.h), reading the
+ *             caller's tensors through their strides into contiguous [N, L, H, D]
+ *             buffers (the seed applies one D x D Linear to every head's slice: N*L*H
+ *             rows; torch an E x E Linear plus bias: N*L rows);
+ *   attend    ta_sdpa on the permuted views [N, H, L, D] of those buffers (no copies),
+ *             its output written through a permuted view straight into the
+ *             [N, Lq, H, D] = [N, Lq, E] layout that the output projection reads;
+ *   fix up    the seed layout fills masked scores with -1e20 (finite) before the
+ *             softmax, so a row whose keys are all masked gets uniform weights; ta_sdpa
+ *             gives such a row zeros and LSE -inf instead, so the seed path asks for the
+ *             LSE and rewrites exactly those rows (weights 1/Lk, output the mean of the
+ *             projected values); then weights averaged over heads;
+ *   output    the output projection into the caller's out (bias first, then the GEMM
+ *             with beta = 1): the only stage that writes out, after all that can fail.
+ * The backward (attention_backward.c) runs the same stages but the last inside its own
+ * arena. */
 #include "core/core.h"
 #include "core/tensor_internal.h"
 #include "nn/attention_internal.h"
-#include "ops/gemm.h"
 
 #include <math.h>
-#include <omp.h>
-#include <stdio.h>
 #include <string.h>
 
-#define MAX_PARAMS TA_ATTN_MAX_PARAMS
+/* --------------------------------------------------------------- validate */
 
-/* Parameter indices (the state_dict order documented in the header). */
-enum { SEED_VALUES = TA_SEED_VALUES, SEED_KEYS = TA_SEED_KEYS, SEED_QUERIES = TA_SEED_QUERIES,
-       SEED_FC_W = TA_SEED_FC_W, SEED_FC_B = TA_SEED_FC_B };
-enum { TORCH_IN_W = TA_TORCH_IN_W, TORCH_IN_B = TA_TORCH_IN_B, TORCH_OUT_W = TA_TORCH_OUT_W,
-       TORCH_OUT_B = TA_TORCH_OUT_B };
-
-static const char *const SEED_NAMES[5] = {"values.weight", "keys.weight", "queries.weight",
-                                          "fc_out.weight", "fc_out.bias"};
-static const char *const TORCH_NAMES[4] = {"in_proj_weight", "in_proj_bias", "out_proj.weight",
-                                           "out_proj.bias"};
-
-static const char *layout_name(ta_layout layout)
+ta_status ta_attention_check_input(const char *fn, const char *name, const ta_tensor *x, int64_t E)
 {
-    return layout == TA_LAYOUT_SEED ? "seed" : "torch";
-}
-
-/* The PyTorch shape of parameter i for embed E, head_dim D. */
-static int param_shape(int64_t shape[2], ta_layout layout, int i, int64_t E, int64_t D)
-{
-    if (layout == TA_LAYOUT_SEED) {
-        if (i < 3) { shape[0] = D; shape[1] = D; return 2; }
-        if (i == SEED_FC_W) { shape[0] = E; shape[1] = E; return 2; }
-        shape[0] = E;
-        return 1;
-    }
-    switch (i) {
-    case TORCH_IN_W: shape[0] = 3 * E; shape[1] = E; return 2;
-    case TORCH_IN_B: shape[0] = 3 * E; return 1;
-    case TORCH_OUT_W: shape[0] = E; shape[1] = E; return 2;
-    default: shape[0] = E; return 1;
-    }
-}
-
-void ta_attention_free(ta_attention *layer)
-{
-    if (!layer) return;
-    for (int i = 0; i < layer->nparams; i++) {
-        ta_tensor_free(&layer->p[i].value);
-        ta_tensor_free(&layer->p[i].grad);
-    }
-    ta_free(layer->ws);
-    ta_free(layer->bws);
-    ta_free(layer);
-}
-
-static ta_status check_dims(const char *fn, ta_layout layout, int64_t E, int64_t H)
-{
-    if (layout != TA_LAYOUT_SEED && layout != TA_LAYOUT_TORCH)
-        return ta_error(TA_EINVAL, "%s: layout %d is not TA_LAYOUT_SEED or TA_LAYOUT_TORCH", fn,
-                        (int)layout);
-    if (H < 1) return ta_error(TA_EINVAL, "%s: heads must be >= 1, got %lld", fn, (long long)H);
-    if (E < 1)
-        return ta_error(TA_EINVAL, "%s: embed_size must be >= 1, got %lld", fn, (long long)E);
-    if (E % H)
-        return ta_error(TA_EINVAL, "%s: embed_size %lld is not divisible by heads %lld", fn,
-                        (long long)E, (long long)H);
-    /* 3E x E must be addressable: keep E well inside int64 and size_t. */
-    if (E > ((int64_t)1 << 24))
-        return ta_error(TA_EINVAL, "%s: embed_size %lld is too large (max %lld)", fn,
-                        (long long)E, (long long)1 << 24);
-    return TA_OK;
-}
-
-/* A layer with allocated (unset) parameters. */
-static ta_status layer_alloc(ta_attention **out, ta_layout layout, int64_t E, int64_t H)
-{
-    ta_attention *l = ta_alloc_zeroed(sizeof *l);
-    if (!l) return TA_ENOMEM;
-    l->layout = layout;
-    l->E = E;
-    l->H = H;
-    l->D = E / H;
-    l->nparams = layout == TA_LAYOUT_SEED ? 5 : 4;
-    for (int i = 0; i < l->nparams; i++) {
-        int64_t shape[2];
-        int nd = param_shape(shape, layout, i, E, l->D);
-        l->p[i].name = layout == TA_LAYOUT_SEED ? SEED_NAMES[i] : TORCH_NAMES[i];
-        ta_status st = ta_tensor_zeros(&l->p[i].value, nd, shape);
-        /* the gradient buffer (.grad), zero until a backward accumulates into it */
-        if (!st) st = ta_tensor_zeros(&l->p[i].grad, nd, shape);
-        if (st) {
-            ta_attention_free(l);
-            return st;
-        }
-    }
-    *out = l;
-    return TA_OK;
-}
-
-/* splitmix64: spreads (seed, parameter index) into independent generator streams. */
-static uint64_t mix_seed(uint64_t seed, int i)
-{
-    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* U(-b, b) into a parameter; b > 0. */
-static ta_status init_uniform(ta_tensor *t, double bound, uint64_t seed)
-{
-    return ta_rand_uniform(t, (float)-bound, (float)bound, seed);
-}
-
-ta_status ta_attention_create(ta_attention **layer, ta_layout layout, int64_t embed_size,
-                              int64_t heads, uint64_t seed)
-{
-    const char *fn = "ta_attention_create";
-    if (!layer) return ta_error(TA_EINVAL, "%s: layer is NULL", fn);
-    ta_status st = check_dims(fn, layout, embed_size, heads);
+    ta_status st = ta_tensor_check(fn, name, x);
     if (st) return st;
-    ta_attention *l;
-    if ((st = layer_alloc(&l, layout, embed_size, heads))) return st;
-    double E = (double)embed_size, D = (double)l->D;
-    if (layout == TA_LAYOUT_SEED) {
-        /* nn.Linear: kaiming_uniform(a = sqrt(5)) is U(+-1/sqrt(fan_in)); bias the same. */
-        for (int i = 0; i < 3 && !st; i++) st = init_uniform(&l->p[i].value, 1.0 / sqrt(D), mix_seed(seed, i));
-        if (!st) st = init_uniform(&l->p[SEED_FC_W].value, 1.0 / sqrt(E), mix_seed(seed, SEED_FC_W));
-        if (!st) st = init_uniform(&l->p[SEED_FC_B].value, 1.0 / sqrt(E), mix_seed(seed, SEED_FC_B));
-    } else {
-        /* MultiheadAttention._reset_parameters: xavier_uniform on [3E, E] (fan_in E,
-         * fan_out 3E), biases 0; out_proj keeps nn.Linear's weight init. */
-        st = init_uniform(&l->p[TORCH_IN_W].value, sqrt(6.0 / (E + 3.0 * E)), mix_seed(seed, TORCH_IN_W));
-        if (!st) st = init_uniform(&l->p[TORCH_OUT_W].value, 1.0 / sqrt(E), mix_seed(seed, TORCH_OUT_W));
+    if (x->ndim != 3 || x->shape[2] != E) {
+        char s[TA_SHAPE_STR_MAX];
+        return ta_error(TA_ESHAPE, "%s: %s has shape %s, expected [N, L, %lld] (embed_size %lld)",
+                        fn, name, ta_shape_str(s, sizeof s, x->ndim, x->shape), (long long)E,
+                        (long long)E);
     }
-    if (st) {
-        ta_attention_free(l);
-        return st;
-    }
-    *layer = l;
     return TA_OK;
 }
 
-ta_status ta_attention_load(ta_attention **layer, const char *path, ta_layout layout,
-                            int64_t heads)
+/* queries [N, Lq, E]; keys, values [N, Lk, E] */
+static ta_status check_inputs(const char *fn, const ta_attention *layer, const ta_tensor *queries,
+                              const ta_tensor *keys, const ta_tensor *values)
 {
-    const char *fn = "ta_attention_load";
-    if (!layer) return ta_error(TA_EINVAL, "%s: layer is NULL", fn);
-    if (!path) return ta_error(TA_EINVAL, "%s: path is NULL", fn);
-    if (layout != TA_LAYOUT_SEED && layout != TA_LAYOUT_TORCH)
-        return ta_error(TA_EINVAL, "%s: layout %d is not TA_LAYOUT_SEED or TA_LAYOUT_TORCH", fn,
-                        (int)layout);
-    if (heads < 1)
-        return ta_error(TA_EINVAL, "%s: heads must be >= 1, got %lld", fn, (long long)heads);
-    const char *const *names = layout == TA_LAYOUT_SEED ? SEED_NAMES : TORCH_NAMES;
-    int n = layout == TA_LAYOUT_SEED ? 5 : 4;
-    int out_w = layout == TA_LAYOUT_SEED ? SEED_FC_W : TORCH_OUT_W;
-
-    ta_safetensors *sf;
-    ta_status st = ta_safetensors_open(&sf, path);
-    if (st) return st;
-    ta_tensor t[MAX_PARAMS];
-    memset(t, 0, sizeof t);
-    ta_attention *l = NULL;
     char s1[TA_SHAPE_STR_MAX], s2[TA_SHAPE_STR_MAX];
-    /* Every name first, so a file missing several names reports the first in order. */
-    for (int i = 0; i < n; i++)
-        if (ta_safetensors_find(sf, names[i]) < 0) {
-            st = ta_error(TA_EFORMAT, "%s: %s has no tensor '%s' (%s layout)", fn, path, names[i],
-                          layout_name(layout));
-            goto done;
-        }
-    for (int i = 0; i < n && !st; i++) st = ta_safetensors_get(&t[i], sf, names[i]);
-    if (st) goto done;
-    /* E comes from the output projection's rows: the one [E, E] in both layouts. */
-    if (t[out_w].ndim != 2 || t[out_w].shape[0] < 1) {
-        st = ta_error(TA_ESHAPE, "%s: %s: %s has shape %s, expected [E, E]", fn, path,
-                      names[out_w], ta_shape_str(s1, sizeof s1, t[out_w].ndim, t[out_w].shape));
-        goto done;
+    ta_status st;
+    if ((st = ta_attention_check_input(fn, "queries", queries, layer->E))) return st;
+    if ((st = ta_attention_check_input(fn, "keys", keys, layer->E))) return st;
+    if ((st = ta_attention_check_input(fn, "values", values, layer->E))) return st;
+    if (keys->shape[0] != values->shape[0] || keys->shape[1] != values->shape[1])
+        return ta_error(TA_ESHAPE, "%s: keys has shape %s but values has %s (they must match)", fn,
+                        ta_shape_str(s1, sizeof s1, 3, keys->shape),
+                        ta_shape_str(s2, sizeof s2, 3, values->shape));
+    if (keys->shape[0] != queries->shape[0])
+        return ta_error(TA_ESHAPE, "%s: keys has shape %s but queries has %s (batch sizes differ)",
+                        fn, ta_shape_str(s1, sizeof s1, 3, keys->shape),
+                        ta_shape_str(s2, sizeof s2, 3, queries->shape));
+    return TA_OK;
+}
+
+/* weights [N, H, Lq, Lk] = target, or [N, Lq, Lk] when averaged over heads */
+static ta_status check_weights(const char *fn, const ta_tensor *w, bool average,
+                               const int64_t target[4])
+{
+    if (!average) return ta_tensor_check_shape(fn, "weights", w, 4, target, "[N, H, Lq, Lk]", true);
+    const int64_t ws[3] = {target[0], target[2], target[3]};
+    return ta_tensor_check_shape(fn, "weights", w, 3, ws, "[N, Lq, Lk] (averaged over heads)", true);
+}
+
+ta_status ta_attention_fwd_prepare(ta_attention_fwd *f, const char *fn, const ta_tensor *out,
+                                   const ta_attention *layer, const ta_tensor *queries,
+                                   const ta_tensor *keys, const ta_tensor *values,
+                                   const ta_attention_opts *opts, bool for_backward)
+{
+    /* out [N, Lq, E]; queries [N, Lq, E]; keys, values [N, Lk, E];
+     * opts: mask -> [N, H, Lq, Lk], key_padding_mask [N, Lk], weights [N, (H,) Lq, Lk] */
+    static const ta_attention_opts none;
+    if (!opts) opts = &none;
+    if (!layer) return ta_error(TA_EINVAL, "%s: layer is NULL", fn);
+    ta_status st = check_inputs(fn, layer, queries, keys, values);
+    if (st) return st;
+    const int64_t N = queries->shape[0], Lq = queries->shape[1], Lk = keys->shape[1];
+    const int64_t oshape[3] = {N, Lq, layer->E}, target[4] = {N, layer->H, Lq, Lk};
+    if (!out && !for_backward) return ta_error(TA_EINVAL, "%s: out is NULL", fn);
+    if (out && (st = ta_tensor_check_shape(fn, "out", out, 3, oshape, "[N, Lq, E]", true))) return st;
+    ta_tensor *weights = for_backward ? NULL : opts->weights;
+    /* the seed layout's fix-up reads the LSE; the backward needs it in both layouts */
+    *f = (ta_attention_fwd){.layer = layer, .queries = queries, .keys = keys,
+                            .values = values, .out = out, .weights = weights,
+                            .average = weights && opts->average_weights,
+                            .want_lse = layer->layout == TA_LAYOUT_SEED || for_backward,
+                            .causal = opts->causal, .N = N, .Lq = Lq, .Lk = Lk};
+    if ((st = ta_attention_masks_check(&f->masks, fn, layer->layout, opts, target))) return st;
+    if (weights && (st = check_weights(fn, weights, opts->average_weights, target))) return st;
+    return TA_OK;
+}
+
+/* ------------------------------------------------------------------- plan */
+
+/* The bytes of ta_sdpa's scratch inside the layer's arena: the one place where SDPA's
+ * workspace joins the layer's plan. TODO(lead): ta_sdpa still allocates its own scratch;
+ * when its workspace lands on main, return its internal size query for this call (Q, K,
+ * V, O as attend() views them, with attend()'s options) here, and pass f->sdpa to ta_sdpa
+ * in attend(). The layer's size query, its block and its test follow from this. */
+static size_t sdpa_scratch_bytes(const ta_attention_fwd *f)
+{
+    (void)f;
+    return 0;
+}
+
+/* The rows of input x [N, L, E] through projection p: (n, l, h), F features each, into a
+ * contiguous [N, L, heads, F] = [N, L, E] buffer. */
+static void input_rows(ta_linear_rows *r, const ta_tensor *x, const ta_attention_proj *p)
+{
+    const int64_t L = x->shape[1], E = p->heads * p->F;
+    *r = (ta_linear_rows){.nd = 3, .extent = {x->shape[0], L, p->heads},
+                          .sx = {x->stride[0], x->stride[1], p->F * x->stride[2]},
+                          .sy = {L * E, E, p->F}};
+}
+
+/* The rows of the attention output [N, Lq, E] (contiguous) into out [N, Lq, E]. */
+static void output_rows(ta_linear_rows *r, const ta_tensor *out)
+{
+    const int64_t Lq = out->shape[1], E = out->shape[2];
+    *r = (ta_linear_rows){.nd = 2, .extent = {out->shape[0], Lq}, .sx = {Lq * E, E},
+                          .sy = {out->stride[0], out->stride[1]}};
+}
+
+void ta_attention_fwd_layout(ta_arena *a, ta_attention_fwd *f)
+{
+    const int64_t N = f->N, Lq = f->Lq, Lk = f->Lk, E = f->layer->E, H = f->layer->H;
+    const int64_t nq = N * Lq * E, nk = N * Lk * E; /* fit: the inputs' sizes */
+    const int64_t target[4] = {N, H, Lq, Lk};
+    f->Qp = TA_ARENA_TAKE(a, float, nq);
+    f->Kp = TA_ARENA_TAKE(a, float, nk);
+    f->Vp = TA_ARENA_TAKE(a, float, nk);
+    f->Ob = TA_ARENA_TAKE(a, float, nq);
+    f->lse = TA_ARENA_TAKE(a, float, f->want_lse ? N * H * Lq : 0);
+    int64_t nw = 0;
+    if (f->average && !ta_shape_numel(&nw, 4, target)) a->overflow = true;
+    f->wheads = TA_ARENA_TAKE(a, float, nw);
+    ta_attention_masks_layout(a, &f->masks);
+    f->sdpa = ta_arena_sub(a, sdpa_scratch_bytes(f));
+    /* the GEMMs run one after another: one packing buffer, sized for the largest */
+    f->pack = (ta_linear_pack){0};
+    const ta_tensor *in[3] = {f->queries, f->keys, f->values};
+    ta_linear_rows r;
+    for (int i = 0; i < 3; i++) {
+        ta_attention_proj p = ta_attention_input_proj(f->layer, i);
+        input_rows(&r, in[i], &p);
+        ta_linear_need_forward(&f->pack, 1, in[i]->stride[2], &r, p.F, p.F);
     }
-    int64_t E = t[out_w].shape[0];
-    if ((st = check_dims(fn, layout, E, heads))) goto done;
-    for (int i = 0; i < n; i++) {
-        int64_t want[2];
-        int nd = param_shape(want, layout, i, E, E / heads);
-        if (t[i].ndim != nd || t[i].shape[0] != want[0] || (nd == 2 && t[i].shape[1] != want[1])) {
-            st = ta_error(TA_ESHAPE, "%s: %s: %s has shape %s, expected %s (embed_size %lld, heads %lld)",
-                          fn, path, names[i], ta_shape_str(s1, sizeof s1, t[i].ndim, t[i].shape),
-                          ta_shape_str(s2, sizeof s2, nd, want), (long long)E, (long long)heads);
-            goto done;
-        }
+    if (f->out) {
+        output_rows(&r, f->out);
+        ta_linear_need_forward(&f->pack, f->out->stride[2], 1, &r, E, E);
     }
-    if ((st = layer_alloc(&l, layout, E, heads))) goto done;
-    for (int i = 0; i < n; i++) {
-        /* The loaded tensors are contiguous and of the right shape: take them over. */
-        ta_tensor_free(&l->p[i].value);
-        l->p[i].value = t[i];
-        memset(&t[i], 0, sizeof t[i]);
+}
+
+ta_status ta_attention_scratch(ta_scratch *s, ta_attention *layer, const char *fn,
+                               const ta_attention_opts *opts, size_t bytes)
+{
+    *s = (ta_scratch){0};
+    if (bytes == SIZE_MAX)
+        return ta_error(TA_ENOMEM, "%s: the scratch for these shapes overflows size_t", fn);
+    if (opts && opts->workspace.data) return ta_scratch_acquire(s, fn, &opts->workspace, bytes);
+    if (bytes > layer->scratch_bytes) {
+        unsigned char *p = ta_alloc(bytes);
+        if (!p) return ta_error(TA_ENOMEM, "%s: cannot allocate %zu bytes of scratch", fn, bytes);
+        ta_free(layer->scratch);
+        layer->scratch = p;
+        layer->scratch_bytes = bytes;
     }
-    *layer = l;
-done:
-    for (int i = 0; i < n; i++) ta_tensor_free(&t[i]);
-    ta_safetensors_free(sf);
+    s->base = layer->scratch; /* 64-byte aligned (ta_alloc) */
+    s->size = layer->scratch_bytes;
+    return TA_OK;
+}
+
+ta_status ta_attention_plan(ta_scratch *s, ta_attention *layer, const char *fn,
+                            const ta_attention_opts *opts, ta_attention_layout_fn layout,
+                            void *call)
+{
+    ta_arena m = ta_arena_measure();
+    layout(&m, call);
+    ta_status st = ta_attention_scratch(s, layer, fn, opts, ta_arena_bytes(&m));
+    if (st) return st;
+    ta_arena a = ta_arena_over(s->base, s->size);
+    layout(&a, call);
+    if (a.overflow) {
+        ta_scratch_release(s);
+        return ta_error(TA_EINTERNAL, "%s: the scratch layout differs from its measure (a bug)", fn);
+    }
+    return TA_OK;
+}
+
+ta_status ta_attention_measure(size_t *bytes, const char *fn, ta_attention_layout_fn layout,
+                               void *call)
+{
+    ta_arena m = ta_arena_measure();
+    layout(&m, call);
+    if (m.overflow)
+        return ta_error(TA_ENOMEM, "%s: the scratch for these shapes overflows size_t", fn);
+    *bytes = ta_workspace_bytes(ta_arena_bytes(&m));
+    return TA_OK;
+}
+
+/* ---------------------------------------------------------------- project */
+
+static ta_status project_inputs(const ta_attention_fwd *f)
+{
+    /* Qp, Kp, Vp [N, L, E] contiguous = queries, keys, values [N, L, E] (strided) W^T + b */
+    const ta_tensor *in[3] = {f->queries, f->keys, f->values};
+    float *dst[3] = {f->Qp, f->Kp, f->Vp};
+    ta_status st = TA_OK;
+    for (int i = 0; i < 3 && !st; i++) {
+        ta_attention_proj p = ta_attention_input_proj(f->layer, i);
+        ta_linear_rows r;
+        input_rows(&r, in[i], &p);
+        st = ta_linear_forward(dst[i], 1, in[i]->data, in[i]->stride[2], &r, p.W, p.b, p.F, p.F,
+                               &f->pack);
+    }
     return st;
 }
 
-ta_status ta_attention_save(const ta_attention *layer, const char *path)
+/* ----------------------------------------------------------------- attend */
+
+static ta_status attend(ta_attention_fwd *f)
 {
-    const char *fn = "ta_attention_save";
-    if (!layer) return ta_error(TA_EINVAL, "%s: layer is NULL", fn);
-    if (!path) return ta_error(TA_EINVAL, "%s: path is NULL", fn);
-    const char *names[MAX_PARAMS];
-    const ta_tensor *tensors[MAX_PARAMS];
-    for (int i = 0; i < layer->nparams; i++) {
-        names[i] = layer->p[i].name;
-        tensors[i] = &layer->p[i].value;
+    /* Ob [N, Lq, H, D] = sdpa(Qp, Kp, Vp viewed [N, H, L, D]); weights [N, H, Lq, Lk]; lse [N, H, Lq] */
+    const int64_t N = f->N, Lq = f->Lq, Lk = f->Lk, H = f->layer->H, D = f->layer->D;
+    ta_tensor Qv, Kv, Vv, Ov;
+    ta_heads_view(&Qv, f->Qp, N, Lq, H, D);
+    ta_heads_view(&Kv, f->Kp, N, Lk, H, D);
+    ta_heads_view(&Vv, f->Vp, N, Lk, H, D);
+    ta_heads_view(&Ov, f->Ob, N, Lq, H, D);
+    f->w4 = f->weights;
+    if (f->average) {
+        const int64_t target[4] = {N, H, Lq, Lk};
+        ta_buffer_view(&f->wheads_t, f->wheads, 4, target);
+        f->w4 = &f->wheads_t;
     }
-    return ta_safetensors_save(path, layer->nparams, names, tensors);
-}
-
-ta_layout ta_attention_layout(const ta_attention *layer)
-{
-    return layer ? layer->layout : TA_LAYOUT_SEED;
-}
-
-int64_t ta_attention_embed_size(const ta_attention *layer)
-{
-    return layer ? layer->E : 0;
-}
-
-int64_t ta_attention_heads(const ta_attention *layer)
-{
-    return layer ? layer->H : 0;
-}
-
-int ta_attention_param_count(const ta_attention *layer)
-{
-    return layer ? layer->nparams : 0;
-}
-
-const char *ta_attention_param_name(const ta_attention *layer, int i)
-{
-    if (!layer || i < 0 || i >= layer->nparams) return NULL;
-    return layer->p[i].name;
-}
-
-/* A view of parameter `name` (its value, or its gradient buffer when grad is set);
- * errors name fn and list the layout's parameters. */
-ta_status ta_attention_lookup(ta_tensor *view, const ta_attention *layer, const char *name,
-                              bool grad, const char *fn)
-{
-    if (!view) return ta_error(TA_EINVAL, "%s: view is NULL", fn);
-    if (!layer) return ta_error(TA_EINVAL, "%s: layer is NULL", fn);
-    if (!name) return ta_error(TA_EINVAL, "%s: name is NULL", fn);
-    for (int i = 0; i < layer->nparams; i++)
-        if (!strcmp(name, layer->p[i].name)) {
-            *view = grad ? layer->p[i].grad : layer->p[i].value;
-            view->owned = NULL; /* a view: ta_tensor_free on it must not release the layer's */
-            return TA_OK;
-        }
-    if (layer->layout == TA_LAYOUT_SEED)
-        return ta_error(TA_EINVAL,
-                        "%s: the seed layout has no parameter '%s' (it has values.weight, "
-                        "keys.weight, queries.weight, fc_out.weight, fc_out.bias)",
-                        fn, name);
-    return ta_error(TA_EINVAL,
-                    "%s: the torch layout has no parameter '%s' (it has in_proj_weight, "
-                    "in_proj_bias, out_proj.weight, out_proj.bias)",
-                    fn, name);
-}
-
-ta_status ta_attention_param(ta_tensor *view, const ta_attention *layer, const char *name)
-{
-    return ta_attention_lookup(view, layer, name, false, "ta_attention_param");
-}
-
-/* ------------------------------------------------------------------ forward */
-
-/* Rows of a linear map: nd row dims (outermost first) with extents and element strides
- * in the input A and the output C; a row's features have stride csa in A and csc in C. */
-typedef struct rows_desc {
-    int nd;
-    int64_t extent[TA_MAX_DIMS], sa[TA_MAX_DIMS], sc[TA_MAX_DIMS];
-} rows_desc;
-
-/* C[r, j] = sum_k A[r, k] W[j, k] (+ bias[j]) for every row r: x W^T + b, as nn.Linear.
- * W is a contiguous [out_f, in_f] matrix. The row dims are merged where both A's and C's
- * strides allow, the innermost run becomes the GEMM's M and the rest its batch, so any
- * strided input is read in place. */
-static ta_status linear_rows(float *C, int64_t csc, const float *A, int64_t csa,
-                             const rows_desc *rows, const float *W, int64_t in_f, int64_t out_f,
-                             const float *bias)
-{
-    /* Merge: drop extent-1 dims, then fuse dim d into d+1 when evenly spaced in both. */
-    int64_t e[TA_MAX_DIMS], sa[TA_MAX_DIMS], sc[TA_MAX_DIMS];
-    int n = 0;
-    for (int d = 0; d < rows->nd; d++) {
-        if (rows->extent[d] == 0) return TA_OK;
-        if (rows->extent[d] == 1) continue;
-        e[n] = rows->extent[d];
-        sa[n] = rows->sa[d];
-        sc[n] = rows->sc[d];
-        n++;
+    memset(&f->so, 0, sizeof f->so);
+    f->so.causal = f->causal;
+    f->so.mask = f->masks.sdpa_mask;
+    f->so.mask_mode = f->masks.sdpa_mode;
+    f->so.key_lengths = f->masks.key_lengths;
+    f->so.weights = f->w4;
+    if (f->want_lse) {
+        const int64_t ls[3] = {N, H, Lq};
+        ta_buffer_view(&f->lse_t, f->lse, 3, ls);
+        f->so.lse = &f->lse_t;
     }
-    int m = 0; /* merged count */
-    for (int d = 0; d < n; d++) {
-        if (m > 0 && sa[m - 1] == e[d] * sa[d] && sc[m - 1] == e[d] * sc[d]) {
-            e[m - 1] *= e[d];
-            sa[m - 1] = sa[d];
-            sc[m - 1] = sc[d];
-        } else {
-            e[m] = e[d];
-            sa[m] = sa[d];
-            sc[m] = sc[d];
-            m++;
-        }
-    }
-    int64_t M = 1, rsa = in_f * csa, rsc = out_f * csc;
-    if (m > 0) {
-        M = e[m - 1];
-        rsa = sa[m - 1];
-        rsc = sc[m - 1];
-        m--;
-    }
-    ta_gemm_batch batch;
-    memset(&batch, 0, sizeof batch);
-    batch.ndim = m;
-    for (int d = 0; d < m; d++) {
-        batch.shape[d] = e[d];
-        batch.stride_a[d] = sa[d];
-        batch.stride_b[d] = 0; /* one weight matrix for every row */
-        batch.stride_c[d] = sc[d];
-    }
-    if (bias) {
-        /* Bias first, then accumulate: C = 1 * x W^T + 1 * C. */
-        int64_t idx[TA_MAX_DIMS] = {0}, nb = 1;
-        for (int d = 0; d < m; d++) nb *= e[d];
-        for (int64_t b = 0; b < nb; b++) {
-            float *cb = C;
-            for (int d = 0; d < m; d++) cb += idx[d] * sc[d];
-            for (int64_t r = 0; r < M; r++)
-                for (int64_t j = 0; j < out_f; j++) cb[r * rsc + j * csc] = bias[j];
-            ta_index_next(m, e, idx);
-        }
-    }
-    /* B[k, j] = W[j, k]: row stride 1, column stride in_f (W^T without a copy). */
-    return ta_gemm_run("ta_attention_forward", NULL, C, rsc, csc, A, rsa, csa, W, 1, in_f, M, out_f, in_f, 1.0f,
-                           bias ? 1.0f : 0.0f, m ? &batch : NULL);
+    /* TODO(lead): ta_sdpa's scratch is f->sdpa (sdpa_scratch_bytes) once it takes one */
+    return ta_sdpa(&Ov, &Qv, &Kv, &Vv, &f->so);
 }
 
-/* Rows of an input x [N, L, E] for the seed layout: (n, l, h), features d. */
-static void seed_rows(rows_desc *r, const ta_tensor *x, int64_t H, int64_t D)
-{
-    r->nd = 3;
-    r->extent[0] = x->shape[0];
-    r->extent[1] = x->shape[1];
-    r->extent[2] = H;
-    r->sa[0] = x->stride[0];
-    r->sa[1] = x->stride[1];
-    r->sa[2] = D * x->stride[2];
-    /* the output buffer is contiguous [N, L, H, D] */
-    r->sc[0] = x->shape[1] * H * D;
-    r->sc[1] = H * D;
-    r->sc[2] = D;
-}
-
-/* Rows of an input x [N, L, E] for the torch layout: (n, l), features e. */
-static void torch_rows(rows_desc *r, const ta_tensor *x, int64_t E)
-{
-    r->nd = 2;
-    r->extent[0] = x->shape[0];
-    r->extent[1] = x->shape[1];
-    r->sa[0] = x->stride[0];
-    r->sa[1] = x->stride[1];
-    r->sc[0] = x->shape[1] * E;
-    r->sc[1] = E;
-}
-
-/* A view of a contiguous [N, L, H, D] buffer as [N, H, L, D] (the head axis moves: the
- * seed's "nqhd -> nhqd", a strided view, not a copy). */
-void ta_heads_view(ta_tensor *t, float *buf, int64_t N, int64_t L, int64_t H, int64_t D)
-{
-    memset(t, 0, sizeof *t);
-    t->data = buf;
-    t->dtype = TA_F32;
-    t->ndim = 4;
-    t->shape[0] = N;
-    t->shape[1] = H;
-    t->shape[2] = L;
-    t->shape[3] = D;
-    t->stride[0] = L * H * D;
-    t->stride[1] = D;
-    t->stride[2] = H * D;
-    t->stride[3] = 1;
-}
-
-static void contiguous_view(ta_tensor *t, float *buf, int ndim, const int64_t *shape)
-{
-    memset(t, 0, sizeof *t);
-    t->data = buf;
-    t->dtype = TA_F32;
-    t->ndim = ndim;
-    for (int d = 0; d < ndim; d++) t->shape[d] = shape[d];
-    ta_contiguous_strides(t->stride, ndim, shape);
-}
-
-/* The mask as a rank-4 view over (n, h, i, j): right-aligned broadcasting (PyTorch's
- * rule), except that the torch layout reads a rank-3 mask as [N*H, Lq, Lk] split
- * batch-major, as MultiheadAttention does. Extents must be 1 or the target's. */
-static ta_status mask_view4(ta_tensor *v, const char *fn, const char *name, const ta_tensor *m,
-                            ta_layout layout, const int64_t target[4])
-{
-    char s1[TA_SHAPE_STR_MAX], s2[TA_SHAPE_STR_MAX];
-    ta_status st = ta_tensor_check(fn, name, m);
-    if (st) return st;
-    if (m->ndim > 4)
-        return ta_error(TA_ESHAPE, "%s: %s has shape %s, which does not broadcast to [N, H, Lq, Lk] = %s",
-                        fn, name, ta_shape_str(s1, sizeof s1, m->ndim, m->shape),
-                        ta_shape_str(s2, sizeof s2, 4, target));
-    memset(v, 0, sizeof *v);
-    v->data = m->data;
-    v->dtype = TA_F32;
-    v->ndim = 4;
-    if (layout == TA_LAYOUT_TORCH && m->ndim == 3) {
-        if (m->shape[0] != target[0] * target[1] || m->shape[1] != target[2] ||
-            m->shape[2] != target[3]) {
-            int64_t want[3] = {target[0] * target[1], target[2], target[3]};
-            return ta_error(TA_ESHAPE, "%s: %s has shape %s, but a 3-D attn_mask must be [N*H, Lq, Lk] = %s",
-                            fn, name, ta_shape_str(s1, sizeof s1, 3, m->shape),
-                            ta_shape_str(s2, sizeof s2, 3, want));
-        }
-        v->shape[0] = target[0];
-        v->shape[1] = target[1];
-        v->stride[0] = target[1] * m->stride[0];
-        v->stride[1] = m->stride[0];
-        v->shape[2] = m->shape[1];
-        v->stride[2] = m->stride[1];
-        v->shape[3] = m->shape[2];
-        v->stride[3] = m->stride[2];
-    } else {
-        int pad = 4 - m->ndim;
-        for (int d = 0; d < 4; d++) {
-            v->shape[d] = d < pad ? 1 : m->shape[d - pad];
-            v->stride[d] = d < pad ? 0 : m->stride[d - pad];
-        }
-    }
-    for (int d = 0; d < 4; d++) {
-        if (v->shape[d] != 1 && v->shape[d] != target[d])
-            return ta_error(TA_ESHAPE, "%s: %s has shape %s, which does not broadcast to [N, H, Lq, Lk] = %s",
-                            fn, name, ta_shape_str(s1, sizeof s1, m->ndim, m->shape),
-                            ta_shape_str(s2, sizeof s2, 4, target));
-        if (v->shape[d] == 1) v->stride[d] = 0;
-    }
-    return TA_OK;
-}
-
-static int mask_mode_ok(ta_mask_mode m)
-{
-    return m == TA_MASK_KEEP || m == TA_MASK_BLOCK || m == TA_MASK_ADDITIVE;
-}
-
-/* Whether a boolean mask element blocks. */
-static int blocks(float v, ta_mask_mode mode)
-{
-    return mode == TA_MASK_KEEP ? v == 0.0f : v != 0.0f;
-}
-
-/* If the [N, Lk] boolean key padding mask is a suffix pattern (keys 0..len-1 visible,
- * the rest blocked, per batch), its lengths into len and 1; otherwise 0. */
-static int padding_lengths(int64_t *len, const ta_tensor *kpm, ta_mask_mode mode)
-{
-    if (mode == TA_MASK_ADDITIVE) return 0;
-    const float *p = kpm->data;
-    for (int64_t n = 0; n < kpm->shape[0]; n++) {
-        int64_t j = 0, Lk = kpm->shape[1];
-        const float *row = p + n * kpm->stride[0];
-        while (j < Lk && !blocks(row[j * kpm->stride[1]], mode)) j++;
-        len[n] = j;
-        for (; j < Lk; j++)
-            if (!blocks(row[j * kpm->stride[1]], mode)) return 0;
-    }
-    return 1;
-}
-
-/* One value of a mask as an additive term: 0 or -inf for boolean modes. */
-static float additive(float v, ta_mask_mode mode)
-{
-    if (mode == TA_MASK_ADDITIVE) return v;
-    return blocks(v, mode) ? -INFINITY : 0.0f;
-}
-
-/* comb [N, Hm, Lqm, Lk] = mask (4-D view, broadcast) + key padding mask [N, Lk], both as
- * additive terms (0 / -inf for boolean modes). */
-static void combine_masks(ta_tensor *comb, const ta_tensor *m4, ta_mask_mode mmode,
-                          const ta_tensor *kpm, ta_mask_mode kmode)
-{
-    float *c = comb->data;
-    const int64_t N = comb->shape[0], Hm = comb->shape[1], Lqm = comb->shape[2], Lk = comb->shape[3];
-    const float *mp = m4->data, *kp = kpm->data;
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t h = 0; h < Hm; h++)
-            for (int64_t i = 0; i < Lqm; i++)
-                for (int64_t j = 0; j < Lk; j++) {
-                    float a = additive(mp[n * m4->stride[0] + h * m4->stride[1] + i * m4->stride[2] +
-                                          j * m4->stride[3]],
-                                       mmode);
-                    float b = additive(kp[n * kpm->stride[0] + j * kpm->stride[1]], kmode);
-                    *c++ = a + b;
-                }
-}
+/* ----------------------------------------------------------------- fix up */
 
 /* The seed layout's rows with nothing to attend (LSE -inf from ta_sdpa): the seed fills
  * masked scores with a finite -1e20, so such a row's softmax is uniform over all Lk keys:
@@ -590,259 +323,56 @@ static void average_heads(ta_tensor *out, const ta_tensor *w)
     }
 }
 
-/* Byte offsets of the forward scratch, each chunk 64-byte aligned. */
-typedef struct ws_plan {
-    size_t q, k, v, o, lse, w, mask, lens, total;
-} ws_plan;
-
-static bool ws_add(size_t *off, size_t *total, int64_t count, size_t elem)
+static void fix_up(const ta_attention_fwd *f)
 {
-    size_t bytes;
-    if (count < 0 || !ta_mul_size(&bytes, (size_t)count, elem)) return false;
-    bytes = (bytes + 63) & ~(size_t)63;
-    *off = *total;
-    if (*total > SIZE_MAX - bytes) return false;
-    *total += bytes;
-    return true;
+    const ta_attention *l = f->layer;
+    if (l->layout == TA_LAYOUT_SEED && f->Lk > 0)
+        seed_uniform_rows(f->Ob, f->w4, f->lse, f->Vp, f->N, l->H, f->Lq, f->Lk, l->D);
+    if (f->average) average_heads(f->weights, &f->wheads_t);
 }
 
-static ta_status ensure_ws(ta_attention *l, size_t bytes, const char *fn)
+/* ----------------------------------------------------------------- output */
+
+static ta_status project_output(const ta_attention_fwd *f)
 {
-    if (bytes <= l->ws_bytes) return TA_OK;
-    unsigned char *p = ta_alloc(bytes);
-    if (!p) return ta_error(TA_ENOMEM, "%s: cannot allocate %zu bytes of scratch", fn, bytes);
-    ta_free(l->ws);
-    l->ws = p;
-    l->ws_bytes = bytes;
-    return TA_OK;
+    /* out [N, Lq, E] (strided) = Ob [N, Lq, E] W_o^T + b_o */
+    ta_attention_proj p = ta_attention_output_proj(f->layer);
+    ta_linear_rows r;
+    output_rows(&r, f->out);
+    return ta_linear_forward(f->out->data, f->out->stride[2], f->Ob, 1, &r, p.W, p.b, p.F, p.F,
+                             &f->pack);
 }
 
-static ta_status check_input(const char *fn, const char *name, const ta_tensor *x, int64_t E)
+ta_status ta_attention_fwd_run(ta_attention_fwd *f)
 {
-    ta_status st = ta_tensor_check(fn, name, x);
+    ta_attention_masks_resolve(&f->masks);
+    ta_status st = project_inputs(f);
+    if (!st) st = attend(f);
     if (st) return st;
-    if (x->ndim != 3 || x->shape[2] != E) {
-        char s[TA_SHAPE_STR_MAX];
-        return ta_error(TA_ESHAPE, "%s: %s has shape %s, expected [N, L, %lld] (embed_size %lld)",
-                        fn, name, ta_shape_str(s, sizeof s, x->ndim, x->shape), (long long)E,
-                        (long long)E);
-    }
-    return TA_OK;
+    fix_up(f);
+    return f->out ? project_output(f) : TA_OK;
 }
 
-ta_status ta_attention_check_input(const char *fn, const char *name, const ta_tensor *x, int64_t E)
+/* ----------------------------------------------------------- entry points */
+
+static void forward_layout(ta_arena *a, void *call)
 {
-    return check_input(fn, name, x, E);
+    ta_attention_fwd *f = call;
+    ta_attention_fwd_layout(a, f);
+    ta_linear_layout(a, &f->pack);
 }
 
-ta_status ta_attention_run(ta_attention_fwd *keep, const char *fn, ta_tensor *out,
-                           ta_attention *layer, const ta_tensor *queries, const ta_tensor *keys,
-                           const ta_tensor *values, const ta_attention_opts *opts)
+ta_status ta_attention_workspace_size(size_t *bytes, const ta_tensor *out,
+                                      const ta_attention *layer, const ta_tensor *queries,
+                                      const ta_tensor *keys, const ta_tensor *values,
+                                      const ta_attention_opts *opts)
 {
-    /* out [N, Lq, E]; queries [N, Lq, E]; keys, values [N, Lk, E];
-     * opts: mask -> [N, H, Lq, Lk], key_padding_mask [N, Lk], weights [N, (H,) Lq, Lk] */
-    char s1[TA_SHAPE_STR_MAX], s2[TA_SHAPE_STR_MAX];
-    ta_attention_opts none;
-    memset(&none, 0, sizeof none);
-    if (!opts) opts = &none;
-    if (!layer) return ta_error(TA_EINVAL, "%s: layer is NULL", fn);
-    const int64_t E = layer->E, H = layer->H, D = layer->D;
-    const ta_layout layout = layer->layout;
-    ta_status st;
-    if ((st = check_input(fn, "queries", queries, E))) return st;
-    if ((st = check_input(fn, "keys", keys, E))) return st;
-    if ((st = check_input(fn, "values", values, E))) return st;
-    if (keys->shape[0] != values->shape[0] || keys->shape[1] != values->shape[1])
-        return ta_error(TA_ESHAPE, "%s: keys has shape %s but values has %s (they must match)", fn,
-                        ta_shape_str(s1, sizeof s1, 3, keys->shape),
-                        ta_shape_str(s2, sizeof s2, 3, values->shape));
-    if (keys->shape[0] != queries->shape[0])
-        return ta_error(TA_ESHAPE, "%s: keys has shape %s but queries has %s (batch sizes differ)",
-                        fn, ta_shape_str(s1, sizeof s1, 3, keys->shape),
-                        ta_shape_str(s2, sizeof s2, 3, queries->shape));
-    const int64_t N = queries->shape[0], Lq = queries->shape[1], Lk = keys->shape[1];
-    const int64_t oshape[3] = {N, Lq, E};
-    if (!out && !keep) return ta_error(TA_EINVAL, "%s: out is NULL", fn);
-    if (out && (st = ta_tensor_check_shape(fn, "out", out, 3, oshape, "[N, Lq, E]", true))) return st;
-    /* the backward needs the LSE of every layout (and no weights) */
-    const int want_lse = layout == TA_LAYOUT_SEED || keep;
-
-    /* masks */
-    const int64_t target[4] = {N, H, Lq, Lk};
-    ta_attention_fwd local;
-    ta_attention_fwd *f = keep ? keep : &local;
-    const ta_tensor *mask = NULL, *kpm = opts->key_padding_mask;
-    if (!mask_mode_ok(opts->mask_mode))
-        return ta_error(TA_EINVAL, "%s: mask_mode %d is not a ta_mask_mode", fn, (int)opts->mask_mode);
-    if (opts->causal != TA_CAUSAL_NONE && opts->causal != TA_CAUSAL_TOP_LEFT &&
-        opts->causal != TA_CAUSAL_BOTTOM_RIGHT)
-        return ta_error(TA_EINVAL, "%s: causal %d is not a ta_causal", fn, (int)opts->causal);
-    if (!mask_mode_ok(opts->key_padding_mode))
-        return ta_error(TA_EINVAL, "%s: key_padding_mode %d is not a ta_mask_mode", fn,
-                        (int)opts->key_padding_mode);
-    if (layout == TA_LAYOUT_SEED && opts->mask && opts->mask_mode == TA_MASK_ADDITIVE)
-        return ta_error(TA_EINVAL, "%s: the seed layout's mask is boolean (TA_MASK_KEEP or "
-                        "TA_MASK_BLOCK); TA_MASK_ADDITIVE is for the torch layout", fn);
-    if (layout == TA_LAYOUT_SEED && kpm && opts->key_padding_mode == TA_MASK_ADDITIVE)
-        return ta_error(TA_EINVAL, "%s: the seed layout's key_padding_mask is boolean (TA_MASK_KEEP "
-                        "or TA_MASK_BLOCK); TA_MASK_ADDITIVE is for the torch layout", fn);
-    if (opts->mask) {
-        if ((st = mask_view4(&f->m4, fn, "mask", opts->mask, layout, target))) return st;
-        mask = &f->m4;
-    }
-    if (kpm) {
-        if ((st = ta_tensor_check(fn, "key_padding_mask", kpm))) return st;
-        if (kpm->ndim != 2 || kpm->shape[0] != N || kpm->shape[1] != Lk) {
-            int64_t want[2] = {N, Lk};
-            return ta_error(TA_ESHAPE, "%s: key_padding_mask has shape %s, expected [N, Lk] = %s", fn,
-                            ta_shape_str(s1, sizeof s1, kpm->ndim, kpm->shape),
-                            ta_shape_str(s2, sizeof s2, 2, want));
-        }
-    }
-    /* weights */
-    ta_tensor *wout = keep ? NULL : opts->weights;
-    if (wout) {
-        if (opts->average_weights) {
-            const int64_t ws[3] = {N, Lq, Lk};
-            st = ta_tensor_check_shape(fn, "weights", wout, 3, ws, "[N, Lq, Lk] (averaged over heads)", true);
-        } else {
-            st = ta_tensor_check_shape(fn, "weights", wout, 4, target, "[N, H, Lq, Lk]", true);
-        }
-        if (st) return st;
-    }
-
-    /* How the masks reach ta_sdpa: at most one mask tensor plus key lengths. */
-    int use_lengths = 0, combine = 0;
-    ta_mask_mode sdpa_mode = opts->mask_mode;
-    const ta_tensor *sdpa_mask = mask;
-    int64_t comb_shape[4] = {0, 0, 0, 0};
-    ws_plan w;
-    memset(&w, 0, sizeof w);
-    const int64_t nq = N * Lq * E, nk = N * Lk * E; /* fit: shapes validated, E <= 2^24 */
-    bool ok = ws_add(&w.q, &w.total, nq, sizeof(float)) && ws_add(&w.k, &w.total, nk, sizeof(float)) &&
-              ws_add(&w.v, &w.total, nk, sizeof(float)) && ws_add(&w.o, &w.total, nq, sizeof(float)) &&
-              ws_add(&w.lse, &w.total, want_lse ? N * H * Lq : 0, sizeof(float)) &&
-              ws_add(&w.lens, &w.total, N, sizeof(int64_t));
-    int64_t nw = 0;
-    if (ok && wout && opts->average_weights)
-        ok = ta_shape_numel(&nw, 4, target) && ws_add(&w.w, &w.total, nw, sizeof(float));
-    if (ok && kpm) {
-        if (!mask) {
-            /* [N, Lk] as [N, 1, 1, Lk]: ta_sdpa broadcasts it. */
-            memset(&f->kpm4, 0, sizeof f->kpm4);
-            f->kpm4.data = kpm->data;
-            f->kpm4.dtype = TA_F32;
-            f->kpm4.ndim = 4;
-            f->kpm4.shape[0] = N;
-            f->kpm4.shape[1] = f->kpm4.shape[2] = 1;
-            f->kpm4.shape[3] = Lk;
-            f->kpm4.stride[0] = N > 1 ? kpm->stride[0] : 0;
-            f->kpm4.stride[3] = Lk > 1 ? kpm->stride[1] : 0;
-            sdpa_mask = &f->kpm4;
-            sdpa_mode = opts->key_padding_mode;
-        } else {
-            combine = 1; /* decided below once the lengths are known */
-            for (int d = 0; d < 4; d++) comb_shape[d] = mask->shape[d];
-            comb_shape[0] = N;
-            comb_shape[3] = Lk;
-            int64_t nc;
-            ok = ta_shape_numel(&nc, 4, comb_shape) && ws_add(&w.mask, &w.total, nc, sizeof(float));
-        }
-    }
-    if (!ok) return ta_error(TA_ENOMEM, "%s: the scratch for these shapes overflows size_t", fn);
-    if ((st = ensure_ws(layer, w.total, fn))) return st;
-    unsigned char *ws = layer->ws;
-    float *Qp = (float *)(ws + w.q), *Kp = (float *)(ws + w.k), *Vp = (float *)(ws + w.v);
-    float *Ob = (float *)(ws + w.o), *lse = (float *)(ws + w.lse);
-    int64_t *lens = (int64_t *)(ws + w.lens);
-    if (combine) {
-        if (padding_lengths(lens, kpm, opts->key_padding_mode)) {
-            use_lengths = 1; /* suffix padding: key lengths, no combined mask */
-        } else {
-            contiguous_view(&f->comb, (float *)(ws + w.mask), 4, comb_shape);
-            combine_masks(&f->comb, mask, opts->mask_mode, kpm, opts->key_padding_mode);
-            sdpa_mask = &f->comb;
-            sdpa_mode = TA_MASK_ADDITIVE;
-        }
-    }
-
-    /* 1. projections into [N, L, H, D] buffers */
-    rows_desc r;
-    const ta_attention_param_slot *p = layer->p;
-    const ta_tensor *in[3] = {queries, keys, values};
-    float *dst[3] = {Qp, Kp, Vp};
-    for (int i = 0; i < 3 && !st; i++) {
-        if (layout == TA_LAYOUT_SEED) {
-            static const int which[3] = {SEED_QUERIES, SEED_KEYS, SEED_VALUES};
-            seed_rows(&r, in[i], H, D);
-            st = linear_rows(dst[i], 1, in[i]->data, in[i]->stride[2], &r,
-                             p[which[i]].value.data, D, D, NULL);
-        } else {
-            torch_rows(&r, in[i], E);
-            st = linear_rows(dst[i], 1, in[i]->data, in[i]->stride[2], &r,
-                             (const float *)p[TORCH_IN_W].value.data + i * E * E, E, E,
-                             (const float *)p[TORCH_IN_B].value.data + i * E);
-        }
-    }
-    if (st) return st;
-
-    /* 2. attention core on the head views */
-    ta_tensor Qv, Kv, Vv, Ov, lse_t, wtmp;
-    ta_heads_view(&Qv, Qp, N, Lq, H, D);
-    ta_heads_view(&Kv, Kp, N, Lk, H, D);
-    ta_heads_view(&Vv, Vp, N, Lk, H, D);
-    ta_heads_view(&Ov, Ob, N, Lq, H, D);
-    ta_sdpa_opts so;
-    memset(&so, 0, sizeof so);
-    so.causal = opts->causal;
-    so.mask = sdpa_mask;
-    so.mask_mode = sdpa_mode;
-    so.key_lengths = use_lengths ? lens : NULL;
-    ta_tensor *w4 = NULL;
-    if (wout) {
-        if (opts->average_weights) {
-            contiguous_view(&wtmp, (float *)(ws + w.w), 4, target);
-            w4 = &wtmp;
-        } else {
-            w4 = wout;
-        }
-    }
-    so.weights = w4;
-    if (want_lse) {
-        const int64_t ls[3] = {N, H, Lq};
-        contiguous_view(&lse_t, lse, 3, ls);
-        so.lse = &lse_t;
-    }
-    if ((st = ta_sdpa(&Ov, &Qv, &Kv, &Vv, &so))) return st;
-    if (layout == TA_LAYOUT_SEED && Lk > 0) seed_uniform_rows(Ob, w4, lse, Vp, N, H, Lq, Lk, D);
-    if (wout && opts->average_weights) average_heads(wout, &wtmp);
-    if (keep) {
-        keep->N = N;
-        keep->Lq = Lq;
-        keep->Lk = Lk;
-        keep->Qp = Qp;
-        keep->Kp = Kp;
-        keep->Vp = Vp;
-        keep->Ob = Ob;
-        keep->lse = lse;
-        keep->so = so;
-        keep->so.weights = NULL;
-        keep->so.lse = NULL;
-        /* so.key_lengths points into layer->ws, which stays put until the next call */
-        if (!out) return TA_OK;
-    }
-
-    /* 3. output projection into the caller's out */
-    const ta_tensor *ow = layout == TA_LAYOUT_SEED ? &p[SEED_FC_W].value : &p[TORCH_OUT_W].value;
-    const ta_tensor *ob = layout == TA_LAYOUT_SEED ? &p[SEED_FC_B].value : &p[TORCH_OUT_B].value;
-    r.nd = 2;
-    r.extent[0] = N;
-    r.extent[1] = Lq;
-    r.sa[0] = Lq * E;
-    r.sa[1] = E;
-    r.sc[0] = out->stride[0];
-    r.sc[1] = out->stride[1];
-    return linear_rows(out->data, out->stride[2], Ob, 1, &r, ow->data, E, E, ob->data);
+    /* as ta_attention_forward's arguments: the bytes its opts->workspace must hold */
+    const char *fn = "ta_attention_workspace_size";
+    if (!bytes) return ta_error(TA_EINVAL, "%s: bytes is NULL", fn);
+    ta_attention_fwd f;
+    ta_status st = ta_attention_fwd_prepare(&f, fn, out, layer, queries, keys, values, opts, false);
+    return st ? st : ta_attention_measure(bytes, fn, forward_layout, &f);
 }
 
 ta_status ta_attention_forward(ta_tensor *out, ta_attention *layer, const ta_tensor *queries,
@@ -850,5 +380,42 @@ ta_status ta_attention_forward(ta_tensor *out, ta_attention *layer, const ta_ten
                                const ta_attention_opts *opts)
 {
     /* out [N, Lq, E]; queries [N, Lq, E]; keys, values [N, Lk, E] */
-    return ta_attention_run(NULL, "ta_attention_forward", out, layer, queries, keys, values, opts);
+    const char *fn = "ta_attention_forward";
+    ta_attention_fwd f;
+    ta_scratch s;
+    ta_status st = ta_attention_fwd_prepare(&f, fn, out, layer, queries, keys, values, opts, false);
+    if (st || (st = ta_attention_plan(&s, layer, fn, opts, forward_layout, &f))) return st;
+    st = ta_attention_fwd_run(&f);
+    ta_scratch_release(&s);
+    return st;
+}
+
+/* ------------------------------------------------------------------ views */
+
+/* A view of a contiguous [N, L, H, D] buffer as [N, H, L, D] (the head axis moves: the
+ * seed's "nqhd -> nhqd", a strided view, not a copy). */
+void ta_heads_view(ta_tensor *t, float *buf, int64_t N, int64_t L, int64_t H, int64_t D)
+{
+    memset(t, 0, sizeof *t);
+    t->data = buf;
+    t->dtype = TA_F32;
+    t->ndim = 4;
+    t->shape[0] = N;
+    t->shape[1] = H;
+    t->shape[2] = L;
+    t->shape[3] = D;
+    t->stride[0] = L * H * D;
+    t->stride[1] = D;
+    t->stride[2] = H * D;
+    t->stride[3] = 1;
+}
+
+void ta_buffer_view(ta_tensor *t, float *buf, int ndim, const int64_t *shape)
+{
+    memset(t, 0, sizeof *t);
+    t->data = buf;
+    t->dtype = TA_F32;
+    t->ndim = ndim;
+    for (int d = 0; d < ndim; d++) t->shape[d] = shape[d];
+    ta_contiguous_strides(t->stride, ndim, shape);
 }

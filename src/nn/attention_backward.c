@@ -1,10 +1,11 @@
 /* Backward of the attention layers (both layouts): parameter gradients accumulated into
  * the layer's .grad buffers and input gradients accumulated into the caller's tensors.
  *
- * The backward recomputes the forward (ta_attention_run keeps the projected Q, K, V, the
- * attention output and its LSE in the layer's forward scratch) rather than relying on a
- * previous ta_attention_forward call: the API then has no hidden state to get out of
- * step, at the price of one extra forward (about a third of a training step's work).
+ * The backward recomputes the forward (the forward's stages, attention.c, keep the
+ * projected Q, K, V, the attention output and its LSE in this call's arena) rather than
+ * relying on a previous ta_attention_forward call: the API then has no hidden state to
+ * get out of step, at the price of one extra forward (about a third of a training
+ * step's work).
  *
  * With Y = out, A = the attention output [N*Lq, E] (heads merged), P = a projection:
  *   output projection  Y = A W_o^T + b_o:   dW_o += dY^T A, db_o += colsum dY, dA = dY W_o
@@ -15,46 +16,31 @@
  *   input projections  P = X W^T (+ b):     dW += dP^T X, db += colsum dP, dX += dP W
  *     seed: one D x D W shared by the heads, rows (n, l, h); torch: E x E slices of
  *     in_proj_weight / in_proj_bias, rows (n, l).
- * Every product is a ta_gemm_strided call on contiguous scratch (deterministic for any
- * thread count), every column sum a fixed-order loop in double, so the gradients are
- * bitwise identical for any thread count (the small elementwise loops here go parallel
- * only above 32k elements: below that the fork costs more than the work). Everything is computed into scratch first and
- * only then accumulated, so a failure before that point changes nothing, and the
- * inputs and d_out may alias the input gradients. */
+ * Every product is a linear gradient (src/ops/linear.h) on contiguous scratch, so the
+ * gradients are bitwise identical for any thread count (the small elementwise loops here
+ * go parallel only above 32k elements: below that the fork costs more than the work).
+ * One arena holds the rerun forward's scratch and the backward's, acquired before
+ * anything is written; everything is computed into it first and only then accumulated,
+ * so a failure changes nothing, and the inputs and d_out may alias the input gradients. */
 #include "core/core.h"
 #include "core/tensor_internal.h"
 #include "nn/attention_internal.h"
-#include "ops/gemm.h"
 
 #include <math.h>
 #include <string.h>
 
-/* Offsets (in floats) of the backward scratch. */
-typedef struct bws_plan {
-    size_t dy, dob, dq, dk, dv, xq, xk, xv, gq, gk, gv, total;
-} bws_plan;
+/* One backward call: the forward it reruns and its own scratch. */
+typedef struct attn_bwd {
+    ta_attention_fwd f;
+    const ta_tensor *d_out;
+    const ta_tensor *din[3];     /* d_queries, d_keys, d_values (NULL: not wanted) */
+    bool dy_copy, x_copy[3];     /* strided d_out / inputs get a contiguous copy */
+    /* carved from the call's arena */
+    float *dy_buf, *dA, *dP[3], *x_buf[3], *dx[3];
+    ta_arena sdpa;               /* ta_sdpa_backward's scratch */
+} attn_bwd;
 
-static bool plan_add(size_t *off, size_t *total, int64_t count)
-{
-    /* 16 floats = 64 bytes: every chunk stays 64-byte aligned */
-    size_t n = ((size_t)count + 15) & ~(size_t)15;
-    *off = *total;
-    if (*total > SIZE_MAX / sizeof(float) - n) return false;
-    *total += n;
-    return true;
-}
-
-static ta_status ensure_bws(ta_attention *l, size_t bytes)
-{
-    if (bytes <= l->bws_bytes) return TA_OK;
-    unsigned char *p = ta_alloc(bytes);
-    if (!p)
-        return ta_error(TA_ENOMEM, "ta_attention_backward: cannot allocate %zu bytes of scratch", bytes);
-    ta_free(l->bws);
-    l->bws = p;
-    l->bws_bytes = bytes;
-    return TA_OK;
-}
+/* ---------------------------------------------------------------- helpers */
 
 /* dst [N, L, E] contiguous = x (any strides). */
 static void copy_rows(float *dst, const ta_tensor *x)
@@ -68,8 +54,8 @@ static void copy_rows(float *dst, const ta_tensor *x)
     }
 }
 
-/* dx [N, L, E] (any strides) += src [N, L, E] contiguous. */
-static void add_rows(ta_tensor *dx, const float *src)
+/* dx [N, L, E] (any strides; its data is written) += src [N, L, E] contiguous. */
+static void add_rows(const ta_tensor *dx, const float *src)
 {
     const int64_t N = dx->shape[0], L = dx->shape[1], E = dx->shape[2];
     float *dst = dx->data;
@@ -77,22 +63,6 @@ static void add_rows(ta_tensor *dx, const float *src)
     for (int64_t r = 0; r < N * L; r++) {
         float *d = dst + (r / L) * dx->stride[0] + (r % L) * dx->stride[1];
         for (int64_t e = 0; e < E; e++) d[e * dx->stride[2]] += src[r * E + e];
-    }
-}
-
-/* db[j] += sum_r a[r * F + j] for a [R, F] contiguous: each column summed in double in
- * row order by one thread (blocks of columns per thread), then rounded once. */
-static void colsum_add(float *db, const float *a, int64_t R, int64_t F)
-{
-    enum { CB = 64 };
-#pragma omp parallel for num_threads(ta_threads()) schedule(static) if (R * F > (1 << 15))
-    for (int64_t j0 = 0; j0 < F; j0 += CB) {
-        double acc[CB];
-        const int64_t nj = TA_MIN((int64_t)CB, F - j0);
-        for (int64_t j = 0; j < nj; j++) acc[j] = 0.0;
-        for (int64_t r = 0; r < R; r++)
-            for (int64_t j = 0; j < nj; j++) acc[j] += a[r * F + j0 + j];
-        for (int64_t j = 0; j < nj; j++) db[j0 + j] += (float)acc[j];
     }
 }
 
@@ -146,29 +116,17 @@ static ta_status check_grad(const char *fn, const char *name, const ta_tensor *g
                             fn, name, d);
     return TA_OK;
 }
+/* --------------------------------------------------------------- validate */
 
-/* gw [F, F] += dP^T X over R rows (both [R, F] contiguous). */
-static ta_status weight_grad(float *gw, const float *dP, const float *X, int64_t R, int64_t F)
-{
-    return ta_gemm_run("ta_attention_backward", NULL, gw, F, 1, dP, 1, F, X, F, 1, F, F, R, 1.0f, 1.0f, NULL);
-}
-
-/* dX [R, F] = dP [R, F] W [F, F] (W as stored: [out, in] of the Linear). */
-static ta_status input_grad(float *dX, const float *dP, const float *W, int64_t R, int64_t F)
-{
-    return ta_gemm_run("ta_attention_backward", NULL, dX, F, 1, dP, F, 1, W, F, 1, R, F, F, 1.0f, 0.0f, NULL);
-}
-
-ta_status ta_attention_backward(ta_tensor *d_queries, ta_tensor *d_keys, ta_tensor *d_values,
-                                ta_attention *layer, const ta_tensor *d_out,
-                                const ta_tensor *queries, const ta_tensor *keys,
-                                const ta_tensor *values, const ta_attention_opts *opts)
+static ta_status prepare(attn_bwd *b, const char *fn, const ta_tensor *d_queries,
+                         const ta_tensor *d_keys, const ta_tensor *d_values,
+                         const ta_attention *layer, const ta_tensor *d_out,
+                         const ta_tensor *queries, const ta_tensor *keys,
+                         const ta_tensor *values, const ta_attention_opts *opts)
 {
     /* d_queries, queries, d_out [N, Lq, E]; d_keys, d_values, keys, values [N, Lk, E] */
-    const char *fn = "ta_attention_backward";
     if (!layer) return ta_error(TA_EINVAL, "%s: layer is NULL", fn);
-    const int64_t E = layer->E, H = layer->H, D = layer->D;
-    const ta_layout layout = layer->layout;
+    const int64_t E = layer->E;
     ta_status st;
     if ((st = ta_attention_check_input(fn, "queries", queries, E))) return st;
     if ((st = ta_attention_check_input(fn, "keys", keys, E))) return st;
@@ -179,117 +137,183 @@ ta_status ta_attention_backward(ta_tensor *d_queries, ta_tensor *d_keys, ta_tens
     if (d_queries && (st = check_grad(fn, "d_queries", d_queries, queries, "queries"))) return st;
     if (d_keys && (st = check_grad(fn, "d_keys", d_keys, keys, "keys"))) return st;
     if (d_values && (st = check_grad(fn, "d_values", d_values, values, "values"))) return st;
-
-    /* 1. the forward again, keeping its intermediates (validates the rest) */
-    ta_attention_fwd f;
-    if ((st = ta_attention_run(&f, fn, NULL, layer, queries, keys, values, opts))) return st;
-    const int64_t N = f.N, Lq = f.Lq, Lk = f.Lk;
-    const int64_t nq = N * Lq * E, nk = N * Lk * E;
-
-    /* 2. scratch */
+    /* the rest, as the forward validates it */
+    if ((st = ta_attention_fwd_prepare(&b->f, fn, NULL, layer, queries, keys, values, opts, true)))
+        return st;
+    b->d_out = d_out;
+    b->din[0] = d_queries;
+    b->din[1] = d_keys;
+    b->din[2] = d_values;
+    b->dy_copy = !ta_tensor_is_contiguous(d_out);
     const ta_tensor *in[3] = {queries, keys, values};
-    ta_tensor *din[3] = {d_queries, d_keys, d_values};
-    bws_plan w;
-    memset(&w, 0, sizeof w);
-    const int dy_copy = !ta_tensor_is_contiguous(d_out);
-    int x_copy[3];
-    for (int i = 0; i < 3; i++) x_copy[i] = !ta_tensor_is_contiguous(in[i]);
-    bool ok = plan_add(&w.dy, &w.total, dy_copy ? nq : 0) && plan_add(&w.dob, &w.total, nq) &&
-              plan_add(&w.dq, &w.total, nq) && plan_add(&w.dk, &w.total, nk) &&
-              plan_add(&w.dv, &w.total, nk) && plan_add(&w.xq, &w.total, x_copy[0] ? nq : 0) &&
-              plan_add(&w.xk, &w.total, x_copy[1] ? nk : 0) &&
-              plan_add(&w.xv, &w.total, x_copy[2] ? nk : 0) &&
-              plan_add(&w.gq, &w.total, d_queries ? nq : 0) &&
-              plan_add(&w.gk, &w.total, d_keys ? nk : 0) &&
-              plan_add(&w.gv, &w.total, d_values ? nk : 0);
-    if (!ok || w.total > SIZE_MAX / sizeof(float))
-        return ta_error(TA_ENOMEM, "%s: the scratch for these shapes overflows size_t", fn);
-    if ((st = ensure_bws(layer, w.total * sizeof(float)))) return st;
-    float *ws = (float *)layer->bws;
-    const float *dY = dy_copy ? ws + w.dy : d_out->data;
-    float *dA = ws + w.dob, *dP[3] = {ws + w.dq, ws + w.dk, ws + w.dv};
-    const float *X[3];
-    const size_t xo[3] = {w.xq, w.xk, w.xv}, go[3] = {w.gq, w.gk, w.gv};
-    if (dy_copy) copy_rows(ws + w.dy, d_out);
+    for (int i = 0; i < 3; i++) b->x_copy[i] = !ta_tensor_is_contiguous(in[i]);
+    return TA_OK;
+}
+
+/* ------------------------------------------------------------------- plan */
+
+/* ta_sdpa_backward's scratch inside the layer's arena. TODO(lead): ta_sdpa_backward
+ * still allocates its own scratch; when its workspace lands on main, return its internal
+ * size query here (the views of attend_backward()) and pass b->sdpa to it. */
+static size_t sdpa_backward_scratch_bytes(const attn_bwd *b)
+{
+    (void)b;
+    return 0;
+}
+
+/* Rows of input i: N*L (torch) or N*L*H (seed) rows of its projection's F features. */
+static int64_t proj_rows(const attn_bwd *b, const ta_attention_proj *p, int i)
+{
+    return b->f.N * (i == 0 ? b->f.Lq : b->f.Lk) * p->heads;
+}
+
+static void backward_layout(ta_arena *a, void *call)
+{
+    attn_bwd *b = call;
+    const int64_t E = b->f.layer->E, R1 = b->f.N * b->f.Lq, nq = R1 * E, nk = b->f.N * b->f.Lk * E;
+    const int64_t n[3] = {nq, nk, nk};
+    ta_attention_fwd_layout(a, &b->f);
+    b->dy_buf = TA_ARENA_TAKE(a, float, b->dy_copy ? nq : 0);
+    b->dA = TA_ARENA_TAKE(a, float, nq);
+    for (int i = 0; i < 3; i++) b->dP[i] = TA_ARENA_TAKE(a, float, n[i]);
+    for (int i = 0; i < 3; i++) b->x_buf[i] = TA_ARENA_TAKE(a, float, b->x_copy[i] ? n[i] : 0);
+    for (int i = 0; i < 3; i++) b->dx[i] = TA_ARENA_TAKE(a, float, b->din[i] ? n[i] : 0);
+    b->sdpa = ta_arena_sub(a, sdpa_backward_scratch_bytes(b));
+    /* every GEMM of the call, the rerun forward's included, shares b->f.pack */
+    ta_linear_need_input_grad(&b->f.pack, R1, E, E);
+    ta_linear_need_weight_grad(&b->f.pack, R1, E, E);
+    for (int i = 0; i < 3; i++) {
+        ta_attention_proj p = ta_attention_input_proj(b->f.layer, i);
+        if (b->din[i]) ta_linear_need_input_grad(&b->f.pack, proj_rows(b, &p, i), p.F, p.F);
+        ta_linear_need_weight_grad(&b->f.pack, proj_rows(b, &p, i), p.F, p.F);
+    }
+    ta_linear_layout(a, &b->f.pack);
+}
+
+/* ----------------------------------------------------------------- stages */
+
+/* Contiguous d_out and inputs: the caller's when they are, else copies. */
+static void gather(attn_bwd *b, const float **dY, const float *X[3])
+{
+    const ta_tensor *in[3] = {b->f.queries, b->f.keys, b->f.values};
+    *dY = b->d_out->data;
+    if (b->dy_copy) {
+        copy_rows(b->dy_buf, b->d_out);
+        *dY = b->dy_buf;
+    }
     for (int i = 0; i < 3; i++) {
         X[i] = in[i]->data;
-        if (x_copy[i]) {
-            copy_rows(ws + xo[i], in[i]);
-            X[i] = ws + xo[i];
+        if (b->x_copy[i]) {
+            copy_rows(b->x_buf[i], in[i]);
+            X[i] = b->x_buf[i];
         }
     }
+}
 
-    ta_attention_param_slot *p = layer->p;
-    const int pw = layout == TA_LAYOUT_SEED ? TA_SEED_FC_W : TA_TORCH_OUT_W;
-    const int pb = layout == TA_LAYOUT_SEED ? TA_SEED_FC_B : TA_TORCH_OUT_B;
-    const int64_t R1 = N * Lq;
-    /* 3. dA = dY W_o */
-    if ((st = input_grad(dA, dY, p[pw].value.data, R1, E))) return st;
-
-    /* 4. the attention core */
-    if (Lk > 0 && R1 > 0) {
-        ta_tensor dO4, Q4, K4, V4, O4, dQ4, dK4, dV4, lse3;
-        ta_heads_view(&dO4, dA, N, Lq, H, D);
-        ta_heads_view(&Q4, f.Qp, N, Lq, H, D);
-        ta_heads_view(&K4, f.Kp, N, Lk, H, D);
-        ta_heads_view(&V4, f.Vp, N, Lk, H, D);
-        ta_heads_view(&O4, f.Ob, N, Lq, H, D);
-        ta_heads_view(&dQ4, dP[0], N, Lq, H, D);
-        ta_heads_view(&dK4, dP[1], N, Lk, H, D);
-        ta_heads_view(&dV4, dP[2], N, Lk, H, D);
-        const int64_t ls[3] = {N, H, Lq};
-        if ((st = ta_tensor_from_buffer(&lse3, f.lse, 3, ls, NULL))) return st;
-        st = ta_sdpa_backward(&dQ4, &dK4, &dV4, &dO4, &Q4, &K4, &V4, &O4, &lse3, &f.so);
-        if (st) return st;
-        if (layout == TA_LAYOUT_SEED) seed_uniform_rows_backward(dP[2], dA, f.lse, N, H, Lq, Lk, D);
-    } else {
+/* dQp, dKp, dVp [N, L, H, D] from dA [N, Lq, H, D] through the attention core. */
+static ta_status attend_backward(attn_bwd *b)
+{
+    const ta_attention_fwd *f = &b->f;
+    const int64_t N = f->N, Lq = f->Lq, Lk = f->Lk, H = f->layer->H, D = f->layer->D;
+    if (Lk == 0 || N * Lq == 0) {
         /* nothing attended: the core passes no gradient */
-        memset(dP[0], 0, sizeof(float) * (size_t)nq);
-        memset(dP[1], 0, sizeof(float) * (size_t)nk);
-        memset(dP[2], 0, sizeof(float) * (size_t)nk);
+        const int64_t n[3] = {N * Lq * H * D, N * Lk * H * D, N * Lk * H * D};
+        for (int i = 0; i < 3; i++)
+            if (n[i]) memset(b->dP[i], 0, sizeof(float) * (size_t)n[i]);
+        return TA_OK;
     }
+    ta_tensor dO4, Q4, K4, V4, O4, dQ4, dK4, dV4;
+    ta_heads_view(&dO4, b->dA, N, Lq, H, D);
+    ta_heads_view(&Q4, f->Qp, N, Lq, H, D);
+    ta_heads_view(&K4, f->Kp, N, Lk, H, D);
+    ta_heads_view(&V4, f->Vp, N, Lk, H, D);
+    ta_heads_view(&O4, f->Ob, N, Lq, H, D);
+    ta_heads_view(&dQ4, b->dP[0], N, Lq, H, D);
+    ta_heads_view(&dK4, b->dP[1], N, Lk, H, D);
+    ta_heads_view(&dV4, b->dP[2], N, Lk, H, D);
+    ta_sdpa_opts so = f->so; /* the forward's masks; no weights, the LSE is an input */
+    so.weights = NULL;
+    so.lse = NULL;
+    /* TODO(lead): ta_sdpa_backward's scratch is b->sdpa (sdpa_backward_scratch_bytes) */
+    ta_status st = ta_sdpa_backward(&dQ4, &dK4, &dV4, &dO4, &Q4, &K4, &V4, &O4, &f->lse_t, &so);
+    if (st) return st;
+    if (f->layer->layout == TA_LAYOUT_SEED)
+        seed_uniform_rows_backward(b->dP[2], b->dA, f->lse, N, H, Lq, Lk, D);
+    return TA_OK;
+}
 
-    /* 5. input gradients into scratch (dX = dP W) */
-    const int64_t L[3] = {Lq, Lk, Lk};
+/* Parameter gradients (output projection, then inputs), then the input gradients. */
+static ta_status accumulate(attn_bwd *b, const float *dY, const float *const X[3])
+{
+    const ta_attention_fwd *f = &b->f;
+    const ta_linear_pack *pk = &f->pack;
+    ta_attention_proj o = ta_attention_output_proj(f->layer);
+    const int64_t R1 = f->N * f->Lq;
+    ta_status st = ta_linear_weight_grad(o.dW, dY, f->Ob, R1, o.F, o.F, pk);
+    if (st) return st;
+    ta_linear_bias_grad(o.db, dY, R1, o.F);
     for (int i = 0; i < 3; i++) {
-        if (!din[i]) continue;
-        if (layout == TA_LAYOUT_SEED) {
-            static const int which[3] = {TA_SEED_QUERIES, TA_SEED_KEYS, TA_SEED_VALUES};
-            st = input_grad(ws + go[i], dP[i], p[which[i]].value.data, N * L[i] * H, D);
-        } else {
-            st = input_grad(ws + go[i], dP[i], (const float *)p[TA_TORCH_IN_W].value.data + i * E * E,
-                            N * L[i], E);
-        }
-        if (st) return st;
-    }
-
-    /* 6. accumulate: parameters, then inputs */
-    if ((st = weight_grad(p[pw].grad.data, dY, f.Ob, R1, E))) return st;
-    colsum_add(p[pb].grad.data, dY, R1, E);
-    for (int i = 0; i < 3; i++) {
-        if (layout == TA_LAYOUT_SEED) {
-            static const int which[3] = {TA_SEED_QUERIES, TA_SEED_KEYS, TA_SEED_VALUES};
-            st = weight_grad(p[which[i]].grad.data, dP[i], X[i], N * L[i] * H, D);
-        } else {
-            st = weight_grad((float *)p[TA_TORCH_IN_W].grad.data + i * E * E, dP[i], X[i], N * L[i], E);
-            colsum_add((float *)p[TA_TORCH_IN_B].grad.data + i * E, dP[i], N * L[i], E);
-        }
-        if (st) return st;
+        ta_attention_proj p = ta_attention_input_proj(f->layer, i);
+        const int64_t R = proj_rows(b, &p, i);
+        if ((st = ta_linear_weight_grad(p.dW, b->dP[i], X[i], R, p.F, p.F, pk))) return st;
+        if (p.db) ta_linear_bias_grad(p.db, b->dP[i], R, p.F);
     }
     for (int i = 0; i < 3; i++)
-        if (din[i]) add_rows(din[i], ws + go[i]);
+        if (b->din[i]) add_rows(b->din[i], b->dx[i]);
     return TA_OK;
 }
 
-ta_status ta_attention_zero_grad(ta_attention *layer)
+static ta_status run(attn_bwd *b)
 {
-    if (!layer) return ta_error(TA_EINVAL, "ta_attention_zero_grad: layer is NULL");
-    for (int i = 0; i < layer->nparams; i++)
-        memset(layer->p[i].grad.data, 0, sizeof(float) * (size_t)ta_tensor_numel(&layer->p[i].grad));
-    return TA_OK;
+    const ta_attention_fwd *f = &b->f;
+    const ta_linear_pack *pk = &f->pack;
+    ta_status st = ta_attention_fwd_run(&b->f); /* the forward again, into the arena */
+    if (st) return st;
+    const float *dY, *X[3];
+    gather(b, &dY, X);
+    /* dA = dY W_o */
+    ta_attention_proj o = ta_attention_output_proj(f->layer);
+    if ((st = ta_linear_input_grad(b->dA, dY, o.W, f->N * f->Lq, o.F, o.F, pk))) return st;
+    if ((st = attend_backward(b))) return st;
+    /* input gradients into scratch: dX = dP W */
+    for (int i = 0; i < 3; i++) {
+        if (!b->din[i]) continue;
+        ta_attention_proj p = ta_attention_input_proj(f->layer, i);
+        st = ta_linear_input_grad(b->dx[i], b->dP[i], p.W, proj_rows(b, &p, i), p.F, p.F, pk);
+        if (st) return st;
+    }
+    return accumulate(b, dY, X);
 }
 
-ta_status ta_attention_grad(ta_tensor *view, const ta_attention *layer, const char *name)
+/* ----------------------------------------------------------- entry points */
+
+ta_status ta_attention_backward_workspace_size(size_t *bytes, const ta_tensor *d_queries,
+                                               const ta_tensor *d_keys, const ta_tensor *d_values,
+                                               const ta_attention *layer, const ta_tensor *d_out,
+                                               const ta_tensor *queries, const ta_tensor *keys,
+                                               const ta_tensor *values, const ta_attention_opts *opts)
 {
-    return ta_attention_lookup(view, layer, name, true, "ta_attention_grad");
+    const char *fn = "ta_attention_backward_workspace_size";
+    if (!bytes) return ta_error(TA_EINVAL, "%s: bytes is NULL", fn);
+    attn_bwd b;
+    ta_status st = prepare(&b, fn, d_queries, d_keys, d_values, layer, d_out, queries, keys,
+                           values, opts);
+    return st ? st : ta_attention_measure(bytes, fn, backward_layout, &b);
+}
+
+ta_status ta_attention_backward(ta_tensor *d_queries, ta_tensor *d_keys, ta_tensor *d_values,
+                                ta_attention *layer, const ta_tensor *d_out,
+                                const ta_tensor *queries, const ta_tensor *keys,
+                                const ta_tensor *values, const ta_attention_opts *opts)
+{
+    /* d_queries, queries, d_out [N, Lq, E]; d_keys, d_values, keys, values [N, Lk, E] */
+    const char *fn = "ta_attention_backward";
+    attn_bwd b;
+    ta_scratch s;
+    ta_status st = prepare(&b, fn, d_queries, d_keys, d_values, layer, d_out, queries, keys,
+                           values, opts);
+    if (st || (st = ta_attention_plan(&s, layer, fn, opts, backward_layout, &b))) return st;
+    st = run(&b);
+    ta_scratch_release(&s);
+    return st;
 }
