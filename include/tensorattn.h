@@ -620,13 +620,11 @@ typedef struct ta_attention_opts {
  * [N, Lk, E] (any strides; the same tensor may be passed for all three: self
  * attention; out may be one of the inputs). opts may be NULL. Note the argument order,
  * queries first (the seed's forward takes values, keys, queries; torch's query, key,
- * value). Scratch memory: opts->workspace when given, else one block kept in the layer
- * and reused (it grows only when the shapes grow), taken before anything is written.
- * ta_sdpa, which runs the attention core, still allocates its own scratch on each call.
- * Errors name the input and both shapes ("ta_attention_forward: keys has shape
- * [2, 5, 8] but values has [2, 6, 8]"); on error out is untouched (opts->weights too,
- * except after a TA_ENOMEM from ta_sdpa, which can leave per-head weights partly
- * written). */
+ * value). Scratch memory (the projections, the attention core's, the GEMMs' packing):
+ * opts->workspace when given (the call then allocates nothing), else one block kept in
+ * the layer and reused (it grows only when the shapes grow), taken before anything is
+ * written. Errors name the input and both shapes ("ta_attention_forward: keys has shape
+ * [2, 5, 8] but values has [2, 6, 8]"); on error out and opts->weights are untouched. */
 ta_status ta_attention_forward(ta_tensor *out, ta_attention *layer, const ta_tensor *queries,
                                const ta_tensor *keys, const ta_tensor *values,
                                const ta_attention_opts *opts);
@@ -655,9 +653,9 @@ ta_status ta_attention_workspace_size(size_t *bytes, const ta_tensor *out,
  * The attention core runs ta_sdpa_backward. Bitwise identical for any thread count.
  * d_out and the inputs may alias the input gradients (everything is computed before
  * anything is accumulated). Scratch as ta_attention_forward's (one block for the
- * forward it reruns and the backward; ta_sdpa and ta_sdpa_backward still allocate
- * their own). Errors as ta_attention_forward, plus the shapes of d_out and of the input
- * gradients; on error nothing is accumulated. */
+ * forward it reruns and the backward, ta_attention_backward_workspace_size bytes).
+ * Errors as ta_attention_forward, plus the shapes of d_out and of the input gradients;
+ * on error nothing is accumulated. */
 ta_status ta_attention_backward(ta_tensor *d_queries, ta_tensor *d_keys, ta_tensor *d_values,
                                 ta_attention *layer, const ta_tensor *d_out,
                                 const ta_tensor *queries, const ta_tensor *keys,

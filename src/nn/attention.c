@@ -27,6 +27,7 @@
 #include "core/core.h"
 #include "core/tensor_internal.h"
 #include "nn/attention_internal.h"
+#include "ops/sdpa.h"
 
 #include <math.h>
 #include <string.h>
@@ -105,15 +106,45 @@ ta_status ta_attention_fwd_prepare(ta_attention_fwd *f, const char *fn, const ta
 
 /* ------------------------------------------------------------------- plan */
 
-/* The bytes of ta_sdpa's scratch inside the layer's arena: the one place where SDPA's
- * workspace joins the layer's plan. TODO(lead): ta_sdpa still allocates its own scratch;
- * when its workspace lands on main, return its internal size query for this call (Q, K,
- * V, O as attend() views them, with attend()'s options) here, and pass f->sdpa to ta_sdpa
- * in attend(). The layer's size query, its block and its test follow from this. */
-static size_t sdpa_scratch_bytes(const ta_attention_fwd *f)
+/* The attend stage's ta_sdpa arguments: Q, K, V, O [N, H, L, D] as head views of the
+ * projection buffers (no data while the layout is measured) and the options in f->so. */
+static void sdpa_args(ta_attention_fwd *f, ta_tensor v[4])
 {
-    (void)f;
-    return 0;
+    const int64_t N = f->N, Lq = f->Lq, Lk = f->Lk, H = f->layer->H, D = f->layer->D;
+    ta_heads_view(&v[0], f->Qp, N, Lq, H, D);
+    ta_heads_view(&v[1], f->Kp, N, Lk, H, D);
+    ta_heads_view(&v[2], f->Vp, N, Lk, H, D);
+    ta_heads_view(&v[3], f->Ob, N, Lq, H, D);
+    f->w4 = f->weights;
+    if (f->average) {
+        const int64_t target[4] = {N, H, Lq, Lk};
+        ta_buffer_view(&f->wheads_t, f->wheads, 4, target);
+        f->w4 = &f->wheads_t;
+    }
+    memset(&f->so, 0, sizeof f->so);
+    f->so.causal = f->causal;
+    f->so.mask = f->masks.sdpa_mask;
+    f->so.mask_mode = f->masks.sdpa_mode;
+    f->so.key_lengths = f->masks.key_lengths;
+    f->so.weights = f->w4;
+    if (f->want_lse) {
+        const int64_t ls[3] = {N, H, Lq};
+        ta_buffer_view(&f->lse_t, f->lse, 3, ls);
+        f->so.lse = &f->lse_t;
+    }
+}
+
+/* The bytes of ta_sdpa's scratch inside the layer's arena, from shapes and options only
+ * (SDPA's scratch depends on neither data nor which mask the data selects). A call that
+ * SDPA refuses gets 0 here and its error from the attend stage. */
+static size_t sdpa_scratch_bytes(ta_attention_fwd *f)
+{
+    ta_tensor v[4];
+    sdpa_args(f, v);
+    ta_sdpa_problem p;
+    if (ta_sdpa_prepare(&p, "ta_sdpa", &v[3], &v[0], &v[1], &v[2], &f->so, TA_SDPA_SHAPES_ONLY))
+        return 0;
+    return ta_sdpa_scratch_bytes(&p);
 }
 
 /* The rows of input x [N, L, E] through projection p: (n, l, h), F features each, into a
@@ -234,31 +265,13 @@ static ta_status project_inputs(const ta_attention_fwd *f)
 static ta_status attend(ta_attention_fwd *f)
 {
     /* Ob [N, Lq, H, D] = sdpa(Qp, Kp, Vp viewed [N, H, L, D]); weights [N, H, Lq, Lk]; lse [N, H, Lq] */
-    const int64_t N = f->N, Lq = f->Lq, Lk = f->Lk, H = f->layer->H, D = f->layer->D;
-    ta_tensor Qv, Kv, Vv, Ov;
-    ta_heads_view(&Qv, f->Qp, N, Lq, H, D);
-    ta_heads_view(&Kv, f->Kp, N, Lk, H, D);
-    ta_heads_view(&Vv, f->Vp, N, Lk, H, D);
-    ta_heads_view(&Ov, f->Ob, N, Lq, H, D);
-    f->w4 = f->weights;
-    if (f->average) {
-        const int64_t target[4] = {N, H, Lq, Lk};
-        ta_buffer_view(&f->wheads_t, f->wheads, 4, target);
-        f->w4 = &f->wheads_t;
-    }
-    memset(&f->so, 0, sizeof f->so);
-    f->so.causal = f->causal;
-    f->so.mask = f->masks.sdpa_mask;
-    f->so.mask_mode = f->masks.sdpa_mode;
-    f->so.key_lengths = f->masks.key_lengths;
-    f->so.weights = f->w4;
-    if (f->want_lse) {
-        const int64_t ls[3] = {N, H, Lq};
-        ta_buffer_view(&f->lse_t, f->lse, 3, ls);
-        f->so.lse = &f->lse_t;
-    }
-    /* TODO(lead): ta_sdpa's scratch is f->sdpa (sdpa_scratch_bytes) once it takes one */
-    return ta_sdpa(&Ov, &Qv, &Kv, &Vv, &f->so);
+    ta_tensor v[4];
+    sdpa_args(f, v);
+    ta_sdpa_problem p;
+    ta_status st = ta_sdpa_prepare(&p, "ta_sdpa", &v[3], &v[0], &v[1], &v[2], &f->so,
+                                   TA_SDPA_CHECK_ALL);
+    ta_arena scratch = f->sdpa;
+    return st ? st : ta_sdpa_run(&p, &scratch);
 }
 
 /* ----------------------------------------------------------------- fix up */

@@ -25,6 +25,7 @@
 #include "core/core.h"
 #include "core/tensor_internal.h"
 #include "nn/attention_internal.h"
+#include "ops/sdpa.h"
 
 #include <math.h>
 #include <string.h>
@@ -152,13 +153,34 @@ static ta_status prepare(attn_bwd *b, const char *fn, const ta_tensor *d_queries
 
 /* ------------------------------------------------------------------- plan */
 
-/* ta_sdpa_backward's scratch inside the layer's arena. TODO(lead): ta_sdpa_backward
- * still allocates its own scratch; when its workspace lands on main, return its internal
- * size query here (the views of attend_backward()) and pass b->sdpa to it. */
+/* The attention core's ta_sdpa_backward arguments: dO, Q, K, V, O, dQ, dK, dV as head
+ * views [N, H, L, D] of the call's buffers (no data while the layout is measured), and
+ * the forward's options without outputs (the LSE is an input). */
+static void sdpa_backward_args(const attn_bwd *b, ta_tensor v[8], ta_sdpa_opts *so)
+{
+    const ta_attention_fwd *f = &b->f;
+    const int64_t N = f->N, Lq = f->Lq, Lk = f->Lk, H = f->layer->H, D = f->layer->D;
+    float *const data[8] = {b->dA, f->Qp, f->Kp, f->Vp, f->Ob, b->dP[0], b->dP[1], b->dP[2]};
+    const int64_t len[8] = {Lq, Lq, Lk, Lk, Lq, Lq, Lk, Lk};
+    for (int i = 0; i < 8; i++) ta_heads_view(&v[i], data[i], N, len[i], H, D);
+    *so = f->so;
+    so->weights = NULL;
+    so->lse = NULL;
+}
+
+/* ta_sdpa_backward's scratch inside the layer's arena (shapes and options only; a call
+ * SDPA refuses gets 0 here and its error from attend_backward). */
 static size_t sdpa_backward_scratch_bytes(const attn_bwd *b)
 {
-    (void)b;
-    return 0;
+    if (b->f.Lk == 0 || b->f.N * b->f.Lq == 0) return 0; /* attend_backward skips the core */
+    ta_tensor v[8];
+    ta_sdpa_opts so;
+    sdpa_backward_args(b, v, &so);
+    ta_sdpa_problem p;
+    if (ta_sdpa_prepare_backward(&p, "ta_sdpa_backward", &v[5], &v[6], &v[7], &v[0], &v[1],
+                                 &v[2], &v[3], &v[4], &b->f.lse_t, &so, TA_SDPA_SHAPES_ONLY))
+        return 0;
+    return ta_sdpa_scratch_bytes(&p);
 }
 
 /* Rows of input i: N*L (torch) or N*L*H (seed) rows of its projection's F features. */
@@ -222,20 +244,15 @@ static ta_status attend_backward(attn_bwd *b)
             if (n[i]) memset(b->dP[i], 0, sizeof(float) * (size_t)n[i]);
         return TA_OK;
     }
-    ta_tensor dO4, Q4, K4, V4, O4, dQ4, dK4, dV4;
-    ta_heads_view(&dO4, b->dA, N, Lq, H, D);
-    ta_heads_view(&Q4, f->Qp, N, Lq, H, D);
-    ta_heads_view(&K4, f->Kp, N, Lk, H, D);
-    ta_heads_view(&V4, f->Vp, N, Lk, H, D);
-    ta_heads_view(&O4, f->Ob, N, Lq, H, D);
-    ta_heads_view(&dQ4, b->dP[0], N, Lq, H, D);
-    ta_heads_view(&dK4, b->dP[1], N, Lk, H, D);
-    ta_heads_view(&dV4, b->dP[2], N, Lk, H, D);
-    ta_sdpa_opts so = f->so; /* the forward's masks; no weights, the LSE is an input */
-    so.weights = NULL;
-    so.lse = NULL;
-    /* TODO(lead): ta_sdpa_backward's scratch is b->sdpa (sdpa_backward_scratch_bytes) */
-    ta_status st = ta_sdpa_backward(&dQ4, &dK4, &dV4, &dO4, &Q4, &K4, &V4, &O4, &f->lse_t, &so);
+    ta_tensor v[8];
+    ta_sdpa_opts so;
+    sdpa_backward_args(b, v, &so);
+    ta_sdpa_problem p;
+    ta_status st = ta_sdpa_prepare_backward(&p, "ta_sdpa_backward", &v[5], &v[6], &v[7], &v[0],
+                                            &v[1], &v[2], &v[3], &v[4], &f->lse_t, &so,
+                                            TA_SDPA_CHECK_ALL);
+    ta_arena scratch = b->sdpa;
+    if (!st) st = ta_sdpa_run(&p, &scratch);
     if (st) return st;
     if (f->layer->layout == TA_LAYOUT_SEED)
         seed_uniform_rows_backward(b->dP[2], b->dA, f->lse, N, H, Lq, Lk, D);
