@@ -1,4 +1,5 @@
-"""Fixture set "layers": the seed's SelfAttention and torch.nn.MultiheadAttention.
+"""Fixture set "layers": the seed's SelfAttention (tools/seed_code.py) and
+torch.nn.MultiheadAttention.
 
 Registered in gen_fixtures.py; writes tests/fixtures/layers.tafx, read by
 tests/test_attention_torch.c. Each case "<name>" has records:
@@ -28,50 +29,7 @@ torch layout (PyTorch gives NaN there; tensorattn gives zeros, tested in C).
 import torch
 import torch.nn as nn
 
-
-# ------------------------------------------------------------------ the seed
-# Copied verbatim from the seed document ("How to Implement Self Attention in
-# PyTorch"): this class is the reference the seed layout must reproduce.
-
-class SelfAttention(nn.Module):
-    def __init__(self, embed_size, heads):
-        super(SelfAttention, self).__init__()
-        self.embed_size = embed_size
-        self.heads = heads
-        self.head_dim = embed_size // heads
-
-        self.values = nn.Linear(self.head_dim, self.head_dim, bias=False)
-        self.keys = nn.Linear(self.head_dim, self.head_dim, bias=False)
-        self.queries = nn.Linear(self.head_dim, self.head_dim, bias=False)
-        self.fc_out = nn.Linear(heads * self.head_dim, embed_size)
-
-    def forward(self, values, keys, queries, mask=None):
-        N = queries.shape[0]
-        value_len, key_len, query_len = values.shape[1], keys.shape[1], queries.shape[1]
-
-        # Split embedding into self.heads pieces
-        values = values.reshape(N, value_len, self.heads, self.head_dim)
-        keys = keys.reshape(N, key_len, self.heads, self.head_dim)
-        queries = queries.reshape(N, query_len, self.heads, self.head_dim)
-
-        values = self.values(values)
-        keys = self.keys(keys)
-        queries = self.queries(queries)
-
-        # Einsum does batch matrix multiplication for query*keys for each head
-        energy = torch.einsum("nqhd,nkhd->nhqk", [queries, keys])
-
-        if mask is not None:
-            energy = energy.masked_fill(mask == 0, float("-1e20"))
-
-        attention = torch.softmax(energy / (self.head_dim ** 0.5), dim=3)
-
-        out = torch.einsum("nhql,nlhd->nqhd", [attention, values]).reshape(
-            N, query_len, self.heads * self.head_dim
-        )
-
-        out = self.fc_out(out)
-        return out
+from seed_code import SelfAttention  # the second seed's class, verbatim
 
 
 # ------------------------------------------------------------------ cases

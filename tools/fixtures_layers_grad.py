@@ -29,7 +29,7 @@ Seeds: case i runs under torch.manual_seed(3000 + i).
 import torch
 import torch.nn as nn
 
-from fixtures_layers import SelfAttention  # the seed's class, copied verbatim there
+from seed_code import SelfAttention  # the second seed's class, verbatim
 
 # (name, kind, E, H, N, Lq, Lk, options)
 #   self=True: one input tensor (Lq == Lk)

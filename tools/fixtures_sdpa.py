@@ -4,8 +4,8 @@ Registered in gen_fixtures.py (`/usr/bin/python3 tools/gen_fixtures.py sdpa` wri
 tests/fixtures/sdpa.tafx); tests/test_sdpa_torch.c reads it.
 
 Two kinds of case:
-  seed*   the first seed document's `scaled_dot_product_attention`, copied verbatim
-          below, run in float64 with the seed's causal mask
+  seed*   the first seed document's `scaled_dot_product_attention` (verbatim, in
+          tools/seed_code.py), run in float64 with the seed's causal mask
           (torch.triu(ones(L, L), diagonal=1).bool(), masked_fill -inf). The C test
           runs ta_sdpa both with opts.causal = top_left and with that mask tensor in
           TA_MASK_BLOCK mode.
@@ -30,34 +30,10 @@ does), tags, seed, empty_rows.
 import math
 
 import torch
-import torch.nn.functional as F
+
+from seed_code import scaled_dot_product_attention  # the first seed's function
 
 WEIGHTS_MAX = 6000  # store weights only when B*H*Lq*Lk is at most this
-
-
-# ---- the first seed document's function, verbatim --------------------------------
-def scaled_dot_product_attention(Q, K, V, mask=None):
-    """Calculates scaled dot-product attention."""
-    head_dim = Q.size(-1)
-
-    # 1. MatMul Q and K^T and scale
-    # Resulting shape: [batch, num_heads, seq_len, seq_len]
-    scores = torch.einsum('bhid,bhjd->bhij', Q, K) / (head_dim ** 0.5)
-
-    # 2. Apply optional mask
-    if mask is not None:
-        scores.masked_fill_(mask, float('-inf'))
-
-    # 3. Apply softmax to get attention weights
-    # Softmax is applied on the last dimension (keys)
-    weights = F.softmax(scores, dim=-1)
-
-    # 4. MatMul weights and V
-    # Resulting shape: [batch, num_heads, seq_len, head_dim]
-    output = torch.einsum('bhij,bhjd->bhid', weights, V)
-
-    return output, weights
-# ------------------------------------------------------------------------------------
 
 
 def masked_scores(q, k, v, scale=0.0, causal="none", mask=None, mode="keep",

@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """The seed's PyTorch attention, timed on the shapes of `tensorattn bench`.
 
-The peer of the bench's sdpa cases: the function below is the seed's
-scaled_dot_product_attention copied verbatim (einsum, scale, masked_fill_, softmax,
-einsum; it returns the weights too, as the seed does), run on the same shapes with
-torch.set_num_threads(N). Each case: one cold call (the first in this process for
+The peer of the bench's sdpa cases: the seed's scaled_dot_product_attention, verbatim
+(tools/seed_code.py, shared with the fixture generator: einsum, scale, masked_fill_,
+softmax, einsum; it returns the weights too, as the seed does), run on the same shapes
+with torch.set_num_threads(N). Each case: one cold call (the first in this process for
 that shape), warm-up, then the median of the timed runs. GFLOP/s counts only the
 useful work, as the bench does: 4*B*H*D per unmasked (query, key) pair.
 
@@ -31,32 +31,11 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
-
-# ---- the seed (shared/seeds/000_*.txt), verbatim ---------------------------------
-def scaled_dot_product_attention(Q, K, V, mask=None):
-    """Calculates scaled dot-product attention."""
-    head_dim = Q.size(-1)
-    
-    # 1. MatMul Q and K^T and scale
-    # Resulting shape: [batch, num_heads, seq_len, seq_len]
-    scores = torch.einsum('bhid,bhjd->bhij', Q, K) / (head_dim ** 0.5)
-    
-    # 2. Apply optional mask
-    if mask is not None:
-        scores.masked_fill_(mask, float('-inf'))
-    
-    # 3. Apply softmax to get attention weights
-    # Softmax is applied on the last dimension (keys)
-    weights = F.softmax(scores, dim=-1)
-    
-    # 4. MatMul weights and V
-    # Resulting shape: [batch, num_heads, seq_len, head_dim]
-    output = torch.einsum('bhij,bhjd->bhid', weights, V)
-    
-    return output, weights
-# ---- end of the seed ---------------------------------------------------------------
+# The seed's function is in tools/seed_code.py (from this file: ../../tools), the module
+# the fixture generator uses too, so the bench times the code the fixtures check.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from seed_code import scaled_dot_product_attention  # noqa: E402  (the first seed's function)
 
 
 def seed_cases():

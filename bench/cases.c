@@ -1,0 +1,70 @@
+/* The case table: every case a run has, in the order they run (`tensorattn bench
+ * --list` prints it). Each line is a builder of a kind (cases_*.c); bench/README.md
+ * ("Cases") explains the choice of shapes. */
+#include "bench_internal.h"
+
+#include <stdio.h>
+
+/* The attention shapes: the seed's, a sweep of L at constant work, GQA, decoding, and a
+ * long causal sequence only the fused path can hold. */
+static void build_sdpa_cases(bench_state *s)
+{
+    int q = s->cfg.quick;
+    char name[64];
+    /* The seed: B=32, H=8, L=512, D=64 (B*H*L^2 = 2^26), with and without its causal
+     * mask (torch.triu(ones, diagonal=1) == top-left causal). */
+    int64_t L0 = q ? 128 : 512;
+    bench_add_sdpa(s, "sdpa_seed", 32, 8, 8, L0, L0, 64, TA_CAUSAL_NONE);
+    bench_add_sdpa(s, "sdpa_seed_causal", 32, 8, 8, L0, L0, 64, TA_CAUSAL_TOP_LEFT);
+    /* L at constant B*H*L^2 (2^26; --quick: 2^20): the same flops per call at every L,
+     * so the curve shows how each path scales with the sequence alone. H = 8 heads
+     * while B*H allows. The seed is the D=64 point at L=512. */
+    double work = q ? (double)(1 << 20) : (double)(1 << 26);
+    for (int64_t D = 64; D <= 128; D *= 2)
+        for (int64_t L = 128; L <= (q ? 256 : 8192); L *= 2) {
+            int64_t BH = (int64_t)(work / ((double)L * (double)L));
+            int64_t H = BH >= 8 ? 8 : BH, B = BH / H;
+            int causal_too = !q && D == 64 && (L == 128 || L == 2048 || L == 8192);
+            if (!q && D == 64 && L == 512) continue; /* the seed cases */
+            snprintf(name, sizeof name, "sdpa_L%lld_D%lld", (long long)L, (long long)D);
+            bench_add_sdpa(s, name, B, H, H, L, L, D, TA_CAUSAL_NONE);
+            if (causal_too) {
+                snprintf(name, sizeof name, "sdpa_L%lld_D%lld_causal", (long long)L,
+                         (long long)D);
+                bench_add_sdpa(s, name, B, H, H, L, L, D, TA_CAUSAL_TOP_LEFT);
+            }
+        }
+    /* Grouped-query attention: 32 query heads over 8 key/value heads. */
+    bench_add_sdpa(s, "sdpa_gqa", 1, 32, 8, q ? 256 : 1024, q ? 256 : 1024, 128, TA_CAUSAL_NONE);
+    /* Decoding one token against a KV cache: Lq = 1 sees every key (bottom-right). */
+    bench_add_sdpa(s, "sdpa_decode", 1, 32, 32, 1, q ? 1024 : 4096, 128, TA_CAUSAL_BOTTOM_RIGHT);
+    /* The memory goal's shape: B=1, H=8, L=8192, D=64 (extra memory under 8 MiB). */
+    if (!q) bench_add_sdpa(s, "sdpa_L8192_H8_causal", 1, 8, 8, 8192, 8192, 64, TA_CAUSAL_TOP_LEFT);
+    /* A long causal sequence: the reference's scratch would be 8 GiB. */
+    if (!q) bench_add_sdpa(s, "sdpa_long_causal", 1, 2, 2, 32768, 32768, 64, TA_CAUSAL_TOP_LEFT);
+    /* Training: the backward of the seed's causal attention, and a long sequence whose
+     * extra memory must stay O(L). */
+    bench_add_sdpa_backward(s, "sdpa_bwd_seed_causal", 32, 8, L0, 64, TA_CAUSAL_TOP_LEFT);
+    if (!q)
+        bench_add_sdpa_backward(s, "sdpa_bwd_L8192_causal", 1, 8, 8192, 64, TA_CAUSAL_TOP_LEFT);
+}
+
+void bench_build_cases(bench_state *s)
+{
+    int q = s->cfg.quick;
+    /* Square SGEMM: the engine's own yardstick. */
+    bench_add_sgemm(s, "sgemm_256", 256, 256, 256);
+    bench_add_sgemm(s, "sgemm_512", 512, 512, 512);
+    bench_add_sgemm(s, "sgemm_1024", 1024, 1024, 1024);
+    if (!q) bench_add_sgemm(s, "sgemm_2048", 2048, 2048, 2048);
+    /* The seed's attention GEMMs: B*H = 256 heads of Q K^T and P V. */
+    int64_t L = q ? 128 : 512, D = 64, B = 32, H = 8;
+    bench_add_sgemm_batched(s, "sgemm_batched_qk", B * H, L, L, D, "NT");
+    bench_add_sgemm_batched(s, "sgemm_batched_pv", B * H, L, D, L, "NN");
+    /* The seed's four einsums; the last two with Q, K, V laid out [N, L, H, D]. */
+    bench_add_einsum(s, "einsum_qk_bhid", "bhid,bhjd->bhij", "bhijd", B, H, L, D);
+    bench_add_einsum(s, "einsum_pv_bhij", "bhij,bhjd->bhid", "bhijd", B, H, L, D);
+    bench_add_einsum(s, "einsum_qk_nqhd", "nqhd,nkhd->nhqk", "nhqkd", B, H, L, D);
+    bench_add_einsum(s, "einsum_pv_nhql", "nhql,nlhd->nqhd", "nhqld", B, H, L, D);
+    build_sdpa_cases(s);
+}

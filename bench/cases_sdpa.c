@@ -1,0 +1,209 @@
+/* Kind "sdpa": ta_sdpa(O, Q, K, V, &opts) on the reference and the fused path, each
+ * shape a pair of cases (reference first). Checked on sampled query rows against
+ * float64 from the definition, and, for the fused case, element by element against the
+ * reference output on the same inputs. Errors are absolute: the outputs are weighted
+ * means of N(0,1) values, of order 1. */
+#include "cases_sdpa.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define BENCH_SDPA_RUN_ROWS 8 /* and a run of consecutive rows, with the first and the last */
+#define BENCH_REF_SCRATCH_MAX ((double)(4LL << 30)) /* the reference's [B,H,Lq,Lk] floats */
+
+int64_t bench_sdpa_visible(ta_causal causal, int64_t i, int64_t Lq, int64_t Lk)
+{
+    int64_t n = causal == TA_CAUSAL_TOP_LEFT ? i + 1
+                : causal == TA_CAUSAL_BOTTOM_RIGHT ? i + Lk - Lq + 1 : Lk;
+    return n < 0 ? 0 : n > Lk ? Lk : n;
+}
+
+/* The unmasked (query, key) pairs of one (batch, head): the work a path that skips
+ * masked keys does, and the only work GFLOP/s counts. */
+static double sdpa_pairs(ta_causal causal, int64_t Lq, int64_t Lk)
+{
+    double pairs = 0.0;
+    for (int64_t i = 0; i < Lq; i++) pairs += (double)bench_sdpa_visible(causal, i, Lq, Lk);
+    return pairs;
+}
+
+const char *bench_causal_name(ta_causal causal)
+{
+    return causal == TA_CAUSAL_TOP_LEFT ? "top_left"
+           : causal == TA_CAUSAL_BOTTOM_RIGHT ? "bottom_right" : "none";
+}
+
+int bench_sdpa_setup(bench_case *c)
+{
+    const bench_sdpa *a = c->state;
+    const int64_t q[4] = {a->B, a->H, a->Lq, a->D}, kv[4] = {a->B, a->Hkv, a->Lk, a->D};
+    const int64_t *shapes[3] = {q, kv, kv};
+    for (int i = 0; i < 3; i++) {
+        ta_status st = ta_tensor_empty(&c->t[i], 4, shapes[i]);
+        if (st != TA_OK) return bench_lib_fail(c, "ta_tensor_empty", st);
+        st = ta_randn(&c->t[i], (uint64_t)i + 11); /* as the seed's torch.randn */
+        if (st != TA_OK) return bench_lib_fail(c, "ta_randn", st);
+    }
+    return bench_new_output(c, &c->t[3], 4, q);
+}
+
+static int sdpa_run(bench_case *c)
+{
+    const bench_sdpa *a = c->state;
+    ta_sdpa_opts opts = {0}; /* scale 1/sqrt(D), no mask tensor, no weights */
+    opts.causal = a->causal;
+    opts.path = a->path;
+    ta_status st = ta_sdpa(&c->t[3], &c->t[0], &c->t[1], &c->t[2], &opts);
+    if (st != TA_OK) return bench_lib_fail(c, "ta_sdpa", st);
+    return 0;
+}
+
+double bench_sdpa_exp_row(const bench_case *c, int64_t b, int64_t h, int64_t i, double *w,
+                          int64_t *n)
+{
+    const bench_sdpa *a = c->state;
+    int64_t D = a->D, kvh = h / (a->H / a->Hkv);
+    const float *q = (const float *)c->t[0].data + ((b * a->H + h) * a->Lq + i) * D;
+    const float *k = (const float *)c->t[1].data + (b * a->Hkv + kvh) * a->Lk * D;
+    *n = bench_sdpa_visible(a->causal, i, a->Lq, a->Lk);
+    double scale = 1.0 / sqrt((double)D), top = -INFINITY, sum = 0.0;
+    for (int64_t j = 0; j < *n; j++) {
+        double dot = 0.0;
+        for (int64_t d = 0; d < D; d++) dot += (double)q[d] * (double)k[j * D + d];
+        w[j] = dot * scale;
+        if (w[j] > top) top = w[j];
+    }
+    for (int64_t j = 0; j < *n; j++) sum += (w[j] = exp(w[j] - top));
+    return sum;
+}
+
+const float *bench_sdpa_value_row(const bench_case *c, int64_t b, int64_t h, int64_t j)
+{
+    const bench_sdpa *a = c->state;
+    int64_t kvh = h / (a->H / a->Hkv); /* grouped queries: H / Hkv query heads per kv head */
+    return (const float *)c->t[2].data + ((b * a->Hkv + kvh) * a->Lk + j) * a->D;
+}
+
+/* Row (b, h, i) of softmax(Q K^T / sqrt(D)) V in float64, straight from the
+ * definition, over the keys the causal alignment lets it see (none: zeros, as ta_sdpa
+ * gives). w: Lk doubles of scratch. Returns the largest |O[b,h,i,d] - exact|. */
+static double sdpa_row_error(const bench_case *c, int64_t b, int64_t h, int64_t i, double *w)
+{
+    const bench_sdpa *a = c->state;
+    int64_t D = a->D, n;
+    double sum = bench_sdpa_exp_row(c, b, h, i, w, &n), worst = 0.0;
+    const float *v = bench_sdpa_value_row(c, b, h, 0);
+    const float *o = (const float *)c->t[3].data + ((b * a->H + h) * a->Lq + i) * D;
+    for (int64_t d = 0; d < D; d++) {
+        double acc = 0.0;
+        for (int64_t j = 0; j < n; j++) acc += w[j] * (double)v[j * D + d];
+        worst = bench_worse(worst, fabs((double)o[d] - (n ? acc / sum : 0.0)));
+    }
+    return worst;
+}
+
+/* Sampled rows against float64 (first, last, random ones and a run of consecutive
+ * ones: every path); and, when the reference path ran on the same inputs in this run,
+ * every element against its output. */
+static int sdpa_check(bench_case *c, double *max_err)
+{
+    const bench_sdpa *a = c->state;
+    int64_t rows = a->B * a->H * a->Lq;
+    double *w = malloc((size_t)(a->Lk > 0 ? a->Lk : 1) * sizeof *w);
+    if (!w) return bench_fail(c, "bench: out of memory for the float64 check");
+    uint64_t rng = 0x853c49e6748fea9bULL;
+    int64_t run_start = rows > BENCH_SDPA_RUN_ROWS
+                            ? (int64_t)(bench_rand(&rng) % (uint64_t)(rows - BENCH_SDPA_RUN_ROWS))
+                            : 0;
+    double worst = 0.0;
+    for (int n = 0; n < 2 + BENCH_SDPA_ROWS + BENCH_SDPA_RUN_ROWS && rows > 0; n++) {
+        int64_t r = n == 0 ? 0
+                    : n == 1 ? rows - 1
+                    : n < 2 + BENCH_SDPA_ROWS ? (int64_t)(bench_rand(&rng) % (uint64_t)rows)
+                    : run_start + (n - 2 - BENCH_SDPA_ROWS);
+        if (r >= rows) break;
+        double err = sdpa_row_error(c, r / (a->H * a->Lq), r / a->Lq % a->H, r % a->Lq, w);
+        worst = bench_worse(worst, err);
+    }
+    free(w);
+    if (c->ref_out) worst = bench_worse(worst, bench_diff_vs_reference(c));
+    *max_err = worst;
+    return 0;
+}
+
+void bench_sdpa_shape_text(const bench_case *c, char *buf, size_t n)
+{
+    const bench_sdpa *a = c->state;
+    char heads[32], lens[40];
+    if (a->Hkv != a->H) snprintf(heads, sizeof heads, "H%lld/%lld", (long long)a->H, (long long)a->Hkv);
+    else snprintf(heads, sizeof heads, "H%lld", (long long)a->H);
+    if (a->Lq != a->Lk) snprintf(lens, sizeof lens, "Lq%lld Lk%lld", (long long)a->Lq, (long long)a->Lk);
+    else snprintf(lens, sizeof lens, "L%lld", (long long)a->Lq);
+    snprintf(buf, n, "B%lld %s %s D%lld%s%s", (long long)a->B, heads, lens, (long long)a->D,
+             a->causal ? " " : "", a->causal ? bench_causal_name(a->causal) : "");
+}
+
+void bench_sdpa_shape_json(const bench_case *c, cJSON *o)
+{
+    const bench_sdpa *a = c->state;
+    static const char *const keys[6] = {"B", "H", "Hkv", "Lq", "Lk", "D"};
+    bench_json_ints(o, 6, keys, (const int64_t[6]){a->B, a->H, a->Hkv, a->Lq, a->Lk, a->D});
+    cJSON_AddStringToObject(o, "causal", bench_causal_name(a->causal));
+    cJSON_AddNumberToObject(o, "pairs", a->pairs);
+}
+
+static const bench_kind sdpa_kind = {
+    .name = "sdpa", .abs_err = 1, .setup = bench_sdpa_setup, .run = sdpa_run,
+    .check = sdpa_check, .shape_text = bench_sdpa_shape_text,
+    .shape_json = bench_sdpa_shape_json};
+
+const bench_sdpa *bench_sdpa_of(const bench_case *c)
+{
+    return c->kind == &sdpa_kind ? c->state : NULL;
+}
+
+void bench_add_sdpa_pair(bench_state *s, const bench_kind *kind, const char *name,
+                         const bench_sdpa *shape, double flops, int output,
+                         const char *ref_skip)
+{
+    static const struct {
+        ta_sdpa_path path;
+        const char *name;
+    } paths[2] = {{TA_SDPA_REFERENCE, "reference"}, {TA_SDPA_FUSED, "fused"}};
+    int first = s->ncases;
+    for (int p = 0; p < 2; p++) {
+        bench_sdpa a = *shape;
+        a.path = paths[p].path;
+        bench_case c = {.kind = kind, .path = paths[p].name,
+                        .state = bench_state_dup(&a, sizeof a), .flops = flops,
+                        .threads = s->cfg.threads, .tolerance = BENCH_TOLERANCE,
+                        .twin = first + 1 - p, .is_reference = p == 0, .output = output};
+        snprintf(c.name, sizeof c.name, "%s_%s", name, paths[p].name);
+        if (p == 0) snprintf(c.skip_reason, sizeof c.skip_reason, "%s", ref_skip);
+        bench_add_case(s, &c);
+    }
+}
+
+bench_sdpa bench_sdpa_shape(int64_t B, int64_t H, int64_t Hkv, int64_t Lq, int64_t Lk,
+                            int64_t D, ta_causal causal)
+{
+    return (bench_sdpa){.B = B, .H = H, .Hkv = Hkv, .Lq = Lq, .Lk = Lk, .D = D,
+                        .causal = causal,
+                        .pairs = (double)B * (double)H * sdpa_pairs(causal, Lq, Lk)};
+}
+
+/* The reference path is skipped where its [B, H, Lq, Lk] scratch would exceed 4 GiB. */
+void bench_add_sdpa(bench_state *s, const char *name, int64_t B, int64_t H, int64_t Hkv,
+                    int64_t Lq, int64_t Lk, int64_t D, ta_causal causal)
+{
+    bench_sdpa a = bench_sdpa_shape(B, H, Hkv, Lq, Lk, D, causal);
+    double scratch = (double)B * (double)H * (double)Lq * (double)Lk * sizeof(float);
+    char skip[160] = "";
+    if (scratch > BENCH_REF_SCRATCH_MAX)
+        snprintf(skip, sizeof skip,
+                 "the reference path's [B, H, Lq, Lk] scratch would take %.1f GiB (> 4 GiB)",
+                 scratch / (double)(1LL << 30));
+    /* Q K^T and P V: two multiply-adds per (pair, d) */
+    bench_add_sdpa_pair(s, &sdpa_kind, name, &a, 4.0 * a.pairs * (double)D, 3, skip);
+}

@@ -1,0 +1,51 @@
+/* What the attention kinds share: the forward ("sdpa", cases_sdpa.c) and the backward
+ * ("sdpa_backward", cases_sdpa_backward.c) hold the same state, set up the same
+ * inputs, and are read by the torch peer (peers.c). */
+#ifndef TA_BENCH_CASES_SDPA_H
+#define TA_BENCH_CASES_SDPA_H
+
+#include "bench_internal.h"
+
+#define BENCH_SDPA_ROWS 14 /* random query rows checked in float64 per call */
+
+/* An attention case: Q [B,H,Lq,D], K and V [B,Hkv,Lk,D], O [B,H,Lq,D]; the causal
+ * alignment, the ta_sdpa path, and the unmasked (query, key) pairs of all batches and
+ * heads. */
+typedef struct bench_sdpa {
+    int64_t B, H, Hkv, Lq, Lk, D;
+    ta_causal causal;
+    ta_sdpa_path path;
+    double pairs;
+} bench_sdpa;
+
+/* The shape with its pairs counted (path: set per case by bench_add_sdpa_pair). */
+bench_sdpa bench_sdpa_shape(int64_t B, int64_t H, int64_t Hkv, int64_t Lq, int64_t Lk,
+                            int64_t D, ta_causal causal);
+/* A forward sdpa case's state; NULL for any other case. */
+const bench_sdpa *bench_sdpa_of(const bench_case *c);
+
+/* The keys query row i may see: a prefix [0, n) of the Lk keys. */
+int64_t bench_sdpa_visible(ta_causal causal, int64_t i, int64_t Lq, int64_t Lk);
+const char *bench_causal_name(ta_causal causal); /* "none", "top_left", "bottom_right" */
+
+/* t[0] = Q, t[1] = K, t[2] = V: N(0,1) from fixed seeds (both paths of a shape see the
+ * same inputs); t[3] = O, NaN. */
+int bench_sdpa_setup(bench_case *c);
+/* Row (b, h, i) of the softmax in float64, from t[0] and t[1], not yet normalised:
+ * w[j] = exp(s_j - max s) for the *n keys the row sees (a prefix of Lk; w holds Lk
+ * doubles), s_j = q_i . k_j / sqrt(D). Returns sum_j w[j]. */
+double bench_sdpa_exp_row(const bench_case *c, int64_t b, int64_t h, int64_t i, double *w,
+                          int64_t *n);
+/* Row j of V for query head h of batch b: D floats. */
+const float *bench_sdpa_value_row(const bench_case *c, int64_t b, int64_t h, int64_t j);
+void bench_sdpa_shape_text(const bench_case *c, char *buf, size_t n);
+void bench_sdpa_shape_json(const bench_case *c, cJSON *o);
+
+/* Appends the two cases of one shape, the reference path first (its twin is checked
+ * against its output), both of `kind`, with `flops` per call and the output at
+ * t[output]. ref_skip non-empty: the reference is not run, for that reason. */
+void bench_add_sdpa_pair(bench_state *s, const bench_kind *kind, const char *name,
+                         const bench_sdpa *shape, double flops, int output,
+                         const char *ref_skip);
+
+#endif

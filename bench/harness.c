@@ -1,0 +1,355 @@
+/* The harness: the case table, and the life of one case -- setup, the cold call, the
+ * check, warm-up, the timed runs, the check again -- then the ratios. It knows no kind
+ * of case: each kind's functions come with the case (bench_internal.h). */
+#define _POSIX_C_SOURCE 200809L
+
+#include "bench_internal.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define BENCH_SAMPLES 64 /* random output elements checked per call ... */
+#define BENCH_RUN 4096   /* ... plus a run of consecutive ones, the first and the last */
+
+/* ------------------------------------------------------------ small tools */
+
+static double bench_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int bench_fail(bench_case *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->error, sizeof c->error, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int bench_lib_fail(bench_case *c, const char *what, ta_status st)
+{
+    c->last_status = st;
+    return bench_fail(c, "%s failed: %s: %s", what, ta_status_name(st), ta_last_error());
+}
+
+uint64_t bench_rand(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 2685821657736338717ULL;
+}
+
+bench_sampler bench_sampler_start(int64_t total, uint64_t seed)
+{
+    bench_sampler s = {seed, total, 0, 0};
+    if (total > BENCH_RUN)
+        s.run_start = (int64_t)(bench_rand(&s.rng) % (uint64_t)(total - BENCH_RUN));
+    return s;
+}
+
+int64_t bench_sampler_next(bench_sampler *s)
+{
+    int n = s->n++;
+    if (s->total <= 0) return -1;
+    if (n == 0) return 0;
+    if (n == 1) return s->total - 1;
+    if (n < 2 + BENCH_SAMPLES) return (int64_t)(bench_rand(&s->rng) % (uint64_t)s->total);
+    int64_t e = s->run_start + (n - 2 - BENCH_SAMPLES);
+    return n < 2 + BENCH_SAMPLES + BENCH_RUN && e < s->total ? e : -1;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median_of(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double bench_rel_err(double got, double ref, double scale)
+{
+    double e = fabs(got - ref) / (scale > DBL_MIN ? scale : DBL_MIN);
+    return e == e ? e : INFINITY; /* NaN (an unwritten element) fails */
+}
+
+double bench_worse(double worst, double err)
+{
+    return err <= worst ? worst : err == err ? err : INFINITY; /* NaN fails */
+}
+
+int bench_new_output(bench_case *c, ta_tensor *t, int ndim, const int64_t *shape)
+{
+    ta_status st = ta_tensor_full(t, ndim, shape, NAN);
+    if (st != TA_OK) return bench_lib_fail(c, "ta_tensor_full", st);
+    return 0;
+}
+
+/* Outputs start as NaN, so a non-finite element after the first call is one the code
+ * under test never wrote (a missed tile or tail); the scan covers every element, where
+ * the oracle covers a sample. */
+int64_t bench_first_nonfinite(const ta_tensor *t)
+{
+    const float *x = t->data;
+    int64_t n = ta_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return -1;
+}
+
+double bench_diff_vs_reference(bench_case *c)
+{
+    const ta_tensor *out = &c->t[c->output];
+    const float *o = out->data, *ref = c->ref_out->data;
+    int64_t n = ta_tensor_numel(out);
+    double diff = 0.0;
+    for (int64_t e = 0; e < n; e++) diff = bench_worse(diff, fabs((double)o[e] - (double)ref[e]));
+    if (!(diff <= c->max_abs_diff_ref)) c->max_abs_diff_ref = diff;
+    return diff;
+}
+
+/* ---------------------------------------------------------------- progress */
+
+void bench_progress(bench_state *s, const char *fmt, ...)
+{
+    char line[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (s->progress_tty) {
+        fprintf(stderr, "\rbench: %s\033[K", line);
+        s->progress_open = 1;
+    } else {
+        fprintf(stderr, "bench: %s\n", line);
+    }
+    fflush(stderr);
+}
+
+void bench_progress_clear(bench_state *s)
+{
+    if (s->progress_open) { /* so that stdout rows do not land on the \r line */
+        fputs("\r\033[K", stderr);
+        fflush(stderr);
+        s->progress_open = 0;
+    }
+}
+
+/* ------------------------------------------------------------ the table */
+
+void *bench_state_dup(const void *state, size_t n)
+{
+    void *p = malloc(n);
+    if (p) memcpy(p, state, n);
+    return p;
+}
+
+int bench_add_case(bench_state *s, const bench_case *c)
+{
+    /* a programming error or no memory, but say so rather than lose a row quietly */
+    if (!c->state) {
+        fprintf(stderr, "bench: warning: out of memory; %s is left out\n", c->name);
+        return -1;
+    }
+    if (s->ncases == BENCH_MAX_CASES) {
+        fprintf(stderr, "bench: warning: the case table is full; %s is left out\n", c->name);
+        free(c->state);
+        return -1;
+    }
+    s->cases[s->ncases] = *c;
+    return s->ncases++;
+}
+
+void bench_cases_free(bench_state *s)
+{
+    for (int i = 0; i < s->ncases; i++) {
+        free(s->cases[i].state);
+        s->cases[i].state = NULL;
+    }
+}
+
+int bench_selected(const bench_state *s, int i)
+{
+    return !s->cfg.filter || strstr(s->cases[i].name, s->cfg.filter) != NULL;
+}
+
+int bench_case_ok(const bench_case *c)
+{
+    return c->status && strcmp(c->status, "ok") == 0;
+}
+
+/* ------------------------------------------------------------ one case */
+
+static void teardown(bench_case *c)
+{
+    if (c->kind->cleanup) c->kind->cleanup(c);
+    for (int i = 0; i < BENCH_MAX_TENSORS; i++) ta_tensor_free(&c->t[i]);
+}
+
+static int check_case(bench_case *c)
+{
+    int64_t bad = bench_first_nonfinite(&c->t[c->output]);
+    if (bad >= 0) {
+        c->status = "check_failed";
+        c->max_rel_err = INFINITY;
+        return bench_fail(c, "result check failed: output element %lld (row-major) is %g",
+                          (long long)bad, (double)((const float *)c->t[c->output].data)[bad]);
+    }
+    double err = INFINITY;
+    if (c->kind->check(c, &err)) return -1;
+    if (err > c->max_rel_err) c->max_rel_err = err;
+    if (!(err <= c->tolerance)) {
+        c->status = "check_failed";
+        return bench_fail(c, "result check failed: max %s error %.3g > %.3g",
+                          c->kind->abs_err ? "absolute" : "relative", err, c->tolerance);
+    }
+    return 0;
+}
+
+/* setup, cold call, check, warm-up, timed runs, check again. Returns 0 when timed,
+ * 1 when the path is not built (the cold call returned TA_EUNSUPPORTED), -1 on failure.
+ * Every call's extra memory is measured: the counting hook's peak above what was
+ * outstanding when the call began. */
+static int time_case(bench_state *s, bench_case *c)
+{
+    ta_status st = ta_set_num_threads(c->threads);
+    if (st != TA_OK) return bench_lib_fail(c, "ta_set_num_threads", st);
+    if (c->kind->setup(c)) return -1;
+    size_t base = bench_mem_mark();
+    double t0 = bench_now();
+    c->last_status = TA_OK;
+    if (c->kind->run(c)) return c->last_status == TA_EUNSUPPORTED ? 1 : -1;
+    c->cold_s = bench_now() - t0;
+    c->extra_bytes_cold = bench_mem_extra_since(base);
+    if (check_case(c)) return -1;
+    /* A slow case (the reference path at the big sizes takes seconds) gets fewer runs
+     * so that the whole bench stays within minutes: its cold call warmed it up. */
+    int warmup = s->cfg.warmup_runs, min_runs = s->cfg.min_runs;
+    double min_seconds = s->cfg.min_seconds;
+    if (!s->cfg.quick && c->cold_s >= 1.0)
+        warmup = 0, min_runs = 2, min_seconds = 0.0;
+    else if (!s->cfg.quick && c->cold_s >= 0.25)
+        warmup = 1, min_runs = 3, min_seconds = 0.0;
+    for (int i = 0; i < warmup; i++)
+        if (c->kind->run(c)) return -1;
+    double start = bench_now(), extra = 0.0;
+    int n = 0;
+    while (n < BENCH_MAX_RUNS && (n < min_runs || bench_now() - start < min_seconds)) {
+        base = bench_mem_mark();
+        t0 = bench_now();
+        if (c->kind->run(c)) return -1;
+        s->times[n++] = bench_now() - t0;
+        double e = bench_mem_extra_since(base);
+        extra = e < 0.0 || extra < 0.0 ? -1.0 : fmax(extra, e);
+    }
+    c->extra_bytes = extra;
+    /* The last output must be as right as the first (races, stale workspaces). */
+    if (check_case(c)) return -1;
+    c->runs = n;
+    c->median_s = median_of(s->times, n); /* sorts: times[0] is the minimum */
+    c->min_s = s->times[0];
+    c->gflops = c->median_s > 0.0 ? c->flops / c->median_s * 1e-9 : 0.0;
+    /* The ratio itself is set after the peaks are measured again (finish_ratios). */
+    double peak;
+    if (bench_peak_for(s, ta_active_isa(), c->threads, &peak))
+        return bench_fail(c, "could not measure the FMA peak on %d threads", c->threads);
+    return 0;
+}
+
+/* A reference output that its twin (run next, same inputs) will be checked against
+ * changes hands from the case to s->kept, so that teardown keeps it. */
+static void keep_reference_output(bench_state *s, bench_case *c)
+{
+    if (!c->is_reference || !bench_case_ok(c) || c->twin <= (int)(c - s->cases) ||
+        !bench_selected(s, c->twin) || s->cases[c->twin].skip_reason[0])
+        return;
+    ta_tensor_free(&s->kept);
+    s->kept = c->t[c->output];
+    memset(&c->t[c->output], 0, sizeof c->t[c->output]);
+    s->kept_for = c->twin;
+}
+
+/* ------------------------------------------------------------ every case */
+
+int bench_run_cases(bench_state *s)
+{
+    int nselected = 0, done = 0, failed = 0;
+    for (int i = 0; i < s->ncases; i++) nselected += bench_selected(s, i);
+    for (int i = 0; i < s->ncases; i++) {
+        bench_case *c = &s->cases[i];
+        if (!bench_selected(s, i)) continue;
+        bench_progress(s, "[%d/%d] %s ...", ++done, nselected, c->name);
+        c->max_rel_err = 0.0;
+        c->max_abs_diff_ref = NAN;
+        c->speedup_vs_reference = NAN;
+        c->speedup_vs_torch = NAN;
+        c->extra_bytes = c->extra_bytes_cold = -1.0;
+        if (c->skip_reason[0]) { /* decided when the case was built */
+            c->status = "skipped";
+            /* memcpy: gcc -O0 misreads snprintf between two fields as overlapping
+             * (-Wrestrict); skip_reason is a terminated string shorter than error */
+            memcpy(c->error, c->skip_reason, sizeof c->skip_reason);
+            continue;
+        }
+        c->ref_out = s->kept_for == i ? &s->kept : NULL;
+        c->status = "error"; /* until it succeeds */
+        int r = time_case(s, c);
+        if (r == 0) c->status = "ok";
+        if (r > 0) c->status = "unavailable";
+        keep_reference_output(s, c);
+        teardown(c);
+        if (s->kept_for == i) { /* its twin has used it */
+            ta_tensor_free(&s->kept);
+            s->kept_for = -1;
+            c->ref_out = NULL;
+        }
+        if (r > 0) {
+            bench_progress_clear(s);
+            fprintf(stderr, "bench: %s is unavailable: %s\n", c->name, c->error);
+        } else if (r < 0) {
+            bench_progress_clear(s);
+            fprintf(stderr, "tensorattn: error: bench case %s: %s\n", c->name, c->error);
+            failed++;
+        }
+    }
+    ta_tensor_free(&s->kept); /* a twin that was filtered out or failed before using it */
+    s->kept_for = -1;
+    ta_set_num_threads(s->cfg.threads);
+    return failed ? -1 : 0;
+}
+
+/* Denominator: the active ISA's peak on the case's thread count. A case with a twin
+ * is also set against the reference path on the same shape, when both ran. */
+void bench_finish_ratios(bench_state *s)
+{
+    int above = 0;
+    for (int i = 0; i < s->ncases; i++) {
+        bench_case *c = &s->cases[i];
+        if (!bench_case_ok(c)) continue;
+        c->peak_gflops = bench_known_peak(s, ta_active_isa(), c->threads);
+        c->peak_fraction = c->peak_gflops > 0.0 ? c->gflops / c->peak_gflops : 0.0;
+        above |= c->peak_fraction > 1.0;
+        if (c->twin >= 0) {
+            const bench_case *ref = c->is_reference ? c : &s->cases[c->twin];
+            if (bench_case_ok(ref) && c->median_s > 0.0)
+                c->speedup_vs_reference = ref->median_s / c->median_s;
+        }
+    }
+    if (s->peak_spread > 0.1 || above)
+        fprintf(stderr,
+                "bench: warning: the machine looks busy (an FMA peak moved by %.0f%% between "
+                "the start and the end of the run%s); read the ratios with care\n",
+                100.0 * s->peak_spread, above ? ", and a case ran above the peak" : "");
+}

@@ -1,0 +1,179 @@
+/* tensorattn bench: times GEMM, einsum and scaled dot-product attention (fused and
+ * reference paths) on this machine and states each result as a fraction of the FMA peak
+ * measured in the same run, and each fused attention case against the reference path
+ * on the same inputs (bench/README.md has the method and the JSON schema). This file is
+ * the command line and the order of a run; bench_internal.h says where the rest is. */
+#define _POSIX_C_SOURCE 200809L
+
+#include "bench.h"
+#include "bench_internal.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("tensorattn: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs(" (see tensorattn bench --help)\n", stderr);
+    va_end(ap);
+    return 2;
+}
+
+static void print_help(void)
+{
+    printf("usage: tensorattn bench [--quick] [--json FILE] [--threads N] [--filter SUBSTRING]\n"
+           "                        [--list] [--peers]\n"
+           "\n"
+           "Measures the float32 FMA peak of this machine for every ISA it supports, then\n"
+           "times SGEMM (square 256..2048 and the seed's batched attention shapes), the\n"
+           "seed's four einsums (B=32 H=8 L=512 D=64) and scaled dot-product attention\n"
+           "(ta_sdpa, reference and fused paths: the seed example, an L sweep at constant\n"
+           "work with D=64 and 128, GQA, decoding, a long causal sequence). Each case is\n"
+           "checked before it is timed (against a float64 oracle; a fused case also against\n"
+           "the reference output on the same inputs), warmed up, and run >= 5 times and\n"
+           ">= 0.5 s (slow cases: 2 or 3 runs); the table gives the median, the minimum, the\n"
+           "first (cold) call, GFLOP/s, the fraction of the active ISA's measured peak on the\n"
+           "case's thread count, the speed-up over the reference path and the extra memory\n"
+           "the call allocated. A path that is not built reads \"unavailable\"; a reference\n"
+           "whose [B,H,Lq,Lk] scratch would exceed 4 GiB reads \"skipped\".\n"
+           "\n"
+           "  --quick            2 timed runs, smaller sizes (no 2048, L<=256)\n"
+           "  --json FILE        also write the results as JSON (schema: bench/README.md)\n"
+           "  --threads N        threads for the library and the peak (default: all cores)\n"
+           "  --filter SUBSTRING run only the cases whose name contains SUBSTRING\n"
+           "                     (e.g. sdpa_, _fused, sgemm_)\n"
+           "  --list             print the case names and exit\n"
+           "  --peers            also time the seed's PyTorch code on the seed shapes\n"
+           "                     (bench/peers/torch_seed.py with " BENCH_PYTHON "; skipped,\n"
+           "                     with the reason, when python or torch is missing)\n"
+           "  --help             this text\n"
+           "\n"
+           "Exit status: 0 success, 1 a case failed (error or result check) or the JSON\n"
+           "could not be written, 2 bad command line. Progress goes to stderr.\n");
+}
+
+/* Returns 0 to go on, 2 on a usage error, -1 when --help was printed. Options that
+ * take a value accept "--opt VALUE" and "--opt=VALUE". */
+static int parse_args(bench_config *cfg, int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        char key[32];
+        const char *a = argv[i], *eq = strchr(a, '='), *val = NULL;
+        size_t key_len = eq && a[0] == '-' ? (size_t)(eq - a) : strlen(a);
+        if (key_len >= sizeof key) return usage_error("unknown option '%s' for bench", a);
+        memcpy(key, a, key_len);
+        key[key_len] = '\0';
+        int takes = !strcmp(key, "--json") || !strcmp(key, "--threads") || !strcmp(key, "--filter");
+        if (takes && eq && a[0] == '-') val = eq + 1;
+        else if (takes && i + 1 < argc) val = argv[++i];
+        else if (takes) return usage_error("%s needs a value", key);
+        else if (key_len != strlen(a)) return usage_error("%s takes no value", key);
+
+        if (!strcmp(key, "--help") || !strcmp(key, "-h")) {
+            print_help();
+            return -1;
+        } else if (!strcmp(key, "--quick")) {
+            cfg->quick = 1;
+        } else if (!strcmp(key, "--list")) {
+            cfg->list = 1;
+        } else if (!strcmp(key, "--peers")) {
+            cfg->peers = 1;
+        } else if (!strcmp(key, "--json")) {
+            if (!*val) return usage_error("--json needs a file name");
+            cfg->json_path = val;
+        } else if (!strcmp(key, "--filter")) {
+            cfg->filter = val;
+        } else if (!strcmp(key, "--threads")) {
+            char *end;
+            errno = 0;
+            long n = strtol(val, &end, 10);
+            if (errno || end == val || *end || n < 1 || n > 4096)
+                return usage_error("--threads must be an integer in [1, 4096], got '%s'", val);
+            cfg->threads = (int)n;
+        } else {
+            return usage_error("unknown option '%s' for bench", a);
+        }
+    }
+    return 0;
+}
+
+/* The thread count and the run counts; 2 (a usage error) when the library refuses the
+ * thread count. */
+static int configure(bench_config *cfg)
+{
+    if (cfg->threads && ta_set_num_threads(cfg->threads) != TA_OK) {
+        fprintf(stderr, "tensorattn: error: %s\n", ta_last_error());
+        return 2;
+    }
+    cfg->threads = ta_get_num_threads();
+    cfg->min_runs = cfg->quick ? 2 : 5;
+    cfg->min_seconds = cfg->quick ? 0.0 : 0.5;
+    cfg->warmup_runs = cfg->quick ? 1 : 2;
+    cfg->peak_seconds = cfg->quick ? 0.1 : 0.3;
+    return 0;
+}
+
+/* The peaks, the cases, the peer, the peaks again, then the report. The table is
+ * printed at the end: its ratios need the peaks measured after the cases too. The
+ * progress line on stderr shows the way there. Returns the exit status. */
+static int run(bench_state *s)
+{
+    bench_config *cfg = &s->cfg;
+    int rc = 0;
+    if (bench_measure_machine(s)) return 1;
+    if (bench_run_cases(s)) rc = 1;
+    if (cfg->peers) bench_run_torch_peer(s);
+    if (bench_recheck_peaks(s)) rc = 1;
+    bench_finish_ratios(s);
+    bench_finish_torch_ratios(s);
+    bench_print_machine(s);
+    bench_print_table(s);
+    bench_print_torch(s);
+    if (cfg->json_path && bench_write_json(s, cfg->json_path)) rc = 1;
+    return rc;
+}
+
+int ta_bench_main(int argc, char **argv)
+{
+    /* First, before the library allocates anything (alloc_count.c). */
+    bench_install_counting_allocator();
+    bench_state *s = calloc(1, sizeof *s);
+    if (!s) {
+        fprintf(stderr, "tensorattn: error: bench: out of memory\n");
+        return 1;
+    }
+    int rc = parse_args(&s->cfg, argc, argv);
+    if (rc == 0) rc = configure(&s->cfg);
+    if (rc) {
+        free(s);
+        return rc < 0 ? 0 : rc;
+    }
+    s->kept_for = -1;
+    bench_build_cases(s);
+    int any = 0;
+    for (int i = 0; i < s->ncases && !any; i++) any = bench_selected(s, i);
+    if (s->cfg.list) {
+        for (int i = 0; i < s->ncases; i++) printf("%s\n", s->cases[i].name);
+    } else if (!any) {
+        rc = usage_error("--filter '%s' matches no case name", s->cfg.filter);
+    } else if (!(s->times = malloc(BENCH_MAX_RUNS * sizeof *s->times))) {
+        fprintf(stderr, "tensorattn: error: bench: out of memory\n");
+        rc = 1;
+    } else {
+        s->progress_tty = isatty(fileno(stderr));
+        rc = run(s);
+        bench_progress_clear(s);
+    }
+    cJSON_Delete(s->torch.rows);
+    free(s->times);
+    bench_cases_free(s);
+    free(s);
+    return rc;
+}

@@ -1,0 +1,170 @@
+/* --json FILE: the report as JSON (schema version 1, bench/README.md), written whole. */
+#define _POSIX_C_SOURCE 200809L
+
+#include "bench_internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+void bench_json_ints(cJSON *o, int n, const char *const keys[], const int64_t v[])
+{
+    for (int i = 0; i < n; i++) cJSON_AddNumberToObject(o, keys[i], (double)v[i]);
+}
+
+static cJSON *case_json(const bench_case *c)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    cJSON_AddStringToObject(o, "name", c->name);
+    cJSON_AddStringToObject(o, "kind", c->kind->name);
+    cJSON_AddStringToObject(o, "path", c->path);
+    c->kind->shape_json(c, o);
+    cJSON_AddNumberToObject(o, "threads", c->threads);
+    cJSON_AddNumberToObject(o, "flops", c->flops);
+    cJSON_AddStringToObject(o, "status", c->status);
+    int ok = strcmp(c->status, "ok") == 0;
+    if (!ok) cJSON_AddStringToObject(o, "error", c->error);
+    /* Unmeasured numbers are null, never a made-up 0. */
+#define NUM(key, v, have) \
+    ((have) ? cJSON_AddNumberToObject(o, key, v) : cJSON_AddNullToObject(o, key))
+    NUM("median_s", c->median_s, ok);
+    NUM("min_s", c->min_s, ok);
+    NUM("cold_s", c->cold_s, c->cold_s > 0.0);
+    NUM("runs", (double)c->runs, ok);
+    NUM("gflops", c->gflops, ok);
+    NUM("peak_gflops", c->peak_gflops, ok);
+    NUM("peak_fraction", c->peak_fraction, ok);
+    /* sdpa outputs are of order 1: their error is absolute (bench/README.md). */
+    NUM(c->kind->abs_err ? "max_abs_err" : "max_rel_err", c->max_rel_err,
+        isfinite(c->max_rel_err) && c->max_rel_err >= 0.0 && strcmp(c->status, "skipped") &&
+            strcmp(c->status, "unavailable"));
+    NUM("tolerance", c->tolerance, 1);
+    if (c->twin >= 0) {
+        NUM("max_abs_diff_vs_reference", c->max_abs_diff_ref, isfinite(c->max_abs_diff_ref));
+        NUM("speedup_vs_reference", c->speedup_vs_reference, isfinite(c->speedup_vs_reference));
+        NUM("speedup_vs_torch", c->speedup_vs_torch, isfinite(c->speedup_vs_torch));
+    }
+    NUM("extra_bytes", c->extra_bytes, ok && c->extra_bytes >= 0.0);
+    NUM("extra_bytes_cold", c->extra_bytes_cold, c->cold_s > 0.0 && c->extra_bytes_cold >= 0.0);
+#undef NUM
+    return o;
+}
+
+/* "machine": the active ISA, the thread count and every peak measured. */
+static void machine_json(const bench_state *s, cJSON *m)
+{
+    ta_isa act = ta_active_isa();
+    cJSON_AddStringToObject(m, "isa", ta_isa_name(act));
+    cJSON_AddNumberToObject(m, "threads", s->cfg.threads);
+    cJSON_AddNumberToObject(m, "fma_peak_gflops", bench_known_peak(s, act, s->cfg.threads));
+    cJSON_AddNumberToObject(m, "fma_peak_gflops_1thread", bench_known_peak(s, act, 1));
+    cJSON_AddNumberToObject(m, "peak_spread", s->peak_spread);
+    cJSON *peaks = cJSON_AddObjectToObject(m, "peaks");
+    cJSON *peaks1 = cJSON_AddObjectToObject(m, "peaks_1thread");
+    for (int i = 0; i < bench_nisas && peaks && peaks1; i++) {
+        if (!ta_cpu_supports(bench_isas[i])) continue;
+        cJSON_AddNumberToObject(peaks, ta_isa_name(bench_isas[i]),
+                                bench_known_peak(s, bench_isas[i], s->cfg.threads));
+        cJSON_AddNumberToObject(peaks1, ta_isa_name(bench_isas[i]),
+                                bench_known_peak(s, bench_isas[i], 1));
+    }
+}
+
+/* "peers": {"torch": ...}, only with --peers. */
+static int peers_json(const bench_state *s, cJSON *root)
+{
+    if (!s->torch.status) return 0;
+    cJSON *peers = cJSON_AddObjectToObject(root, "peers");
+    cJSON *torch = peers ? cJSON_AddObjectToObject(peers, "torch") : NULL;
+    if (!torch) return -1;
+    cJSON_AddStringToObject(torch, "status", s->torch.status);
+    if (s->torch.rows) {
+        cJSON_AddStringToObject(torch, "command", s->torch.command);
+        cJSON_AddItemReferenceToObject(torch, "cases", s->torch.rows);
+    } else {
+        cJSON_AddStringToObject(torch, "reason", s->torch.reason);
+    }
+    return 0;
+}
+
+static cJSON *report_json(const bench_state *s)
+{
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return NULL;
+    char when[32] = "";
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cJSON_AddNumberToObject(root, "version", 1);
+    cJSON_AddStringToObject(root, "tensorattn", ta_version());
+    cJSON_AddStringToObject(root, "created", when);
+    cJSON_AddBoolToObject(root, "quick", s->cfg.quick);
+    cJSON *m = cJSON_AddObjectToObject(root, "machine");
+    cJSON *cases = cJSON_AddArrayToObject(root, "cases");
+    if (!m || !cases) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    machine_json(s, m);
+    if (peers_json(s, root)) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    for (int i = 0; i < s->ncases; i++) {
+        if (!s->cases[i].status) continue; /* filtered out */
+        cJSON *c = case_json(&s->cases[i]);
+        if (!c) {
+            cJSON_Delete(root);
+            return NULL;
+        }
+        cJSON_AddItemToArray(cases, c);
+    }
+    return root;
+}
+
+/* Writes the report whole: a temporary file beside `path`, then rename, so a reader
+ * never sees half a file and a failed run leaves the old one in place. */
+int bench_write_json(const bench_state *s, const char *path)
+{
+    errno = 0;
+    cJSON *root = report_json(s);
+    char *text = root ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text) {
+        fprintf(stderr, "tensorattn: error: bench: out of memory building the JSON report\n");
+        return -1;
+    }
+    size_t n = strlen(path) + 16;
+    char *tmp = malloc(n);
+    int rc = -1, fd = -1;
+    FILE *f = NULL;
+    if (!tmp) goto done;
+    snprintf(tmp, n, "%s.tmpXXXXXX", path);
+    if ((fd = mkstemp(tmp)) < 0) goto done;
+    mode_t mask = umask(0);
+    umask(mask);
+    if (fchmod(fd, 0666 & ~mask) != 0 || !(f = fdopen(fd, "w"))) goto done;
+    fd = -1;
+    int bad = fputs(text, f) < 0 || fputc('\n', f) == EOF;
+    bad |= fclose(f) != 0;
+    f = NULL;
+    if (bad || rename(tmp, path) != 0) goto done;
+    rc = 0;
+done:
+    if (rc) {
+        fprintf(stderr, "tensorattn: error: bench: cannot write %s: %s\n", path,
+                errno ? strerror(errno) : "out of memory");
+        if (f) fclose(f);
+        if (fd >= 0) close(fd);
+        if (tmp && tmp[0]) unlink(tmp);
+    }
+    free(tmp);
+    cJSON_free(text);
+    return rc;
+}

@@ -1,0 +1,64 @@
+/* The report on stdout: the machine and its FMA peaks, then one row per case that ran
+ * (bench/README.md). Printed at the end of the run: the ratios need the peaks measured
+ * after the cases too. */
+#include "bench_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static void print_header(void)
+{
+    printf("%-32s %-34s %3s %5s %10s %10s %10s %9s %6s %9s %7s %9s\n", "case", "shape", "thr",
+           "runs", "median ms", "min ms", "cold ms", "GFLOP/s", "%peak", "err", "x ref",
+           "extra MiB");
+}
+
+static void print_row(const bench_case *c)
+{
+    char shape[160], speedup[16] = "-", extra[16] = "?";
+    c->kind->shape_text(c, shape, sizeof shape);
+    if (isfinite(c->speedup_vs_reference))
+        snprintf(speedup, sizeof speedup, "%.2f", c->speedup_vs_reference);
+    if (c->extra_bytes >= 0.0) snprintf(extra, sizeof extra, "%.1f", c->extra_bytes / (1 << 20));
+    if (strcmp(c->status, "ok") == 0)
+        printf("%-32s %-34s %3d %5d %10.3f %10.3f %10.3f %9.1f %5.1f%% %9.2e %7s %9s\n",
+               c->name, shape, c->threads, c->runs, c->median_s * 1e3, c->min_s * 1e3,
+               c->cold_s * 1e3, c->gflops, 100.0 * c->peak_fraction, c->max_rel_err, speedup,
+               extra);
+    else if (!strcmp(c->status, "unavailable") || !strcmp(c->status, "skipped"))
+        printf("%-32s %-34s %3d  %s: %s\n", c->name, shape, c->threads, c->status, c->error);
+    else
+        printf("%-32s %-34s %3d  FAILED (%s): %s\n", c->name, shape, c->threads, c->status,
+               c->error);
+    fflush(stdout);
+}
+
+void bench_print_table(const bench_state *s)
+{
+    print_header();
+    for (int i = 0; i < s->ncases; i++)
+        if (s->cases[i].status) print_row(&s->cases[i]);
+    fflush(stdout);
+}
+
+void bench_print_machine(const bench_state *s)
+{
+    ta_isa act = ta_active_isa();
+    printf("tensorattn %s bench%s\n", ta_version(), s->cfg.quick ? " (quick)" : "");
+    printf("machine: isa %s, %d thread%s\n", ta_isa_name(act), s->cfg.threads,
+           s->cfg.threads == 1 ? "" : "s");
+    printf("FMA peak (GFLOP/s, float32, measured now):\n");
+    for (int i = 0; i < bench_nisas; i++) {
+        if (!ta_cpu_supports(bench_isas[i])) continue;
+        printf("  %-8s %9.1f on 1 thread", ta_isa_name(bench_isas[i]),
+               bench_known_peak(s, bench_isas[i], 1));
+        if (s->cfg.threads != 1)
+            printf(", %9.1f on %d threads", bench_known_peak(s, bench_isas[i], s->cfg.threads),
+                   s->cfg.threads);
+        printf("%s\n", bench_isas[i] == act ? "   <- ratios use this" : "");
+    }
+    printf("  (best of two measurements, before and after the cases; they differed by up to "
+           "%.0f%%)\n\n", 100.0 * s->peak_spread);
+    fflush(stdout);
+}
