@@ -2,9 +2,10 @@
  * with ta_set_allocator) fails its n-th call; each operation runs with n = 1, 2, ...
  * until it completes with no failure injected. Every run must return TA_OK or
  * TA_ENOMEM (with a message), never crash, and leave no block allocated through the
- * hook (the operation's own results are freed by the case itself on success). einsum
- * into an existing out must also leave out untouched on TA_ENOMEM (its one scratch
- * block is taken before anything is written).
+ * hook (the operation's own results are freed by the case itself on success). An
+ * operation that writes into existing outputs (einsum into out, ta_sdpa, its backward,
+ * the layers' forward and backward) must also leave them untouched on TA_ENOMEM: its one
+ * scratch block is taken before anything is written.
  * OpenMP and cJSON allocate with malloc, outside the hook: not covered here (the
  * sanitizer and valgrind runs watch those). */
 #include "ta_test.h"
@@ -159,6 +160,23 @@ static ta_status einsum_cases(ta_status (*run)(const char *, const ta_tensor *, 
 static ta_status op_einsum(void) { return einsum_cases(einsum_case); }
 static ta_status op_einsum_into(void) { return einsum_cases(einsum_into); }
 
+/* The outputs of a call that may fail: poisoned before it, and on TA_ENOMEM still
+ * poisoned after it. */
+#define POISON (-5.0f)
+static void poison(float *buf, size_t n)
+{
+    for (size_t i = 0; i < n; i++) buf[i] = POISON;
+}
+
+static ta_status untouched(ta_status st, const char *what, const float *buf, size_t n)
+{
+    for (size_t i = 0; st == TA_ENOMEM && i < n; i++)
+        if (buf[i] != POISON) fail_msg("%s: TA_ENOMEM but element %zu was written", what, i);
+    return st;
+}
+#define POISON_ALL(buf) poison(buf, sizeof buf / sizeof buf[0])
+#define UNTOUCHED(st, what, buf) untouched(st, what, buf, sizeof buf / sizeof buf[0])
+
 static ta_status op_gemm(void)
 {
     static float A[96 * 80], Bm[80 * 70], Cm[96 * 70];
@@ -173,17 +191,31 @@ static float ob[B * H * LQ * DV], wb[B * H * LQ * LK], lb[B * H * LQ], mb[LQ * L
 static ta_tensor Q, K, V, O, W, LSE, M;
 static ta_sdpa_path sdpa_path = TA_SDPA_REFERENCE;
 
+/* One ta_sdpa call with O, the weights and the LSE poisoned before it, and no kept
+ * scratch block (so that each call allocates, and each allocation is made to fail). */
+static ta_status sdpa_call(const ta_sdpa_opts *o)
+{
+    ta_scratch_cache_release();
+    POISON_ALL(ob);
+    POISON_ALL(wb);
+    POISON_ALL(lb);
+    ta_status st = ta_sdpa(&O, &Q, &K, &V, o);
+    UNTOUCHED(st, "ta_sdpa O", ob);
+    UNTOUCHED(st, "ta_sdpa weights", wb);
+    return UNTOUCHED(st, "ta_sdpa LSE", lb);
+}
+
 static ta_status op_sdpa(void)
 {
     int64_t klen[B] = {11, 4};
     ta_sdpa_opts o = {.path = sdpa_path, .causal = TA_CAUSAL_BOTTOM_RIGHT, .lse = &LSE};
-    ta_status st = ta_sdpa(&O, &Q, &K, &V, &o);
+    ta_status st = sdpa_call(&o);
     ta_sdpa_opts o2 = {.path = sdpa_path, .mask = &M, .mask_mode = TA_MASK_ADDITIVE,
                        .key_lengths = klen};
-    if (!st) st = ta_sdpa(&O, &Q, &K, &V, &o2);
+    if (!st) st = sdpa_call(&o2);
     if (!st && sdpa_path == TA_SDPA_REFERENCE) {
-        ta_sdpa_opts o3 = {.path = sdpa_path, .weights = &W};
-        st = ta_sdpa(&O, &Q, &K, &V, &o3);
+        ta_sdpa_opts o3 = {.path = sdpa_path, .weights = &W, .lse = &LSE};
+        st = sdpa_call(&o3);
     }
     return st;
 }
@@ -199,8 +231,14 @@ static ta_status op_sdpa_backward(void)
     ta_tensor_from_buffer(&dV, dvb, 4, sv, NULL);
     int64_t klen[B] = {11, 4};
     ta_sdpa_opts o = {.path = sdpa_path, .causal = TA_CAUSAL_BOTTOM_RIGHT, .key_lengths = klen};
+    POISON_ALL(dqb);
+    POISON_ALL(dkb);
+    POISON_ALL(dvb);
     /* dO = O: any tensor of O's shape will do */
-    return ta_sdpa_backward(&dQ, &dK, &dV, &O, &Q, &K, &V, &O, &LSE, &o);
+    ta_status st = ta_sdpa_backward(&dQ, &dK, &dV, &O, &Q, &K, &V, &O, &LSE, &o);
+    UNTOUCHED(st, "ta_sdpa_backward dQ", dqb);
+    UNTOUCHED(st, "ta_sdpa_backward dK", dkb);
+    return UNTOUCHED(st, "ta_sdpa_backward dV", dvb);
 }
 
 static ta_status op_npy(void)
@@ -232,12 +270,27 @@ static ta_status op_safetensors(void)
     return st;
 }
 
+/* Every parameter gradient of l is still 0 (nothing accumulated). */
+static ta_status grads_untouched(ta_status st, const ta_attention *l)
+{
+    for (int i = 0; st == TA_ENOMEM && i < ta_attention_param_count(l); i++) {
+        ta_tensor g;
+        TA_CHECK_OK(ta_attention_grad(&g, l, ta_attention_param_name(l, i)));
+        for (int64_t j = 0; j < ta_tensor_numel(&g); j++)
+            if (((float *)g.data)[j] != 0.0f)
+                fail_msg("ta_attention_backward: TA_ENOMEM but %s was accumulated",
+                         ta_attention_param_name(l, i));
+    }
+    return st;
+}
+
 static ta_status layer_case(ta_layout layout)
 {
     ta_attention *l = NULL;
     ta_status st = ta_attention_create(&l, layout, 8, 2, 3);
-    const int64_t xs[3] = {2, 7, 8}, ks[3] = {2, 11, 8}, kpm_s[2] = {2, 11};
-    float xb[2 * 7 * 8], kvb[2 * 11 * 8], yb[2 * 7 * 8], kpmb[2 * 11];
+    const int64_t xs[3] = {2, 7, 8}, ks[3] = {2, 11, 8}, kpm_s[2] = {2, 11}, ws[4] = {2, 2, 7, 11};
+    float xb[2 * 7 * 8], kvb[2 * 11 * 8], yb[2 * 7 * 8], kpmb[2 * 11], wgt[2 * 2 * 7 * 11];
+    float dxb[2 * 7 * 8];
     for (int i = 0; i < 2 * 7 * 8; i++) xb[i] = (float)(i % 13) * 0.1f;
     for (int i = 0; i < 2 * 11 * 8; i++) kvb[i] = (float)(i % 7) * 0.2f - 0.5f;
     for (int i = 0; i < 2 * 11; i++) kpmb[i] = i % 11 < 9;
@@ -246,9 +299,32 @@ static ta_status layer_case(ta_layout layout)
     ta_tensor_from_buffer(&kv, kvb, 3, ks, NULL);
     ta_tensor_from_buffer(&y, yb, 3, xs, NULL);
     ta_tensor_from_buffer(&kpm, kpmb, 2, kpm_s, NULL);
+    ta_tensor w, dx;
+    ta_tensor_from_buffer(&w, wgt, 4, ws, NULL);
+    ta_tensor_from_buffer(&dx, dxb, 3, xs, NULL);
     ta_attention_opts o = {.causal = TA_CAUSAL_TOP_LEFT, .key_padding_mask = &kpm};
-    if (!st) st = ta_attention_forward(&y, l, &x, &x, &x, NULL);
-    if (!st) st = ta_attention_forward(&y, l, &x, &kv, &kv, &o);
+    ta_attention_opts ow = {.key_padding_mask = &kpm, .weights = &w};
+    if (!st) {
+        POISON_ALL(yb);
+        st = UNTOUCHED(ta_attention_forward(&y, l, &x, &x, &x, NULL), "layer forward out", yb);
+    }
+    if (!st) {
+        POISON_ALL(yb);
+        st = UNTOUCHED(ta_attention_forward(&y, l, &x, &kv, &kv, &o), "layer forward out", yb);
+    }
+    if (!st) { /* the reference path, for the weights */
+        POISON_ALL(yb);
+        POISON_ALL(wgt);
+        st = ta_attention_forward(&y, l, &x, &kv, &kv, &ow);
+        UNTOUCHED(st, "layer forward out", yb);
+        UNTOUCHED(st, "layer forward weights", wgt);
+    }
+    if (!st) { /* dL/dy = y: nothing accumulates on failure */
+        POISON_ALL(dxb);
+        st = ta_attention_backward(&dx, NULL, NULL, l, &y, &x, &kv, &kv, &o);
+        UNTOUCHED(st, "layer backward d_queries", dxb);
+        st = grads_untouched(st, l);
+    }
     if (!st) st = ta_attention_save(l, path_out);
     ta_attention_free(l);
     return st;
@@ -321,8 +397,8 @@ static void test_einsum_into(void **s) { (void)s; sweep("einsum into out", op_ei
 static void test_gemm(void **s) { (void)s; sweep("sgemm", op_gemm); }
 static void test_npy(void **s) { (void)s; sweep("npy save/load", op_npy); }
 static void test_safetensors(void **s) { (void)s; sweep("safetensors save/open/get", op_safetensors); }
-static void test_layer_seed(void **s) { (void)s; sweep("seed layer create/forward/save", op_layer_seed); }
-static void test_layer_torch(void **s) { (void)s; sweep("torch layer create/forward/save", op_layer_torch); }
+static void test_layer_seed(void **s) { (void)s; sweep("seed layer create/forward/backward/save", op_layer_seed); }
+static void test_layer_torch(void **s) { (void)s; sweep("torch layer create/forward/backward/save", op_layer_torch); }
 static void test_layer_load(void **s) { (void)s; sweep("layer load", op_layer_load); }
 
 static void test_sdpa_reference(void **s)
@@ -349,12 +425,6 @@ static void test_sdpa_backward(void **s)
 static void test_sdpa_fused(void **s)
 {
     (void)s;
-    ta_sdpa_opts o = {.path = TA_SDPA_FUSED};
-    if (ta_sdpa(&O, &Q, &K, &V, &o) == TA_EUNSUPPORTED) {
-        print_message("[ SKIPPED  ] fused path: ta_sdpa returned TA_EUNSUPPORTED (%s)\n",
-                      ta_last_error());
-        return;
-    }
     sdpa_path = TA_SDPA_FUSED;
     sweep("ta_sdpa fused", op_sdpa);
     sdpa_path = TA_SDPA_AUTO;
