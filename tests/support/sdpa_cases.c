@@ -15,15 +15,6 @@ ta_sdpa_case ta_sdpa_case_shape(int64_t B, int64_t H, int64_t Hkv, int64_t Lq, i
                           .seed = seed};
 }
 
-/* Advances idx over shape in C order (the last index fastest). */
-static void next_index(int ndim, const int64_t *shape, int64_t *idx)
-{
-    for (int d = ndim - 1; d >= 0; d--) {
-        if (++idx[d] < shape[d]) return;
-        idx[d] = 0;
-    }
-}
-
 /* A [s0, s1, s2, s3] view: contiguous, or a permuted and sliced view of a bigger buffer
  * (layout [s0, s2, s1, 2 * s3 + 1] read every 2nd element of the last dim, so no dim is
  * unit-stride-contiguous except through the permute). Either way filled with NaN: an
@@ -149,34 +140,6 @@ const char *ta_sdpa_case_name(const ta_sdpa_case *c, char *buf, size_t size)
     return buf;
 }
 
-double ta_sdpa_max_err(const ta_tensor *t, const double *ref, double rel)
-{
-    int64_t idx[TA_MAX_DIMS] = {0}, n = ta_tensor_numel(t);
-    double worst = 0;
-    for (int64_t e = 0; e < n; e++) {
-        double a = *ta_tensor_at_const(t, idx), b = ref[e], d;
-        if (isnan(a) || isnan(b)) d = isnan(a) && isnan(b) ? 0 : INFINITY;
-        else if (isinf(a) || isinf(b)) d = a == b ? 0 : INFINITY;
-        else d = fabs(a - b) / fmax(1.0, rel * fabs(b));
-        if (d > worst) worst = d;
-        next_index(t->ndim, t->shape, idx);
-    }
-    return worst;
-}
-
-/* A tensor's elements in C order, as doubles (NULL-free even when empty). */
-static double *to_f64(const ta_tensor *t)
-{
-    int64_t idx[TA_MAX_DIMS] = {0}, n = ta_tensor_numel(t);
-    double *r = malloc(sizeof(double) * (size_t)(n ? n : 1));
-    assert_non_null(r);
-    for (int64_t e = 0; e < n; e++) {
-        r[e] = *ta_tensor_at_const(t, idx);
-        next_index(t->ndim, t->shape, idx);
-    }
-    return r;
-}
-
 static const char *path_name(ta_sdpa_path path)
 {
     return path == TA_SDPA_FUSED ? "fused" : path == TA_SDPA_REFERENCE ? "reference" : "auto";
@@ -191,7 +154,7 @@ static void expect_same_bits(const ta_tensor *a, const ta_tensor *b, const char 
         if (memcmp(x, y, sizeof(float)) != 0)
             fail_msg("%s: element %lld is %.9g, then %.9g", what, (long long)e, (double)*x,
                      (double)*y);
-        next_index(a->ndim, a->shape, idx);
+        ta_test_next_index(a->ndim, a->shape, idx);
     }
 }
 
@@ -219,8 +182,8 @@ void ta_sdpa_case_check(const ta_sdpa_case *c, ta_sdpa_path path)
     /* The fused path never reads V at a key of weight 0; the reference path multiplies
      * it by 0 (as PyTorch), which the oracle follows per path. */
     ta_test_sdpa_f64(O, W, L, &t.q, &t.k, &t.v, &o, scale, path == TA_SDPA_FUSED);
-    double eo = ta_sdpa_max_err(&t.o, O, 0.0), el = ta_sdpa_max_err(&t.lse, L, 1.0),
-           ew = W ? ta_sdpa_max_err(&w, W, 0.0) : 0.0;
+    double eo = ta_test_max_err(&t.o, O, 0.0, 0, NULL), el = ta_test_max_err(&t.lse, L, 1.0, 0, NULL);
+    double ew = W ? ta_test_max_err(&w, W, 0.0, 0, NULL) : 0.0;
     if (!(eo <= 1e-5 && el <= 1e-5 && ew <= 1e-5))
         fail_msg("%s vs float64: %s: max err O %.3g, LSE %.3g, weights %.3g", path_name(path),
                  name, eo, el, ew);
@@ -257,8 +220,8 @@ void ta_sdpa_case_check_agree(const ta_sdpa_case *c)
     r.lse = &l2;
     r.path = TA_SDPA_REFERENCE;
     TA_CHECK_OK(ta_sdpa(&o2, &t.q, &t.k, &t.v, &r));
-    double *O = to_f64(&o2), *L = to_f64(&l2);
-    double eo = ta_sdpa_max_err(&t.o, O, 0.0), el = ta_sdpa_max_err(&t.lse, L, 1.0);
+    double *O = ta_test_to_f64(&o2), *L = ta_test_to_f64(&l2);
+    double eo = ta_test_max_err(&t.o, O, 0.0, 0, NULL), el = ta_test_max_err(&t.lse, L, 1.0, 0, NULL);
     if (!(eo <= 1e-5 && el <= 1e-5))
         fail_msg("fused vs reference: %s: max err O %.3g, LSE %.3g", name, eo, el);
     free(O);

@@ -70,11 +70,6 @@ ta_sdpa_opts ta_sdpa_case_opts(const ta_sdpa_case *c, ta_sdpa_case_tensors *t, t
 /* "B2 H4/2 Lq37 Lk75 D65 Dv33 causal 2 mask 1/0 len 0 view 1 scale 0" for messages. */
 const char *ta_sdpa_case_name(const ta_sdpa_case *c, char *buf, size_t size);
 
-/* max over the elements of t (any strides) against C-order doubles of
- * |t - ref| / max(1, rel * |ref|); NaN must meet NaN and an infinity the same
- * infinity, else +inf. */
-double ta_sdpa_max_err(const ta_tensor *t, const double *ref, double rel);
-
 /* Runs case c on `path` (TA_SDPA_REFERENCE or TA_SDPA_FUSED) through ta_sdpa and fails
  * unless O (absolute) and LSE (relative to max(1, |LSE|)) are within 1e-5 of the
  * oracle; on the reference path also the weights (absolute). A second call without the

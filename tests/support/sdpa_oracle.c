@@ -1,5 +1,5 @@
 #include "sdpa_oracle.h"
-#include "fixtures.h"
+#include "fixture_cases.h"
 #include "ta_test.h"
 
 #include <math.h>
@@ -94,4 +94,34 @@ ta_test_sdpa_meta ta_test_sdpa_case_meta(const char *meta)
     ta_fixture_meta_get(meta, "layout", buf, sizeof buf);
     m.blhd = !strcmp(buf, "blhd");
     return m;
+}
+
+void ta_test_sdpa_inputs_load(ta_test_sdpa_inputs *in, const ta_fixture_file *f, const char *c)
+{
+    memset(in, 0, sizeof *in);
+    in->m = ta_test_sdpa_case_meta(ta_fixture_case_meta(f, c));
+    in->layout = in->m.blhd ? TA_TEST_BLHD : TA_TEST_BHLD;
+    ta_tensor *views[3] = {&in->q, &in->k, &in->v}, *stores[3] = {&in->qs, &in->ks, &in->vs};
+    const char *roles[3] = {"q", "k", "v"};
+    for (int i = 0; i < 3; i++) {
+        ta_tensor t;
+        TA_CHECK_OK(ta_fixture_tensor(&t, ta_fixture_need(f, c, roles[i])));
+        assert_int_equal(t.ndim, 4);
+        ta_test_tensor4(views[i], stores[i], t.shape, in->layout, &t);
+        ta_tensor_free(&t);
+    }
+    const ta_fixture_record *mr = ta_fixture_case_record(f, c, "mask");
+    if (mr) TA_CHECK_OK(ta_fixture_tensor(&in->mask, mr));
+    in->key_lengths = ta_fixture_case_i64(f, c, "key_lengths");
+    in->opts = (ta_sdpa_opts){.scale = in->m.scale, .causal = in->m.causal,
+                              .mask = mr ? &in->mask : NULL, .mask_mode = in->m.mode,
+                              .key_lengths = in->key_lengths};
+}
+
+void ta_test_sdpa_inputs_free(ta_test_sdpa_inputs *in)
+{
+    ta_tensor *all[] = {&in->qs, &in->ks, &in->vs, &in->mask};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ta_tensor_free(all[i]);
+    free(in->key_lengths);
+    memset(in, 0, sizeof *in);
 }
