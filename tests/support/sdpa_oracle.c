@@ -28,6 +28,9 @@ void ta_test_sdpa_f64(double *O, double *W, double *L, const ta_tensor *Q, const
     int64_t Hkv = K->shape[1], Lk = K->shape[2], Dv = V->shape[3], G = H / Hkv;
     double *s = malloc(sizeof(double) * (size_t)(Lk ? Lk : 1));
     double *w = malloc(sizeof(double) * (size_t)(Lk ? Lk : 1));
+    /* Q, K, V in C order as doubles: element (b, h, l, d) of X [B, Hx, L, Dx] at
+     * ((b * Hx + h) * L + l) * Dx + d. */
+    double *q = ta_test_to_f64(Q), *k = ta_test_to_f64(K), *v = ta_test_to_f64(V);
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)
             for (int64_t i = 0; i < Lq; i++) {
@@ -45,9 +48,9 @@ void ta_test_sdpa_f64(double *O, double *W, double *L, const ta_tensor *Q, const
                         s[j] = -INFINITY;
                         continue;
                     }
+                    const double *qr = q + row * D, *kr = k + ((b * Hkv + kh) * Lk + j) * D;
                     double acc = 0;
-                    for (int64_t d = 0; d < D; d++)
-                        acc += ta_test_at4(Q, b, h, i, d) * ta_test_at4(K, b, kh, j, d);
+                    for (int64_t d = 0; d < D; d++) acc += qr[d] * kr[d];
                     s[j] = acc * scale + (op->mask && op->mask_mode == TA_MASK_ADDITIVE ? mv : 0.0);
                     if (isnan(s[j]) || s[j] == INFINITY) bad = 1;
                     else if (s[j] > mx) mx = s[j];
@@ -66,13 +69,16 @@ void ta_test_sdpa_f64(double *O, double *W, double *L, const ta_tensor *Q, const
                         double acc = 0;
                         for (int64_t j = 0; j < Lk; j++)
                             if (!skip_zero_weights || w[j] != 0)
-                                acc += w[j] * ta_test_at4(V, b, kh, j, d);
+                                acc += w[j] * v[((b * Hkv + kh) * Lk + j) * Dv + d];
                         out[d] = acc;
                     }
                 }
                 if (W)
                     for (int64_t j = 0; j < Lk; j++) W[row * Lk + j] = w[j];
             }
+    free(q);
+    free(k);
+    free(v);
     free(w);
     free(s);
 }
