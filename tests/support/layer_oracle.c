@@ -56,13 +56,17 @@ static void softmax_ref(double *x, int64_t n)
     for (int64_t j = 0; j < n; j++) x[j] /= s;
 }
 
-/* The seed's SelfAttention.forward, literally, in double. out [N, Lq, E]; att [N, H, Lq, Lk]. */
-static void seed_ref(double *out, double *att, const ta_attention *l, const ref_problem *p)
+/* The layer's forward in double. out [N, Lq, E]; att [N, H, Lq, Lk] per head.
+ * Seed layout: the seed's SelfAttention.forward, literally: x.reshape(N, L, H, D), a
+ * Linear(D, D) without bias per projection on the last axis, masked_fill(mask == 0,
+ * -1e20) before the 1/sqrt(D) scaling. Torch layout: nn.MultiheadAttention(batch_first=
+ * True).forward: in_proj (E -> 3E with bias), the additive mask after the scaling, and
+ * rows with nothing to attend give zeros (PyTorch: NaN). Both keep the projected
+ * heads as [N, L, H, D], so (n, l, h, d) is element (n * L + l) * E + h * D + d. */
+static void layer_ref(double *out, double *att, const ta_attention *l, const ref_problem *p)
 {
     const int64_t N = p->N, Lq = p->Lq, Lk = p->Lk, E = p->E, H = p->H, D = E / H;
-    double *Wv = ta_test_layer_param_f64(l, "values.weight", NULL), *Wk = ta_test_layer_param_f64(l, "keys.weight", NULL);
-    double *Wq = ta_test_layer_param_f64(l, "queries.weight", NULL), *Wo = ta_test_layer_param_f64(l, "fc_out.weight", NULL);
-    double *bo = ta_test_layer_param_f64(l, "fc_out.bias", NULL);
+    const int seed = ta_attention_layout(l) == TA_LAYOUT_SEED;
     double *xq = malloc(sizeof(double) * (size_t)(N * Lq * E + 1));
     double *xk = malloc(sizeof(double) * (size_t)(N * Lk * E + 1));
     double *xv = malloc(sizeof(double) * (size_t)(N * Lk * E + 1));
@@ -70,74 +74,50 @@ static void seed_ref(double *out, double *att, const ta_attention *l, const ref_
     double *kp = malloc(sizeof(double) * (size_t)(N * Lk * E + 1));
     double *vp = malloc(sizeof(double) * (size_t)(N * Lk * E + 1));
     double *heads = calloc((size_t)(N * Lq * E + 1), sizeof(double));
+    double *row = malloc(sizeof(double) * (size_t)(Lk + 1));
     for (int64_t i = 0; i < N * Lq * E; i++) xq[i] = p->q[i];
     for (int64_t i = 0; i < N * Lk * E; i++) { xk[i] = p->k[i]; xv[i] = p->v[i]; }
-    /* reshape(N, L, H, D) then Linear(D, D) on the last axis: rows (n, l, h) */
-    linear_ref(qp, xq, N * Lq * H, D, D, Wq, NULL);
-    linear_ref(kp, xk, N * Lk * H, D, D, Wk, NULL);
-    linear_ref(vp, xv, N * Lk * H, D, D, Wv, NULL);
-    double *row = malloc(sizeof(double) * (size_t)(Lk + 1));
+    double *Wo, *bo;
+    if (seed) { /* rows (n, l, h) of D values */
+        double *Wq = ta_test_layer_param_f64(l, "queries.weight", NULL);
+        double *Wk = ta_test_layer_param_f64(l, "keys.weight", NULL);
+        double *Wv = ta_test_layer_param_f64(l, "values.weight", NULL);
+        linear_ref(qp, xq, N * Lq * H, D, D, Wq, NULL);
+        linear_ref(kp, xk, N * Lk * H, D, D, Wk, NULL);
+        linear_ref(vp, xv, N * Lk * H, D, D, Wv, NULL);
+        free(Wq); free(Wk); free(Wv);
+        Wo = ta_test_layer_param_f64(l, "fc_out.weight", NULL);
+        bo = ta_test_layer_param_f64(l, "fc_out.bias", NULL);
+    } else { /* rows (n, l) of E values; in_proj_weight stacks q, k, v */
+        double *Win = ta_test_layer_param_f64(l, "in_proj_weight", NULL);
+        double *bin = ta_test_layer_param_f64(l, "in_proj_bias", NULL);
+        linear_ref(qp, xq, N * Lq, E, E, Win, bin);
+        linear_ref(kp, xk, N * Lk, E, E, Win + E * E, bin + E);
+        linear_ref(vp, xv, N * Lk, E, E, Win + 2 * E * E, bin + 2 * E);
+        free(Win); free(bin);
+        Wo = ta_test_layer_param_f64(l, "out_proj.weight", NULL);
+        bo = ta_test_layer_param_f64(l, "out_proj.bias", NULL);
+    }
     for (int64_t n = 0; n < N; n++)
         for (int64_t h = 0; h < H; h++)
             for (int64_t i = 0; i < Lq; i++) {
                 for (int64_t j = 0; j < Lk; j++) {
                     double e = 0.0; /* einsum nqhd,nkhd->nhqk */
                     for (int64_t d = 0; d < D; d++)
-                        e += qp[((n * Lq + i) * H + h) * D + d] * kp[((n * Lk + j) * H + h) * D + d];
-                    if (p->bias4 && p->bias4[((n * H + h) * Lq + i) * Lk + j] == -INFINITY)
-                        e = (double)-1e20f; /* masked_fill(mask == 0, -1e20) */
-                    row[j] = e / sqrt((double)D);
+                        e += qp[(n * Lq + i) * E + h * D + d] * kp[(n * Lk + j) * E + h * D + d];
+                    double bias = p->bias4 ? p->bias4[((n * H + h) * Lq + i) * Lk + j] : 0.0;
+                    if (seed && bias == -INFINITY) e = (double)-1e20f; /* masked_fill(mask == 0, -1e20) */
+                    row[j] = e / sqrt((double)D) + (seed ? 0.0 : bias);
                 }
                 softmax_ref(row, Lk);
                 for (int64_t j = 0; j < Lk; j++) {
                     if (att) att[((n * H + h) * Lq + i) * Lk + j] = row[j];
                     for (int64_t d = 0; d < D; d++) /* einsum nhql,nlhd->nqhd */
-                        heads[((n * Lq + i) * H + h) * D + d] += row[j] * vp[((n * Lk + j) * H + h) * D + d];
-                }
-            }
-    linear_ref(out, heads, N * Lq, E, E, Wo, bo);
-    free(Wv); free(Wk); free(Wq); free(Wo); free(bo);
-    free(xq); free(xk); free(xv); free(qp); free(kp); free(vp); free(heads); free(row);
-}
-
-/* nn.MultiheadAttention(batch_first=True).forward in double; all-blocked rows give
- * zeros (PyTorch: NaN). att [N, H, Lq, Lk] per head. */
-static void torch_ref(double *out, double *att, const ta_attention *l, const ref_problem *p)
-{
-    const int64_t N = p->N, Lq = p->Lq, Lk = p->Lk, E = p->E, H = p->H, D = E / H;
-    double *Win = ta_test_layer_param_f64(l, "in_proj_weight", NULL), *bin = ta_test_layer_param_f64(l, "in_proj_bias", NULL);
-    double *Wo = ta_test_layer_param_f64(l, "out_proj.weight", NULL), *bo = ta_test_layer_param_f64(l, "out_proj.bias", NULL);
-    double *xq = malloc(sizeof(double) * (size_t)(N * Lq * E + 1));
-    double *xk = malloc(sizeof(double) * (size_t)(N * Lk * E + 1));
-    double *xv = malloc(sizeof(double) * (size_t)(N * Lk * E + 1));
-    double *qp = malloc(sizeof(double) * (size_t)(N * Lq * E + 1));
-    double *kp = malloc(sizeof(double) * (size_t)(N * Lk * E + 1));
-    double *vp = malloc(sizeof(double) * (size_t)(N * Lk * E + 1));
-    double *heads = calloc((size_t)(N * Lq * E + 1), sizeof(double));
-    for (int64_t i = 0; i < N * Lq * E; i++) xq[i] = p->q[i];
-    for (int64_t i = 0; i < N * Lk * E; i++) { xk[i] = p->k[i]; xv[i] = p->v[i]; }
-    linear_ref(qp, xq, N * Lq, E, E, Win, bin);
-    linear_ref(kp, xk, N * Lk, E, E, Win + E * E, bin + E);
-    linear_ref(vp, xv, N * Lk, E, E, Win + 2 * E * E, bin + 2 * E);
-    double *row = malloc(sizeof(double) * (size_t)(Lk + 1));
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t h = 0; h < H; h++)
-            for (int64_t i = 0; i < Lq; i++) {
-                for (int64_t j = 0; j < Lk; j++) {
-                    double e = 0.0;
-                    for (int64_t d = 0; d < D; d++)
-                        e += qp[(n * Lq + i) * E + h * D + d] * kp[(n * Lk + j) * E + h * D + d];
-                    row[j] = e / sqrt((double)D) + (p->bias4 ? p->bias4[((n * H + h) * Lq + i) * Lk + j] : 0.0);
-                }
-                softmax_ref(row, Lk);
-                for (int64_t j = 0; j < Lk; j++) {
-                    if (att) att[((n * H + h) * Lq + i) * Lk + j] = row[j];
-                    for (int64_t d = 0; d < D; d++)
                         heads[(n * Lq + i) * E + h * D + d] += row[j] * vp[(n * Lk + j) * E + h * D + d];
                 }
             }
     linear_ref(out, heads, N * Lq, E, E, Wo, bo);
-    free(Win); free(bin); free(Wo); free(bo);
+    free(Wo); free(bo);
     free(xq); free(xk); free(xv); free(qp); free(kp); free(vp); free(heads); free(row);
 }
 
@@ -181,8 +161,7 @@ double ta_test_layer_check_at(int line, ta_attention *l, const ta_tensor *q, con
     ref_problem p = {N, Lq, Lk, E, H, qc.data, kc.data, vc.data, bias4};
     double *ref = malloc(sizeof(double) * (size_t)(N * Lq * E + 1));
     double *att = malloc(sizeof(double) * (size_t)(N * H * Lq * Lk + 1));
-    if (ta_attention_layout(l) == TA_LAYOUT_SEED) seed_ref(ref, att, l, &p);
-    else torch_ref(ref, att, l, &p);
+    layer_ref(ref, att, l, &p);
     double err = ta_test_max_abs_diff(out.data, ref, (size_t)(N * Lq * E));
     if (!(err <= tol)) fail_msg("line %d: output differs from the float64 oracle by %g (tol %g)", line, err, tol);
     if (want_w == 1) {
