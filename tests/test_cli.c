@@ -4,7 +4,7 @@
  * leaves no output file. */
 #include "ta_test.h"
 #include "cli_run.h"
-#include "fixtures.h"
+#include "fixture_cases.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -12,212 +12,187 @@
 #include <string.h>
 #include <unistd.h>
 
-/* One error line, "tensorattn: error: ...", containing needle. */
-static void expect_error(const char **argv, int code, const char *needle)
+/* One sdpa fixture case through `tensorattn sdpa`: output, LSE (-inf rows must match)
+ * and, when the case has them, the weights against the fixture's float64 values. */
+static void cli_sdpa_case(const ta_fixture_file *f, const char *name, void *ctx)
 {
+    (void)ctx;
+    char causal[32], mode[32], scale[64];
+    const char *argv[40] = {0};
+    int a = 1;
+    argv[a++] = "sdpa";
+    a = ta_cli_sdpa_inputs(argv, a, f, name, causal, mode, scale);
+    const ta_fixture_record *w = ta_fixture_case_record(f, name, "weights");
+    argv[a++] = "-o";
+    argv[a++] = ta_cli_path("o.npy");
+    argv[a++] = "--lse";
+    argv[a++] = ta_cli_path("lse.npy");
+    if (w) {
+        argv[a++] = "--weights";
+        argv[a++] = ta_cli_path("w.npy");
+    }
     int rc = ta_cli_run(argv);
-    if (rc != code) fail_msg("exit %d, expected %d; stderr: %s", rc, code, ta_cli_err);
-    if (strncmp(ta_cli_err, "tensorattn: error: ", 19) != 0)
-        fail_msg("stderr does not start with 'tensorattn: error: ': %s", ta_cli_err);
-    char *nl = strchr(ta_cli_err, '\n');
-    if (!nl || nl[1] != '\0') fail_msg("stderr is not exactly one line: %s", ta_cli_err);
-    if (!strstr(ta_cli_err, needle)) fail_msg("stderr lacks '%s': %s", needle, ta_cli_err);
+    if (rc != 0) fail_msg("case %s: exit %d: %s", name, rc, ta_cli_err);
+    double d = ta_cli_compare_npy(ta_cli_path("o.npy"), ta_fixture_need(f, name, "out"));
+    if (d > 1e-5) fail_msg("case %s: output differs by %g", name, d);
+    ta_tensor l;
+    TA_CHECK_OK(ta_npy_load(&l, ta_cli_path("lse.npy")));
+    ta_fixture_expect_close(name, "lse", &l, ta_fixture_need(f, name, "lse"), 1.0, 1e-5);
+    ta_tensor_free(&l);
+    if (w) {
+        d = ta_cli_compare_npy(ta_cli_path("w.npy"), w);
+        if (d > 1e-5) fail_msg("case %s: weights differ by %g", name, d);
+    }
 }
 
 static void test_sdpa_fixtures(void **state)
 {
     (void)state;
-    ta_fixture_file *f;
-    TA_CHECK_OK(ta_fixture_open(&f, "sdpa.tafx"));
-    int ran = 0;
-    for (int c = 0; c < ta_fixture_case_count(f); c++) {
-        const char *name = ta_fixture_case_name(f, c);
-        const char *meta = ta_fixture_case_meta(f, name);
-        char layout[32], causal[32], mode[32], scale[64];
-        ta_fixture_meta_get(meta, "layout", layout, sizeof layout);
-        if (strcmp(layout, "bhld") != 0) continue; /* the CLI takes [B,H,L,D] files */
-        const char *argv[40] = {0};
-        int a = 1;
-        argv[a++] = "sdpa";
-        a = ta_cli_sdpa_inputs(argv, a, f, name, causal, mode, scale);
-        const ta_fixture_record *w = ta_fixture_case_record(f, name, "weights");
-        argv[a++] = "-o";
-        argv[a++] = ta_cli_path("o.npy");
-        argv[a++] = "--lse";
-        argv[a++] = ta_cli_path("lse.npy");
-        if (w) {
-            argv[a++] = "--weights";
-            argv[a++] = ta_cli_path("w.npy");
+    /* the CLI takes [B,H,L,D] files */
+    assert_true(ta_fixture_cases_run("sdpa.tafx", "layout", "bhld", cli_sdpa_case, NULL) >= 20);
+}
+
+/* One layer case through `tensorattn mha` (cases with a key padding mask, which has no
+ * CLI flag, are passed over); the output against torch's float64 one. */
+static void cli_mha_case(const ta_fixture_file *f, const char *name, void *ctx)
+{
+    int *ran = ctx;
+    const char *meta = ta_fixture_case_meta(f, name);
+    char kind[16], heads[16], mode[16], causal[8], self[8];
+    ta_fixture_meta_get(meta, "kind", kind, sizeof kind);
+    ta_fixture_meta_get(meta, "heads", heads, sizeof heads);
+    int has_mode = ta_fixture_meta_get(meta, "mask_mode", mode, sizeof mode);
+    int is_causal = ta_fixture_meta_get(meta, "causal", causal, sizeof causal) && causal[0] == '1';
+    int is_self = ta_fixture_meta_get(meta, "self", self, sizeof self) && self[0] == '1';
+    if (ta_fixture_case_record(f, name, "key_padding_mask")) return; /* not a CLI flag */
+    /* parameters -> a .safetensors file by state_dict name */
+    const char *names[8];
+    ta_tensor params[8];
+    const ta_tensor *pp[8];
+    int np = 0;
+    for (int r = 0; r < ta_fixture_record_count(f); r++) {
+        const ta_fixture_record *rec = ta_fixture_record_at(f, r);
+        size_t ln = strlen(name);
+        if (strncmp(rec->name, name, ln) == 0 && strncmp(rec->name + ln, "/p.", 3) == 0) {
+            assert_true(np < 8);
+            names[np] = rec->name + ln + 3;
+            TA_CHECK_OK(ta_fixture_tensor(&params[np], rec));
+            pp[np] = &params[np];
+            np++;
         }
-        int rc = ta_cli_run(argv);
-        if (rc != 0) fail_msg("case %s: exit %d: %s", name, rc, ta_cli_err);
-        double d = ta_cli_compare_npy(ta_cli_path("o.npy"), ta_fixture_case_record(f, name, "out"));
-        if (d > 1e-5) fail_msg("case %s: output differs by %g", name, d);
-        /* LSE: -inf rows must match; compare_npy treats inf - inf as NaN -> fail */
-        ta_tensor l;
-        TA_CHECK_OK(ta_npy_load(&l, ta_cli_path("lse.npy")));
-        const ta_fixture_record *lr = ta_fixture_case_record(f, name, "lse");
-        double *want = malloc(sizeof(double) * (size_t)lr->numel);
-        TA_CHECK_OK(ta_fixture_to_f64(want, (size_t)lr->numel, lr));
-        for (int64_t i = 0; i < lr->numel; i++) {
-            float got = ((float *)l.data)[i];
-            if (isinf(want[i]) || isnan(want[i])) {
-                if (!(isnan(want[i]) ? isnan(got) : got == (float)want[i]))
-                    fail_msg("case %s: lse[%lld] = %g, want %g", name, (long long)i, (double)got, want[i]);
-            } else if (fabs(got - want[i]) > 1e-5 * fmax(1.0, fabs(want[i]))) {
-                fail_msg("case %s: lse[%lld] = %g, want %g", name, (long long)i, (double)got, want[i]);
-            }
-        }
-        free(want);
-        ta_tensor_free(&l);
-        if (w) {
-            d = ta_cli_compare_npy(ta_cli_path("w.npy"), w);
-            if (d > 1e-5) fail_msg("case %s: weights differ by %g", name, d);
-        }
-        ran++;
     }
-    assert_true(ran >= 20);
-    ta_fixture_close(f);
+    TA_CHECK_OK(ta_safetensors_save(ta_cli_path("w.safetensors"), np, names, pp));
+    for (int i = 0; i < np; i++) ta_tensor_free(&params[i]);
+    ta_cli_save_record(ta_cli_path("x.npy"), ta_fixture_case_record(f, name, "queries"));
+    const char *argv[32] = {0};
+    int a = 1;
+    argv[a++] = "mha";
+    argv[a++] = "--weights";
+    argv[a++] = ta_cli_path("w.safetensors");
+    argv[a++] = "--layout";
+    argv[a++] = kind;
+    argv[a++] = "--heads";
+    argv[a++] = heads;
+    argv[a++] = "--input";
+    argv[a++] = ta_cli_path("x.npy");
+    if (!is_self) {
+        ta_cli_save_record(ta_cli_path("k.npy"), ta_fixture_case_record(f, name, "keys"));
+        ta_cli_save_record(ta_cli_path("v.npy"), ta_fixture_case_record(f, name, "values"));
+        argv[a++] = "--keys";
+        argv[a++] = ta_cli_path("k.npy");
+        argv[a++] = "--values";
+        argv[a++] = ta_cli_path("v.npy");
+    }
+    const ta_fixture_record *mask = ta_fixture_case_record(f, name, "mask");
+    if (mask) {
+        ta_cli_save_record(ta_cli_path("m.npy"), mask);
+        argv[a++] = "--mask";
+        argv[a++] = ta_cli_path("m.npy");
+        if (has_mode) {
+            argv[a++] = "--mask-mode";
+            argv[a++] = mode;
+        }
+    }
+    if (is_causal) argv[a++] = "--causal";
+    argv[a++] = "-o";
+    argv[a++] = ta_cli_path("y.npy");
+    /* argv[1] is the command */
+    argv[1] = "mha";
+    int rc = ta_cli_run(argv);
+    if (rc != 0) fail_msg("case %s: exit %d: %s", name, rc, ta_cli_err);
+    double d = ta_cli_compare_npy(ta_cli_path("y.npy"), ta_fixture_case_record(f, name, "out64"));
+    if (d > 1e-5) fail_msg("case %s: output differs by %g", name, d);
+    (*ran)++;
 }
 
 static void test_mha_fixtures(void **state)
 {
     (void)state;
-    ta_fixture_file *f;
-    TA_CHECK_OK(ta_fixture_open(&f, "layers.tafx"));
     int ran = 0;
-    for (int c = 0; c < ta_fixture_case_count(f); c++) {
-        const char *name = ta_fixture_case_name(f, c);
-        const char *meta = ta_fixture_case_meta(f, name);
-        char kind[16], heads[16], mode[16], causal[8], self[8];
-        ta_fixture_meta_get(meta, "kind", kind, sizeof kind);
-        ta_fixture_meta_get(meta, "heads", heads, sizeof heads);
-        int has_mode = ta_fixture_meta_get(meta, "mask_mode", mode, sizeof mode);
-        int is_causal = ta_fixture_meta_get(meta, "causal", causal, sizeof causal) && causal[0] == '1';
-        int is_self = ta_fixture_meta_get(meta, "self", self, sizeof self) && self[0] == '1';
-        if (ta_fixture_case_record(f, name, "key_padding_mask")) continue; /* not a CLI flag */
-        /* parameters -> a .safetensors file by state_dict name */
-        const char *names[8];
-        ta_tensor params[8];
-        const ta_tensor *pp[8];
-        int np = 0;
-        for (int r = 0; r < ta_fixture_record_count(f); r++) {
-            const ta_fixture_record *rec = ta_fixture_record_at(f, r);
-            size_t ln = strlen(name);
-            if (strncmp(rec->name, name, ln) == 0 && strncmp(rec->name + ln, "/p.", 3) == 0) {
-                assert_true(np < 8);
-                names[np] = rec->name + ln + 3;
-                TA_CHECK_OK(ta_fixture_tensor(&params[np], rec));
-                pp[np] = &params[np];
-                np++;
-            }
-        }
-        TA_CHECK_OK(ta_safetensors_save(ta_cli_path("w.safetensors"), np, names, pp));
-        for (int i = 0; i < np; i++) ta_tensor_free(&params[i]);
-        ta_cli_save_record(ta_cli_path("x.npy"), ta_fixture_case_record(f, name, "queries"));
-        const char *argv[32] = {0};
-        int a = 1;
-        argv[a++] = "mha";
-        argv[a++] = "--weights";
-        argv[a++] = ta_cli_path("w.safetensors");
-        argv[a++] = "--layout";
-        argv[a++] = kind;
-        argv[a++] = "--heads";
-        argv[a++] = heads;
-        argv[a++] = "--input";
-        argv[a++] = ta_cli_path("x.npy");
-        if (!is_self) {
-            ta_cli_save_record(ta_cli_path("k.npy"), ta_fixture_case_record(f, name, "keys"));
-            ta_cli_save_record(ta_cli_path("v.npy"), ta_fixture_case_record(f, name, "values"));
-            argv[a++] = "--keys";
-            argv[a++] = ta_cli_path("k.npy");
-            argv[a++] = "--values";
-            argv[a++] = ta_cli_path("v.npy");
-        }
-        const ta_fixture_record *mask = ta_fixture_case_record(f, name, "mask");
-        if (mask) {
-            ta_cli_save_record(ta_cli_path("m.npy"), mask);
-            argv[a++] = "--mask";
-            argv[a++] = ta_cli_path("m.npy");
-            if (has_mode) {
-                argv[a++] = "--mask-mode";
-                argv[a++] = mode;
-            }
-        }
-        if (is_causal) argv[a++] = "--causal";
-        argv[a++] = "-o";
-        argv[a++] = ta_cli_path("y.npy");
-        /* argv[1] is the command */
-        argv[1] = "mha";
-        int rc = ta_cli_run(argv);
-        if (rc != 0) fail_msg("case %s: exit %d: %s", name, rc, ta_cli_err);
-        double d = ta_cli_compare_npy(ta_cli_path("y.npy"), ta_fixture_case_record(f, name, "out64"));
-        if (d > 1e-5) fail_msg("case %s: output differs by %g", name, d);
-        ran++;
-    }
+    ta_fixture_cases_run("layers.tafx", NULL, NULL, cli_mha_case, &ran);
     assert_true(ran >= 5);
-    ta_fixture_close(f);
+}
+
+/* One einsum case through `tensorattn einsum`: a spec torch rejects must fail cleanly
+ * (exit 1, one error line, no file); the others within the bound of test_einsum_torch.c. */
+static void cli_einsum_case(const ta_fixture_file *f, const char *name, void *ctx)
+{
+    int *ran = ctx;
+    const char *meta = ta_fixture_case_meta(f, name);
+    char spec[256];
+    ta_fixture_meta_get(meta, "spec", spec, sizeof spec);
+    char expect[16];
+    ta_fixture_meta_get(meta, "expect", expect, sizeof expect);
+    const ta_fixture_record *b = ta_fixture_case_record(f, name, "b");
+    ta_cli_save_record(ta_cli_path("a.npy"), ta_fixture_case_record(f, name, "a"));
+    if (b) ta_cli_save_record(ta_cli_path("b.npy"), b);
+    const char *argv[10] = {0};
+    int a = 1;
+    argv[a++] = "einsum";
+    argv[a++] = spec;
+    argv[a++] = ta_cli_path("a.npy");
+    if (b) argv[a++] = ta_cli_path("b.npy");
+    argv[a++] = "-o";
+    argv[a++] = ta_cli_path("c.npy");
+    unlink(ta_cli_path("c.npy"));
+    if (strcmp(expect, "error") == 0) { /* torch rejects it: so must we, cleanly */
+        ta_cli_expect_error(argv, 1, NULL);
+        assert_false(ta_cli_exists(ta_cli_path("c.npy")));
+        return;
+    }
+    int rc = ta_cli_run(argv);
+    if (rc != 0) fail_msg("case %s (%s): exit %d: %s", name, spec, rc, ta_cli_err);
+    /* the bound of tests/test_einsum_torch.c: 1e-5 + 2 * terms * 2^-24 * einsum(|a|,|b|) */
+    const ta_fixture_record *out = ta_fixture_case_record(f, name, "out");
+    const ta_fixture_record *absout = ta_fixture_case_record(f, name, "absout");
+    char terms_text[32];
+    ta_fixture_meta_get(meta, "terms", terms_text, sizeof terms_text);
+    double terms = fmax(1.0, strtod(terms_text, NULL));
+    size_t n = (size_t)out->numel;
+    double *want = malloc(sizeof(double) * (n ? n : 1)), *absw = malloc(sizeof(double) * (n ? n : 1));
+    TA_CHECK_OK(ta_fixture_to_f64(want, n, out));
+    TA_CHECK_OK(ta_fixture_to_f64(absw, n, absout));
+    ta_tensor got;
+    TA_CHECK_OK(ta_npy_load(&got, ta_cli_path("c.npy")));
+    assert_int_equal(ta_tensor_numel(&got), out->numel);
+    for (size_t i = 0; i < n; i++) {
+        double g = ((float *)got.data)[i];
+        double tol = 1e-5 + 2.0 * terms * (1.0 / 16777216.0) * absw[i];
+        if (!(fabs(g - want[i]) <= tol) && !(isnan(g) && isnan(want[i])))
+            fail_msg("case %s (%s): element %zu = %g, want %g", name, spec, i, g, want[i]);
+    }
+    free(want);
+    free(absw);
+    ta_tensor_free(&got);
+    (*ran)++;
 }
 
 static void test_einsum_fixtures(void **state)
 {
     (void)state;
-    ta_fixture_file *f;
-    TA_CHECK_OK(ta_fixture_open(&f, "einsum.tafx"));
     int ran = 0;
-    for (int c = 0; c < ta_fixture_case_count(f); c++) {
-        const char *name = ta_fixture_case_name(f, c);
-        const char *meta = ta_fixture_case_meta(f, name);
-        char spec[256];
-        ta_fixture_meta_get(meta, "spec", spec, sizeof spec);
-        char expect[16];
-        ta_fixture_meta_get(meta, "expect", expect, sizeof expect);
-        const ta_fixture_record *b = ta_fixture_case_record(f, name, "b");
-        ta_cli_save_record(ta_cli_path("a.npy"), ta_fixture_case_record(f, name, "a"));
-        if (b) ta_cli_save_record(ta_cli_path("b.npy"), b);
-        const char *argv[10] = {0};
-        int a = 1;
-        argv[a++] = "einsum";
-        argv[a++] = spec;
-        argv[a++] = ta_cli_path("a.npy");
-        if (b) argv[a++] = ta_cli_path("b.npy");
-        argv[a++] = "-o";
-        argv[a++] = ta_cli_path("c.npy");
-        unlink(ta_cli_path("c.npy"));
-        int rc = ta_cli_run(argv);
-        if (strcmp(expect, "error") == 0) { /* torch rejects it: so must we, cleanly */
-            if (rc != 1 || strncmp(ta_cli_err, "tensorattn: error: ", 19) != 0)
-                fail_msg("case %s (%s): exit %d, expected 1: %s", name, spec, rc, ta_cli_err);
-            assert_false(ta_cli_exists(ta_cli_path("c.npy")));
-            continue;
-        }
-        if (rc != 0) fail_msg("case %s (%s): exit %d: %s", name, spec, rc, ta_cli_err);
-        /* the bound of tests/test_einsum_torch.c: 1e-5 + 2 * terms * 2^-24 * einsum(|a|,|b|) */
-        const ta_fixture_record *out = ta_fixture_case_record(f, name, "out");
-        const ta_fixture_record *absout = ta_fixture_case_record(f, name, "absout");
-        char terms_text[32];
-        ta_fixture_meta_get(meta, "terms", terms_text, sizeof terms_text);
-        double terms = fmax(1.0, strtod(terms_text, NULL));
-        size_t n = (size_t)out->numel;
-        double *want = malloc(sizeof(double) * (n ? n : 1)), *absw = malloc(sizeof(double) * (n ? n : 1));
-        TA_CHECK_OK(ta_fixture_to_f64(want, n, out));
-        TA_CHECK_OK(ta_fixture_to_f64(absw, n, absout));
-        ta_tensor got;
-        TA_CHECK_OK(ta_npy_load(&got, ta_cli_path("c.npy")));
-        assert_int_equal(ta_tensor_numel(&got), out->numel);
-        for (size_t i = 0; i < n; i++) {
-            double g = ((float *)got.data)[i];
-            double tol = 1e-5 + 2.0 * terms * (1.0 / 16777216.0) * absw[i];
-            if (!(fabs(g - want[i]) <= tol) && !(isnan(g) && isnan(want[i])))
-                fail_msg("case %s (%s): element %zu = %g, want %g", name, spec, i, g, want[i]);
-        }
-        free(want);
-        free(absw);
-        ta_tensor_free(&got);
-        ran++;
-    }
+    ta_fixture_cases_run("einsum.tafx", NULL, NULL, cli_einsum_case, &ran);
     assert_true(ran >= 30);
-    ta_fixture_close(f);
 }
 
 static void make_qkv(int64_t dq, int64_t dk)
@@ -239,42 +214,42 @@ static void test_errors(void **state)
     make_qkv(4, 8);
     const char *o = ta_cli_path("never.npy");
     unlink(o);
-    expect_error((const char *[]){"", NULL}, 2, "missing command");
-    expect_error((const char *[]){"", "frobnicate", NULL}, 2, "unknown command 'frobnicate'");
-    expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("eq.npy"), NULL}, 2, "needs --q, --k, --v and -o");
-    expect_error((const char *[]){"", "sdpa", "--bogus", NULL}, 2, "unknown option '--bogus'");
-    expect_error((const char *[]){"", "sdpa", "--q", NULL}, 2, "needs a value");
-    expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("eq.npy"), "--k", ta_cli_path("ek.npy"), "--v",
+    ta_cli_expect_error((const char *[]){"", NULL}, 2, "missing command");
+    ta_cli_expect_error((const char *[]){"", "frobnicate", NULL}, 2, "unknown command 'frobnicate'");
+    ta_cli_expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("eq.npy"), NULL}, 2, "needs --q, --k, --v and -o");
+    ta_cli_expect_error((const char *[]){"", "sdpa", "--bogus", NULL}, 2, "unknown option '--bogus'");
+    ta_cli_expect_error((const char *[]){"", "sdpa", "--q", NULL}, 2, "needs a value");
+    ta_cli_expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("eq.npy"), "--k", ta_cli_path("ek.npy"), "--v",
                                   ta_cli_path("ek.npy"), "--causal", "sideways", "-o", o, NULL},
                  2, "top_left or bottom_right");
-    expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("eq.npy"), "--k", ta_cli_path("ek.npy"), "--v",
+    ta_cli_expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("eq.npy"), "--k", ta_cli_path("ek.npy"), "--v",
                                   ta_cli_path("ek.npy"), "--scale", "abc", "-o", o, NULL},
                  2, "--scale expects a finite number");
-    expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("eq.npy"), "--k", ta_cli_path("ek.npy"), "--v",
+    ta_cli_expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("eq.npy"), "--k", ta_cli_path("ek.npy"), "--v",
                                   ta_cli_path("ek.npy"), "--threads", "0", "-o", o, NULL},
                  2, "--threads expects an integer");
     /* bad input: exit 1 with the library's sentence; no output file */
-    expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("eq.npy"), "--k", ta_cli_path("ek.npy"), "--v",
+    ta_cli_expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("eq.npy"), "--k", ta_cli_path("ek.npy"), "--v",
                                   ta_cli_path("ek.npy"), "-o", o, NULL},
                  1, "head_dim");
     assert_false(ta_cli_exists(o));
-    expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("missing.npy"), "--k", ta_cli_path("ek.npy"),
+    ta_cli_expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("missing.npy"), "--k", ta_cli_path("ek.npy"),
                                   "--v", ta_cli_path("ek.npy"), "-o", o, NULL},
                  1, "missing.npy");
     assert_false(ta_cli_exists(o));
-    expect_error((const char *[]){"", "einsum", "bhid,bhjd->bhij", ta_cli_path("eq.npy"), ta_cli_path("ek.npy"),
+    ta_cli_expect_error((const char *[]){"", "einsum", "bhid,bhjd->bhij", ta_cli_path("eq.npy"), ta_cli_path("ek.npy"),
                                   "-o", o, NULL},
                  1, "'d'");
     assert_false(ta_cli_exists(o));
-    expect_error((const char *[]){"", "einsum", "ij->", NULL}, 2, "einsum needs SPEC");
-    expect_error((const char *[]){"", "mha", "--weights", ta_cli_path("nothing.safetensors"), "--layout", "seed",
+    ta_cli_expect_error((const char *[]){"", "einsum", "ij->", NULL}, 2, "einsum needs SPEC");
+    ta_cli_expect_error((const char *[]){"", "mha", "--weights", ta_cli_path("nothing.safetensors"), "--layout", "seed",
                                   "--heads", "2", "--input", ta_cli_path("eq.npy"), "-o", o, NULL},
                  1, "nothing.safetensors");
-    expect_error((const char *[]){"", "mha", "--weights", "w", "--layout", "jax", "--heads", "2",
+    ta_cli_expect_error((const char *[]){"", "mha", "--weights", "w", "--layout", "jax", "--heads", "2",
                                   "--input", "x", "-o", o, NULL},
                  2, "seed or torch");
-    expect_error((const char *[]){"", "demo", "--seq", "-4", NULL}, 2, "--seq expects an integer");
-    expect_error((const char *[]){"", "bench", "--frobnicate", NULL}, 2, "--frobnicate");
+    ta_cli_expect_error((const char *[]){"", "demo", "--seq", "-4", NULL}, 2, "--seq expects an integer");
+    ta_cli_expect_error((const char *[]){"", "bench", "--frobnicate", NULL}, 2, "--frobnicate");
     assert_false(ta_cli_exists(o));
 }
 
@@ -309,12 +284,6 @@ static int setup(void **state)
     return ta_cli_make_dir("ta_cli");
 }
 
-static int teardown(void **state)
-{
-    (void)state;
-    return ta_cli_remove_dir();
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -322,5 +291,5 @@ int main(void)
         cmocka_unit_test(test_demo_small),       cmocka_unit_test(test_einsum_fixtures),
         cmocka_unit_test(test_sdpa_fixtures),    cmocka_unit_test(test_mha_fixtures),
     };
-    return cmocka_run_group_tests_name("cli", tests, setup, teardown);
+    return cmocka_run_group_tests_name("cli", tests, setup, ta_cli_teardown);
 }

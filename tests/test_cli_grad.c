@@ -4,7 +4,7 @@
  * error for an incomplete flag set, and that a failed backward writes no file. */
 #include "ta_test.h"
 #include "cli_run.h"
-#include "fixtures.h"
+#include "fixture_cases.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -33,43 +33,29 @@ static int case_args(const ta_fixture_file *f, const char *name, const char **ar
     return a;
 }
 
+/* One case: the forward output within 1e-5, dQ, dK, dV within 1e-4 of autograd. */
+static void cli_grad_case(const ta_fixture_file *f, const char *name, void *ctx)
+{
+    (void)ctx;
+    char mode[32], causal[32], scale[64];
+    const char *argv[48] = {0};
+    case_args(f, name, argv, mode, causal, scale);
+    int rc = ta_cli_run(argv);
+    if (rc != 0) fail_msg("case %s: exit %d: %s", name, rc, ta_cli_err);
+    double d = ta_cli_compare_npy(ta_cli_path("o.npy"), ta_fixture_need(f, name, "out"));
+    if (d > 1e-5) fail_msg("case %s: output differs by %g", name, d);
+    const char *files[3] = {"dq.npy", "dk.npy", "dv.npy"}, *roles[3] = {"dq", "dk", "dv"};
+    for (int r = 0; r < 3; r++) {
+        d = ta_cli_compare_npy(ta_cli_path(files[r]), ta_fixture_need(f, name, roles[r]));
+        if (d > 1e-4) fail_msg("case %s: %s differs by %g", name, roles[r], d);
+    }
+}
+
 static void test_grad_fixtures(void **state)
 {
     (void)state;
-    ta_fixture_file *f;
-    TA_CHECK_OK(ta_fixture_open(&f, "sdpa_grad.tafx"));
-    int ran = 0;
-    for (int c = 0; c < ta_fixture_case_count(f); c++) {
-        const char *name = ta_fixture_case_name(f, c);
-        char layout[32], mode[32], causal[32], scale[64];
-        ta_fixture_meta_get(ta_fixture_case_meta(f, name), "layout", layout, sizeof layout);
-        if (strcmp(layout, "bhld") != 0) continue; /* the CLI takes [B,H,L,D] files */
-        const char *argv[48] = {0};
-        case_args(f, name, argv, mode, causal, scale);
-        int rc = ta_cli_run(argv);
-        if (rc != 0) fail_msg("case %s: exit %d: %s", name, rc, ta_cli_err);
-        double d = ta_cli_compare_npy(ta_cli_path("o.npy"), ta_fixture_case_record(f, name, "out"));
-        if (d > 1e-5) fail_msg("case %s: output differs by %g", name, d);
-        const char *files[3] = {"dq.npy", "dk.npy", "dv.npy"}, *roles[3] = {"dq", "dk", "dv"};
-        for (int r = 0; r < 3; r++) {
-            d = ta_cli_compare_npy(ta_cli_path(files[r]), ta_fixture_case_record(f, name, roles[r]));
-            if (d > 1e-4) fail_msg("case %s: %s differs by %g", name, roles[r], d);
-        }
-        ran++;
-    }
-    assert_true(ran >= 25);
-    ta_fixture_close(f);
-}
-
-static void expect_error(const char **argv, int code, const char *needle)
-{
-    int rc = ta_cli_run(argv);
-    if (rc != code) fail_msg("exit %d, expected %d; stderr: %s", rc, code, ta_cli_err);
-    if (strncmp(ta_cli_err, "tensorattn: error: ", 19) != 0)
-        fail_msg("stderr does not start with 'tensorattn: error: ': %s", ta_cli_err);
-    char *nl = strchr(ta_cli_err, '\n');
-    if (!nl || nl[1] != '\0') fail_msg("stderr is not exactly one line: %s", ta_cli_err);
-    if (!strstr(ta_cli_err, needle)) fail_msg("stderr lacks '%s': %s", needle, ta_cli_err);
+    /* the CLI takes [B,H,L,D] files */
+    assert_true(ta_fixture_cases_run("sdpa_grad.tafx", "layout", "bhld", cli_grad_case, NULL) >= 25);
 }
 
 static void test_grad_errors(void **state)
@@ -88,7 +74,7 @@ static void test_grad_errors(void **state)
     const char *partial[48];
     memcpy(partial, argv, sizeof partial);
     partial[a - 2] = NULL; /* drop --dv */
-    expect_error(partial, 2, "needs all of --grad-out, --dq, --dk and --dv");
+    ta_cli_expect_error(partial, 2, "needs all of --grad-out, --dq, --dk and --dv");
 
     /* a dO of the wrong shape: exit 1, the library's message, and no file at all */
     unlink(o); unlink(dq); unlink(dk); unlink(dv);
@@ -99,7 +85,7 @@ static void test_grad_errors(void **state)
     ta_tensor_free(&bad);
     for (int i = 0; i < a; i++)
         if (argv[i] && !strcmp(argv[i], "--grad-out")) argv[i + 1] = ta_cli_path("bad.npy");
-    expect_error(argv, 1, "ta_sdpa_backward: dO has shape [1, 1, 1, 1]");
+    ta_cli_expect_error(argv, 1, "ta_sdpa_backward: dO has shape [1, 1, 1, 1]");
     assert_false(ta_cli_exists(o) || ta_cli_exists(dq) || ta_cli_exists(dk) || ta_cli_exists(dv));
     ta_fixture_close(f);
 }
@@ -110,17 +96,11 @@ static int setup(void **state)
     return ta_cli_make_dir("ta_cli_grad");
 }
 
-static int teardown(void **state)
-{
-    (void)state;
-    return ta_cli_remove_dir();
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grad_fixtures),
         cmocka_unit_test(test_grad_errors),
     };
-    return cmocka_run_group_tests_name("cli_grad", tests, setup, teardown);
+    return cmocka_run_group_tests_name("cli_grad", tests, setup, ta_cli_teardown);
 }

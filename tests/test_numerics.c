@@ -1,7 +1,7 @@
 /* ta-test: all-isas
  * Numerical faults in ta_sdpa, each test stating the documented behaviour, checked on
- * the reference path and on the fused path (skipped, with a message, while
- * TA_SDPA_FUSED returns TA_EUNSUPPORTED). The oracle is a float64 loop.
+ * the reference path and on the fused path (an error on either fails the test). The
+ * oracle is a float64 loop.
  *   NaN in Q            -> that row's output and LSE are NaN, other rows unaffected
  *   +inf score          -> the row is NaN (inf - inf: the row overflowed, as PyTorch)
  *   -inf score          -> that key gets weight 0; the rest is ordinary softmax
@@ -118,23 +118,11 @@ static void check_oracle(const prob *p, const char *what, double atol, double rt
     }
 }
 
-static int fused_available(void)
-{
-    prob p;
-    prob_init(&p, 2, 3, 4, 4, 1);
-    ta_status st = run(&p, TA_SDPA_FUSED);
-    prob_free(&p);
-    if (st == TA_EUNSUPPORTED)
-        print_message("[ SKIPPED  ] fused-path checks: TA_SDPA_FUSED returns TA_EUNSUPPORTED "
-                      "(%s)\n", ta_last_error());
-    return st == TA_OK;
-}
-
-/* Runs body(path) on the reference path, then on the fused path when it exists. */
+/* Runs body(path) on the reference path, then on the fused path. */
 #define FOR_PATHS(body)                                                     \
     do {                                                                    \
         body(TA_SDPA_REFERENCE, "reference");                               \
-        if (fused_available()) body(TA_SDPA_FUSED, "fused");                \
+        body(TA_SDPA_FUSED, "fused");                                       \
     } while (0)
 
 /* ------------------------------------------------------------------- tests */

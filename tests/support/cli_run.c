@@ -17,15 +17,20 @@ char ta_cli_err[8192];
 
 int ta_cli_make_dir(const char *tag)
 {
-    snprintf(ta_cli_dir, sizeof ta_cli_dir, "/tmp/%s_XXXXXX", tag);
-    return mkdtemp(ta_cli_dir) ? 0 : -1;
+    if (ta_test_make_dir(tag) != 0) return -1;
+    memcpy(ta_cli_dir, ta_test_dir, sizeof ta_cli_dir);
+    return 0;
 }
 
 int ta_cli_remove_dir(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", ta_cli_dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return ta_test_remove_dir();
+}
+
+int ta_cli_teardown(void **state)
+{
+    (void)state;
+    return ta_cli_remove_dir();
 }
 
 static void slurp(const char *path, char *text, size_t size)
@@ -59,13 +64,26 @@ int ta_cli_run(const char **argv)
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+void ta_cli_expect_error(const char **argv, int code, const char *needle)
+{
+    char cmd[512] = "";
+    for (int i = 1; argv[i]; i++) {
+        strncat(cmd, argv[i], sizeof cmd - strlen(cmd) - 2);
+        strcat(cmd, " ");
+    }
+    int rc = ta_cli_run(argv);
+    if (rc != code) fail_msg("'%s' exited %d, expected %d; stderr: %s", cmd, rc, code, ta_cli_err);
+    if (strncmp(ta_cli_err, "tensorattn: error: ", 19) != 0)
+        fail_msg("'%s': stderr does not start with 'tensorattn: error: ': %s", cmd, ta_cli_err);
+    const char *nl = strchr(ta_cli_err, '\n');
+    if (!nl || nl[1] != '\0') fail_msg("'%s': stderr is not exactly one line: %s", cmd, ta_cli_err);
+    if (needle && !strstr(ta_cli_err, needle))
+        fail_msg("'%s': stderr lacks '%s': %s", cmd, needle, ta_cli_err);
+}
+
 char *ta_cli_path(const char *name)
 {
-    static char buf[32][160];
-    static int next;
-    char *p = buf[next++ % 32];
-    snprintf(p, 160, "%s/%s", ta_cli_dir, name);
-    return p;
+    return ta_test_path(name);
 }
 
 int ta_cli_exists(const char *path)

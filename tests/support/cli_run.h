@@ -21,6 +21,13 @@ int ta_cli_remove_dir(void);
  * the exit status, or 128 + the signal number if it was killed. */
 int ta_cli_run(const char **argv);
 
+/* Runs argv (as ta_cli_run) and fails the test unless it exits with `code` and stderr is
+ * exactly one line "tensorattn: error: ..." that contains needle (NULL: any line). */
+void ta_cli_expect_error(const char **argv, int code, const char *needle);
+
+/* cmocka group teardown: ta_cli_remove_dir. */
+int ta_cli_teardown(void **state);
+
 /* "<ta_cli_dir>/<name>" from a ring of 32 buffers: enough for one command line. */
 char *ta_cli_path(const char *name);
 int ta_cli_exists(const char *path);

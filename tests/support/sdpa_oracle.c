@@ -1,5 +1,5 @@
 #include "sdpa_oracle.h"
-#include "fixtures.h"
+#include "fixture_cases.h"
 #include "ta_test.h"
 
 #include <math.h>
@@ -28,6 +28,9 @@ void ta_test_sdpa_f64(double *O, double *W, double *L, const ta_tensor *Q, const
     int64_t Hkv = K->shape[1], Lk = K->shape[2], Dv = V->shape[3], G = H / Hkv;
     double *s = malloc(sizeof(double) * (size_t)(Lk ? Lk : 1));
     double *w = malloc(sizeof(double) * (size_t)(Lk ? Lk : 1));
+    /* Q, K, V in C order as doubles: element (b, h, l, d) of X [B, Hx, L, Dx] at
+     * ((b * Hx + h) * L + l) * Dx + d. */
+    double *q = ta_test_to_f64(Q), *k = ta_test_to_f64(K), *v = ta_test_to_f64(V);
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)
             for (int64_t i = 0; i < Lq; i++) {
@@ -45,9 +48,9 @@ void ta_test_sdpa_f64(double *O, double *W, double *L, const ta_tensor *Q, const
                         s[j] = -INFINITY;
                         continue;
                     }
+                    const double *qr = q + row * D, *kr = k + ((b * Hkv + kh) * Lk + j) * D;
                     double acc = 0;
-                    for (int64_t d = 0; d < D; d++)
-                        acc += ta_test_at4(Q, b, h, i, d) * ta_test_at4(K, b, kh, j, d);
+                    for (int64_t d = 0; d < D; d++) acc += qr[d] * kr[d];
                     s[j] = acc * scale + (op->mask && op->mask_mode == TA_MASK_ADDITIVE ? mv : 0.0);
                     if (isnan(s[j]) || s[j] == INFINITY) bad = 1;
                     else if (s[j] > mx) mx = s[j];
@@ -66,13 +69,16 @@ void ta_test_sdpa_f64(double *O, double *W, double *L, const ta_tensor *Q, const
                         double acc = 0;
                         for (int64_t j = 0; j < Lk; j++)
                             if (!skip_zero_weights || w[j] != 0)
-                                acc += w[j] * ta_test_at4(V, b, kh, j, d);
+                                acc += w[j] * v[((b * Hkv + kh) * Lk + j) * Dv + d];
                         out[d] = acc;
                     }
                 }
                 if (W)
                     for (int64_t j = 0; j < Lk; j++) W[row * Lk + j] = w[j];
             }
+    free(q);
+    free(k);
+    free(v);
     free(w);
     free(s);
 }
@@ -94,4 +100,34 @@ ta_test_sdpa_meta ta_test_sdpa_case_meta(const char *meta)
     ta_fixture_meta_get(meta, "layout", buf, sizeof buf);
     m.blhd = !strcmp(buf, "blhd");
     return m;
+}
+
+void ta_test_sdpa_inputs_load(ta_test_sdpa_inputs *in, const ta_fixture_file *f, const char *c)
+{
+    memset(in, 0, sizeof *in);
+    in->m = ta_test_sdpa_case_meta(ta_fixture_case_meta(f, c));
+    in->layout = in->m.blhd ? TA_TEST_BLHD : TA_TEST_BHLD;
+    ta_tensor *views[3] = {&in->q, &in->k, &in->v}, *stores[3] = {&in->qs, &in->ks, &in->vs};
+    const char *roles[3] = {"q", "k", "v"};
+    for (int i = 0; i < 3; i++) {
+        ta_tensor t;
+        TA_CHECK_OK(ta_fixture_tensor(&t, ta_fixture_need(f, c, roles[i])));
+        assert_int_equal(t.ndim, 4);
+        ta_test_tensor4(views[i], stores[i], t.shape, in->layout, &t);
+        ta_tensor_free(&t);
+    }
+    const ta_fixture_record *mr = ta_fixture_case_record(f, c, "mask");
+    if (mr) TA_CHECK_OK(ta_fixture_tensor(&in->mask, mr));
+    in->key_lengths = ta_fixture_case_i64(f, c, "key_lengths");
+    in->opts = (ta_sdpa_opts){.scale = in->m.scale, .causal = in->m.causal,
+                              .mask = mr ? &in->mask : NULL, .mask_mode = in->m.mode,
+                              .key_lengths = in->key_lengths};
+}
+
+void ta_test_sdpa_inputs_free(ta_test_sdpa_inputs *in)
+{
+    ta_tensor *all[] = {&in->qs, &in->ks, &in->vs, &in->mask};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ta_tensor_free(all[i]);
+    free(in->key_lengths);
+    memset(in, 0, sizeof *in);
 }

@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "fixtures.h"
+#include "ta_test.h"
 #include "tensorattn.h"
 
 /* Element (a, b, c, d) of a rank-4 float32 tensor, as a double. */
@@ -36,5 +38,19 @@ typedef struct ta_test_sdpa_meta {
     int blhd;
 } ta_test_sdpa_meta;
 ta_test_sdpa_meta ta_test_sdpa_case_meta(const char *meta);
+
+/* The inputs of an sdpa fixture case: its metadata, q, k, v laid out as the case says
+ * (BLHD or BHLD, as [B, H, L, X] views), the mask and the key lengths. */
+typedef struct ta_test_sdpa_inputs {
+    ta_test_sdpa_meta m;
+    ta_test_layout layout;
+    ta_tensor q, k, v;    /* views in that layout */
+    ta_tensor qs, ks, vs; /* their storage */
+    ta_tensor mask;       /* zeroed when the case has none */
+    int64_t *key_lengths; /* NULL when the case has none */
+    ta_sdpa_opts opts;    /* scale, causal, mask, mask mode and key lengths of the case */
+} ta_test_sdpa_inputs;
+void ta_test_sdpa_inputs_load(ta_test_sdpa_inputs *in, const ta_fixture_file *f, const char *c);
+void ta_test_sdpa_inputs_free(ta_test_sdpa_inputs *in);
 
 #endif

@@ -31,7 +31,42 @@
 
 #include <string.h>
 
+/* A private temporary directory for one test program (cmocka group setup/teardown). */
+extern char ta_test_dir[64];
+/* mkdtemp("/tmp/<tag>_XXXXXX") into ta_test_dir; 0 on success. */
+int ta_test_make_dir(const char *tag);
+/* rm -rf ta_test_dir; 0 on success. */
+int ta_test_remove_dir(void);
+/* cmocka group teardown: ta_test_remove_dir. */
+int ta_test_teardown_dir(void **state);
+/* "<ta_test_dir>/<name>" from a ring of 32 buffers (enough for one command line). */
+char *ta_test_path(const char *name);
+
 /* max |a - b| over n floats (NaN anywhere -> +inf unless both NaN at that place). */
 double ta_test_max_abs_diff(const float *a, const double *b, size_t n);
+
+/* Advances idx over shape in C order (the last index fastest; wraps to all zeros). */
+void ta_test_next_index(int ndim, const int64_t *shape, int64_t *idx);
+/* Max over the elements of t (any strides, visited in C order) against C-order doubles
+ * ref of |t - ref| / max(1, rel * |ref|) (rel 0: the absolute error); NaN must meet NaN
+ * and an infinity the same infinity, else +inf. When first_bad is not NULL it receives
+ * the C-order index of the first element whose error exceeds tol (-1: none). */
+double ta_test_max_err(const ta_tensor *t, const double *ref, double rel, double tol,
+                       int64_t *first_bad);
+/* The elements of t (any strides) in C order as doubles (malloc'd: free()). */
+double *ta_test_to_f64(const ta_tensor *t);
+/* Writes the C-order doubles x into t (any strides), rounded to float. */
+void ta_test_from_f64(ta_tensor *t, const double *x);
+
+/* How ta_test_tensor4 lays out a [B, H, L, X] tensor in memory. */
+typedef enum ta_test_layout {
+    TA_TEST_BHLD,  /* contiguous */
+    TA_TEST_BLHD,  /* [B, L, H, X] in memory (the second seed's head split) */
+    TA_TEST_DLAST  /* [B, H, X, L] in memory: the last dim strided */
+} ta_test_layout;
+/* A new [s0, s1, s2, s3] float32 tensor stored as layout says in *store (owning);
+ * *view is the [s0, s1, s2, s3] view of it; values copied from src when not NULL. */
+void ta_test_tensor4(ta_tensor *view, ta_tensor *store, const int64_t s[4],
+                     ta_test_layout layout, const ta_tensor *src);
 
 #endif
