@@ -2,7 +2,7 @@
 optimiser trajectories.
 
 Registered in gen_fixtures.py; writes tests/fixtures/layers_grad.tafx, read by
-tests/test_attention_grad_torch.c (kind=seed|torch) and tests/test_optim.c (kind=optim).
+tests/test_attention_torch.c (kind=seed|torch) and tests/test_optim.c (kind=optim).
 
 Layer cases "<name>" (the parameters and inputs are float32 values; every gradient is
 computed by float64 autograd on those values, so the C float32 backward is compared with

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes tests/fixtures/io/: small .npy and .safetensors files for tests/test_io.c.
+"""Writes tests/fixtures/io/: small .npy and .safetensors files for tests/test_npy.c and tests/test_safetensors.c.
 
 Valid .npy files are written by numpy itself (np.save, np.lib.format.write_array), so
 the C reader is tested against the real producer. .safetensors files are assembled by
