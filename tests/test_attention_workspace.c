@@ -5,6 +5,7 @@
  * written, and no allocation by the layer code when one is given (counted through the
  * allocation hook). */
 #include "ta_test.h"
+#include "alloc_hook.h"
 #include "core/workspace.h" /* ta_scratch_cache_release: a block is kept between calls */
 
 #include <math.h>
@@ -304,27 +305,11 @@ static void test_size_query_errors(void **state)
 
 /* ------------------------------------------------------------- allocations */
 
-static long calls;
-
-static void *counting_alloc(size_t bytes, size_t alignment, void *user)
-{
-    (void)user;
-    __atomic_add_fetch(&calls, 1, __ATOMIC_SEQ_CST);
-    size_t rounded = (bytes + alignment - 1) / alignment * alignment;
-    return aligned_alloc(alignment, rounded ? rounded : alignment);
-}
-
-static void counting_free(void *p, void *user)
-{
-    (void)user;
-    free(p);
-}
-
 static long count(ta_status (*call)(setup *), setup *s)
 {
-    calls = 0;
+    ta_test_alloc_count = 0;
     TA_CHECK_OK(call(s));
-    return calls;
+    return ta_test_alloc_count;
 }
 
 /* With a workspace a layer call allocates nothing at all, ta_sdpa's scratch included (it
@@ -336,8 +321,7 @@ static void allocation_case(const wcase *c)
     setup s;
     setup_case(&s, c);
     ta_attention_free(s.layer); /* made again under the counting hook, freed under it */
-    ta_scratch_cache_release();
-    ta_set_allocator(counting_alloc, counting_free, NULL);
+    ta_test_count_allocations();
     TA_CHECK_OK(ta_attention_create(&s.layer, c->layout, c->E, c->H, 11));
     size_t fb = 0, bb = 0;
     TA_CHECK_OK(ta_attention_workspace_size(&fb, &s.out, s.layer, &s.q, &s.k, &s.v, &s.o));
@@ -357,8 +341,7 @@ static void allocation_case(const wcase *c)
     assert_int_equal(count(forward, &s), 0);
     ta_attention_free(s.layer);
     s.layer = NULL;
-    ta_scratch_cache_release();
-    ta_set_allocator(NULL, NULL, NULL);
+    ta_test_stop_counting();
     free(fblock);
     free(bblock);
     free_case(&s);

@@ -15,35 +15,18 @@
  *   - without a workspace, a second identical ta_einsum allocates nothing (the block
  *     kept between calls), and ta_einsum_alloc allocates only its result. */
 #include "ta_test.h"
+#include "alloc_hook.h"
 #include "core/workspace.h"
 #include "ops/einsum.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
 
-/* ------------------------------------------------------ counting allocator */
-
-static long allocs;
-
-static void *counting_alloc(size_t bytes, size_t alignment, void *user)
-{
-    (void)user;
-    __atomic_add_fetch(&allocs, 1, __ATOMIC_SEQ_CST);
-    size_t rounded = (bytes + alignment - 1) / alignment * alignment;
-    return rounded < bytes ? NULL : aligned_alloc(alignment, rounded ? rounded : alignment);
-}
-
-static void counting_free(void *p, void *user)
-{
-    (void)user;
-    free(p);
-}
-
 /* Starts counting from no kept block, so that a call that needs scratch must show it. */
 static void count_from_nothing(void)
 {
     ta_scratch_cache_release();
-    allocs = 0;
+    ta_test_alloc_count = 0;
 }
 
 /* ------------------------------------------------------------- operands */
@@ -218,8 +201,8 @@ static void caller_workspace(ws_run *r)
         fill(r->omem, r->n, -3.0f);
         count_from_nothing();
         TA_CHECK_OK(ta_einsum_ext(&r->out, r->c->spec, &r->a, r->bp, &ws));
-        if (allocs != 0)
-            fail_msg("%s: %ld allocation(s) with a caller workspace", r->c->name, allocs);
+        if (ta_test_alloc_count != 0)
+            fail_msg("%s: %ld allocation(s) with a caller workspace", r->c->name, ta_test_alloc_count);
         expect_same(r, "caller workspace");
         expect_plan(r);
     }
@@ -246,7 +229,7 @@ static void workspace_too_small(ws_run *r)
     count_from_nothing();
     TA_CHECK_ERR(ta_einsum_ext(&r->out, r->c->spec, &r->a, r->bp, &ws), TA_EINVAL,
                  "ta_einsum_ext");
-    assert_int_equal(allocs, 0);
+    assert_int_equal(ta_test_alloc_count, 0);
     assert_all(r->omem, r->n, -3.0f, r->c->name);
     free(mem);
 }
@@ -288,7 +271,7 @@ static void nested_run(ws_run *r)
     fill(r->omem, r->n, -3.0f);
     count_from_nothing();
     TA_CHECK_OK(ta_einsum_run("test", &r->out, r->c->spec, &r->a, r->bp, &sub));
-    assert_int_equal(allocs, 0);
+    assert_int_equal(ta_test_alloc_count, 0);
     assert_all(mine, 5, 1.5f, "the caller's piece of the arena");
     expect_same(r, "ta_einsum_run");
     expect_plan(r);
@@ -302,17 +285,17 @@ static void kept_block(ws_run *r)
     const char *spec = r->c->spec;
     count_from_nothing();
     TA_CHECK_OK(ta_einsum_ext(&r->out, spec, &r->a, r->bp, NULL));
-    assert_int_equal(allocs, r->c->scratch ? 1 : 0);
-    allocs = 0;
+    assert_int_equal(ta_test_alloc_count, r->c->scratch ? 1 : 0);
+    ta_test_alloc_count = 0;
     TA_CHECK_OK(r->c->nb ? ta_einsum(&r->out, spec, &r->a, &r->b)
                          : ta_einsum1(&r->out, spec, &r->a));
-    if (allocs != 0) fail_msg("%s: the second call allocated %ld time(s)", r->c->name, allocs);
+    if (ta_test_alloc_count != 0) fail_msg("%s: the second call allocated %ld time(s)", r->c->name, ta_test_alloc_count);
     expect_same(r, "second call");
     ta_tensor res = {0};
-    allocs = 0;
+    ta_test_alloc_count = 0;
     TA_CHECK_OK(r->c->nb ? ta_einsum_alloc(&res, spec, &r->a, &r->b)
                          : ta_einsum1_alloc(&res, spec, &r->a));
-    assert_int_equal(allocs, 1);
+    assert_int_equal(ta_test_alloc_count, 1);
     if (r->n && memcmp(res.data, r->rmem, (size_t)r->n * sizeof(float)) != 0)
         fail_msg("%s: ta_einsum_alloc differs from ta_einsum", r->c->name);
     ta_tensor_free(&res);
@@ -358,15 +341,14 @@ static void test_size_query_errors(void **state)
 static int setup(void **state)
 {
     (void)state;
-    ta_scratch_cache_release();
-    ta_set_allocator(counting_alloc, counting_free, NULL);
+    ta_test_count_allocations();
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    ta_set_allocator(NULL, NULL, NULL);
+    ta_test_stop_counting();
     return 0;
 }
 

@@ -6,26 +6,12 @@
  * reuses the library's kept block and allocates nothing either. */
 #include "ta_test.h"
 
+#include "alloc_hook.h"
 #include "core/workspace.h" /* ta_scratch_cache_release: start from no kept block */
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-static long allocs;
-
-static void *counting_alloc(size_t bytes, size_t alignment, void *user)
-{
-    (void)user;
-    allocs++;
-    return aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
-}
-
-static void counting_free(void *p, void *user)
-{
-    (void)user;
-    free(p);
-}
 
 /* One SDPA case: shapes, options, and views that exercise each plan. */
 typedef struct wcase {
@@ -144,9 +130,9 @@ static void forward_case(const wcase *c)
     /* the reference result without a workspace, then the kept block is warm */
     TA_CHECK_OK(ta_sdpa(&t.o, &t.q, &t.k, &t.v, &o));
     float *o_ref = copy_of(&t.o), *l_ref = copy_of(&t.lse);
-    allocs = 0;
+    ta_test_alloc_count = 0;
     TA_CHECK_OK(ta_sdpa(&t.o, &t.q, &t.k, &t.v, &o));
-    if (allocs) fail_msg("%s: a repeated call without a workspace allocated %ld times", c->name, allocs);
+    if (ta_test_alloc_count) fail_msg("%s: a repeated call without a workspace allocated %ld times", c->name, ta_test_alloc_count);
 
     size_t bytes = 0;
     TA_CHECK_OK(ta_sdpa_workspace_size(&bytes, &t.o, &t.q, &t.k, &t.v, &o));
@@ -155,9 +141,9 @@ static void forward_case(const wcase *c)
     o.workspace = buffer(bytes, 13, &owner); /* unaligned on purpose */
     TA_CHECK_OK(ta_tensor_fill(&t.o, NAN));
     ta_scratch_cache_release();
-    allocs = 0;
+    ta_test_alloc_count = 0;
     TA_CHECK_OK(ta_sdpa(&t.o, &t.q, &t.k, &t.v, &o));
-    if (allocs) fail_msg("%s: ta_sdpa with a workspace allocated %ld times", c->name, allocs);
+    if (ta_test_alloc_count) fail_msg("%s: ta_sdpa with a workspace allocated %ld times", c->name, ta_test_alloc_count);
     assert_same(&t.o, o_ref, "O", c->name);
     assert_same(&t.lse, l_ref, "LSE", c->name);
 
@@ -193,9 +179,9 @@ static void backward_case(const wcase *c)
     TA_CHECK_OK(ta_tensor_fill(&t.dk, NAN));
     TA_CHECK_OK(ta_tensor_fill(&t.dv, NAN));
     ta_scratch_cache_release();
-    allocs = 0;
+    ta_test_alloc_count = 0;
     TA_CHECK_OK(ta_sdpa_backward(&t.dq, &t.dk, &t.dv, &t.dout, &t.q, &t.k, &t.v, &t.o, &t.lse, &o));
-    if (allocs) fail_msg("%s: ta_sdpa_backward with a workspace allocated %ld times", c->name, allocs);
+    if (ta_test_alloc_count) fail_msg("%s: ta_sdpa_backward with a workspace allocated %ld times", c->name, ta_test_alloc_count);
     assert_same(&t.dq, dq, "dQ", c->name);
     assert_same(&t.dk, dk, "dK", c->name);
     assert_same(&t.dv, dv, "dV", c->name);
@@ -245,8 +231,7 @@ static void test_size_follows_threads(void **state)
 static int setup(void **state)
 {
     (void)state;
-    ta_scratch_cache_release();
-    ta_set_allocator(counting_alloc, counting_free, NULL);
+    ta_test_count_allocations();
     return ta_set_num_threads(2);
 }
 
