@@ -82,10 +82,10 @@ static void cli_setup(void)
     fwrite("\x93NUMPY\x01\x00", 1, 8, f);
     fclose(f);
     ta_attention *l;
-    if (ta_attention_create(&l, TA_LAYOUT_SEED, 8, 2, 1) || ta_attention_save(l, "w.safetensors"))
+    if (ta_attention_create(&l, TA_LAYOUT_SEED, 8, 2, 1) || ta_attention_save("w.safetensors", l))
         abort();
     ta_attention_free(l);
-    if (ta_attention_create(&l, TA_LAYOUT_TORCH, 8, 2, 1) || ta_attention_save(l, "wt.safetensors"))
+    if (ta_attention_create(&l, TA_LAYOUT_TORCH, 8, 2, 1) || ta_attention_save("wt.safetensors", l))
         abort();
     ta_attention_free(l);
 }

@@ -560,9 +560,10 @@ ta_status ta_attention_create(ta_attention **layer, ta_layout layout, int64_t em
  * 'fc_out.bias' (seed layout)"). */
 ta_status ta_attention_load(ta_attention **layer, const char *path, ta_layout layout,
                             int64_t heads);
-/* Writes the parameters as F32 under their state_dict names (a file torch's
- * safetensors.torch.load_file + load_state_dict accepts). Atomic (see "files"). */
-ta_status ta_attention_save(const ta_attention *layer, const char *path);
+/* Writes the layer's parameters to path (the output first, as in ta_npy_save) as F32
+ * under their state_dict names (a file torch's safetensors.torch.load_file +
+ * load_state_dict accepts). Atomic (see "files"). */
+ta_status ta_attention_save(const char *path, const ta_attention *layer);
 /* NULL is fine. */
 void ta_attention_free(ta_attention *layer);
 

@@ -325,7 +325,7 @@ static ta_status layer_case(ta_layout layout)
         UNTOUCHED(st, "layer backward d_queries", dxb);
         st = grads_untouched(st, l);
     }
-    if (!st) st = ta_attention_save(l, path_out);
+    if (!st) st = ta_attention_save(path_out, l);
     ta_attention_free(l);
     return st;
 }
@@ -378,7 +378,7 @@ static int setup(void **state)
     if (ta_safetensors_save(path_st, 3, names, ts)) return 1;
     ta_attention *l = NULL;
     if (ta_attention_create(&l, TA_LAYOUT_TORCH, 8, 2, 1)) return 1;
-    ta_status st = ta_attention_save(l, path_layer);
+    ta_status st = ta_attention_save(path_layer, l);
     ta_attention_free(l);
     return st != TA_OK;
 }

@@ -100,7 +100,7 @@ static void test_save_load_round_trip(void **state)
             TA_CHECK_OK(ta_rand_uniform(&b, -1.0f, 1.0f, 22));
         }
         const char *path = ta_test_path(layout ? "torch.safetensors" : "seed.safetensors");
-        TA_CHECK_OK(ta_attention_save(l, path));
+        TA_CHECK_OK(ta_attention_save(path, l));
         TA_CHECK_OK(ta_attention_load(&m, path, (ta_layout)layout, 6));
         assert_int_equal(ta_attention_embed_size(m), 48);
         assert_int_equal(ta_attention_heads(m), 6);
@@ -200,7 +200,7 @@ static void test_load_errors(void **state)
     assert_ptr_equal(l, sentinel);
     TA_CHECK_OK(ta_attention_load(&l, p4, TA_LAYOUT_SEED, 2));
     ta_attention_free(l);
-    TA_CHECK_ERR(ta_attention_save(NULL, p4), TA_EINVAL, "layer is NULL");
+    TA_CHECK_ERR(ta_attention_save(p4, NULL), TA_EINVAL, "layer is NULL");
 }
 
 static void test_create_and_param_errors(void **state)

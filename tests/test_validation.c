@@ -272,7 +272,7 @@ CALL(attn_create_divisible, ta_attention_create(&newlayer, TA_LAYOUT_SEED, 10, 3
 CALL(attn_create_huge, ta_attention_create(&newlayer, TA_LAYOUT_TORCH, INT64_MAX - 1, 1, 1))
 CALL(attn_load_null_path, ta_attention_load(&newlayer, NULL, TA_LAYOUT_SEED, 2))
 CALL(attn_load_missing, ta_attention_load(&newlayer, "/nonexistent/w.safetensors", TA_LAYOUT_SEED, 2))
-CALL(attn_save_null, ta_attention_save(NULL, "/tmp/never.safetensors"))
+CALL(attn_save_null, ta_attention_save("/tmp/never.safetensors", NULL))
 CALL(attn_param_unknown, ta_attention_param(&T, layer, "nope.weight"))
 static ta_tensor X3(float *buf, int64_t n, int64_t l, int64_t e)
 {

@@ -206,7 +206,7 @@ done:
     return st;
 }
 
-ta_status ta_attention_save(const ta_attention *layer, const char *path)
+ta_status ta_attention_save(const char *path, const ta_attention *layer)
 {
     const char *fn = "ta_attention_save";
     if (!layer) return ta_error(TA_EINVAL, "%s: layer is NULL", fn);
