@@ -8,6 +8,11 @@
 
 #include <stdint.h>
 
+/* The largest MR x NR tile (floats) an SGEMM micro-kernel may compute: the GEMM driver
+ * (src/ops/gemm.c) runs edge tiles on a local tile of this size. The gemm template
+ * asserts it at compile time. */
+#define TA_SGEMM_TILE_MAX 512
+
 typedef struct ta_kernels {
     ta_isa isa;
     const char *name;
@@ -69,13 +74,11 @@ const ta_kernels *ta_kernels_active(void);
 /* The table for isa, or NULL if this CPU cannot run it. */
 const ta_kernels *ta_kernels_for(ta_isa isa);
 
-/* The SGEMM micro-kernels, named ta_sgemm_<isa>_<MR>x<NR> (docs/kernels.md). */
-void ta_sgemm_scalar_4x8(int64_t k, float alpha, const float *a, int64_t rs_a, int64_t cs_a,
-                         const float *b, float beta, float *c, int64_t rs_c);
-void ta_sgemm_avx2_6x16(int64_t k, float alpha, const float *a, int64_t rs_a, int64_t cs_a,
-                        const float *b, float beta, float *c, int64_t rs_c);
-void ta_sgemm_avx512_12x32(int64_t k, float alpha, const float *a, int64_t rs_a,
-                           int64_t cs_a, const float *b, float beta, float *c, int64_t rs_c);
+/* The SGEMM micro-kernels (gemm_template.h instantiated by gemm_<isa>.c): each file's
+ * filler sets sgemm_ukr, sgemm_mr and sgemm_nr. */
+void ta_gemm_fill_scalar(ta_kernels *k);
+void ta_gemm_fill_avx2(ta_kernels *k);
+void ta_gemm_fill_avx512(ta_kernels *k);
 
 /* Attention entries of the table, one filler per ISA (called by the fillers below). */
 void ta_attn_fill_scalar(ta_kernels *k);

@@ -34,9 +34,7 @@ void ta_kernels_fill_avx2(ta_kernels *k)
     k->isa = TA_ISA_AVX2;
     k->name = "avx2";
     k->fma_peak_loop = fma_peak_loop_avx2;
-    k->sgemm_ukr = ta_sgemm_avx2_6x16;
-    k->sgemm_mr = 6;
-    k->sgemm_nr = 16;
+    ta_gemm_fill_avx2(k); /* SGEMM micro-kernel 6x16: gemm_avx2.c */
     /* Cache blocks (Zen 5: L1d 48 KiB, L2 1 MiB, L3 32 MiB shared by the CCX), measured
      * on this machine (KC 256..512 within noise, ~104 GFLOP/s on 1 core at 1024^3):
      *  KC = 384: the B micro-panel (KC x NR x 4 B = 24 KiB) fits L1 beside the A

@@ -34,9 +34,7 @@ void ta_kernels_fill_avx512(ta_kernels *k)
     k->isa = TA_ISA_AVX512;
     k->name = "avx512";
     k->fma_peak_loop = fma_peak_loop_avx512;
-    k->sgemm_ukr = ta_sgemm_avx512_12x32;
-    k->sgemm_mr = 12;
-    k->sgemm_nr = 32;
+    ta_gemm_fill_avx512(k); /* SGEMM micro-kernel 12x32: gemm_avx512.c */
     /* Cache blocks (Zen 5: L1d 48 KiB, L2 1 MiB, L3 32 MiB shared by the CCX), measured
      * on this machine with 1024^3 and 2048^3 (GFLOP/s on 1 core: KC 256 -> ~99-102,
      * 512 -> ~103-105):

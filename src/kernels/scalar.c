@@ -21,9 +21,7 @@ void ta_kernels_fill_scalar(ta_kernels *k)
     k->name = "scalar";
     k->fma_peak_loop = fma_peak_loop_scalar;
     /* Small tile: scalar code has few registers to hold accumulators in. */
-    k->sgemm_ukr = ta_sgemm_scalar_4x8;
-    k->sgemm_mr = 4;
-    k->sgemm_nr = 8;
+    ta_gemm_fill_scalar(k); /* SGEMM micro-kernel 4x8: gemm_scalar.c */
     k->sgemm_kc = 256;
     k->sgemm_mc = 128;
     k->sgemm_nc = 2048;
