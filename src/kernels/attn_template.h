@@ -22,6 +22,13 @@
 #define MQ (QV * VL)
 #define ATTN_INLINE static inline __attribute__((always_inline))
 
+/* The limits of the switches below (a tile over them would silently compute nothing). */
+_Static_assert(KJ >= 1 && KJ <= 12, "attn_template.h: QK_SWITCH has cases for 1..12 keys");
+_Static_assert(PC >= 1 && PC <= 8, "attn_template.h: PV_TAIL has cases for 1..8 vectors");
+_Static_assert(QV >= 1 && QV <= 16 && PR >= 1 && PR <= 16,
+               "attn_template.h: QV and PR in 1..16 (the loops unroll 16)");
+_Static_assert(MQ % PR == 0, "attn_template.h: attn_mq must be a multiple of attn_pr");
+
 /* s[j, :] = qp^T k_j for nj keys (nj a constant after inlining). */
 ATTN_INLINE void qk_micro(float *s, const float *qp, const float *k, int64_t ldk, int64_t d,
                           const int nj)
@@ -237,6 +244,7 @@ void FILL_FN(ta_kernels *k)
 {
     k->attn_mq = MQ;
     k->attn_pr = PR;
+    k->attn_vl = VL;
     k->attn_qk = NAME_QK;
     k->attn_softmax = NAME_SOFTMAX;
     k->attn_pv = NAME_PV;

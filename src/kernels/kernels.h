@@ -37,8 +37,9 @@ typedef struct ta_kernels {
      * ta_attn_fill_<isa> in src/kernels/attn_<isa>.c). Lanes are queries: a query tile
      * of attn_mq rows is packed transposed, qp[p * attn_mq + r] = scale * Q[r, p], and a
      * score tile is s[j * attn_mq + r] (key j, query row r). */
-    int attn_mq; /* query rows per tile: a multiple of the vector width and of attn_pr */
+    int attn_mq; /* query rows per tile: a multiple of attn_vl and of attn_pr */
     int attn_pr; /* rows per P.V micro-tile */
+    int attn_vl; /* vector lanes of the attention kernels: attn_pv's ldo is a multiple */
     /* s [nk, mq] = qp^T K^T for nk keys, key j at k[j * ldk + 0 .. d-1]. rowk: NULL, or
      * per row the keys it needs (may skip computing scores past them). */
     void (*attn_qk)(float *s, const float *qp, const float *k, int64_t ldk, int64_t nk,
