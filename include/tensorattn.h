@@ -159,11 +159,20 @@ int ta_get_num_threads(void);
 
 /* ------------------------------------------------------------------ CPU */
 
-typedef enum ta_isa { TA_ISA_SCALAR = 0, TA_ISA_AVX2 = 1, TA_ISA_AVX512 = 2 } ta_isa;
+/* The kernel sets, 0 .. TA_ISA_COUNT-1 (iterate over them with ta_cpu_supports). An ISA
+ * that does not exist on the target the library was built for (AVX2 on aarch64) is
+ * never supported. */
+typedef enum ta_isa {
+    TA_ISA_SCALAR = 0,
+    TA_ISA_AVX2 = 1,
+    TA_ISA_AVX512 = 2,
+    TA_ISA_COUNT /* the number of ISAs: not an ISA */
+} ta_isa;
 /* The kernel set in use: the best the CPU supports, or TA_ARCH=scalar|avx2|avx512 from
  * the environment when the CPU supports it (an unsupported request falls back to the
  * best supported). Chosen once, on first use. */
 ta_isa ta_active_isa(void);
+/* "scalar", "avx2", "avx512" (the names TA_ARCH takes); "unknown" out of range. */
 const char *ta_isa_name(ta_isa isa);
 /* Whether this CPU (and OS) can run isa. */
 int ta_cpu_supports(ta_isa isa);

@@ -1,4 +1,6 @@
-/* Portable reference kernels: every table starts from these. */
+/* The scalar ISA's filler (isa_table.def's root row): the portable reference kernels
+ * every table starts from, and what TA_ARCH=scalar runs. Also holds its
+ * FMA peak loop (fma_peak_loop, for ta_measure_fma_peak). */
 #include "core/core.h"
 #include "kernels/kernels.h"
 
@@ -17,8 +19,6 @@ static double fma_peak_loop_scalar(int64_t iters)
 
 void ta_kernels_fill_scalar(ta_kernels *k)
 {
-    k->isa = TA_ISA_SCALAR;
-    k->name = "scalar";
     k->fma_peak_loop = fma_peak_loop_scalar;
     /* Small tile: scalar code has few registers to hold accumulators in. */
     ta_gemm_fill_scalar(k); /* SGEMM micro-kernel 4x8: gemm_scalar.c */

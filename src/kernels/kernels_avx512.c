@@ -1,4 +1,7 @@
-/* AVX-512 kernels: FMA peak loop and the table filler. Built with -mavx512f (and AVX2). */
+/* The AVX-512 ISA's filler (isa_table.def): starts from the finished AVX2 table (its
+ * parent) and overrides every kernel. Built with the row's flags; called only on CPUs
+ * that have them. Also holds its
+ * FMA peak loop (fma_peak_loop, for ta_measure_fma_peak). */
 #include "kernels/kernels.h"
 
 #include <immintrin.h>
@@ -31,8 +34,6 @@ static double fma_peak_loop_avx512(int64_t iters)
 
 void ta_kernels_fill_avx512(ta_kernels *k)
 {
-    k->isa = TA_ISA_AVX512;
-    k->name = "avx512";
     k->fma_peak_loop = fma_peak_loop_avx512;
     ta_gemm_fill_avx512(k); /* SGEMM micro-kernel 12x32: gemm_avx512.c */
     /* Cache blocks (Zen 5: L1d 48 KiB, L2 1 MiB, L3 32 MiB shared by the CCX), measured

@@ -1,4 +1,6 @@
-/* AVX2+FMA kernels: FMA peak loop and the table filler. Built with -mavx2 -mfma. */
+/* The AVX2+FMA ISA's filler (isa_table.def): overrides every kernel of the scalar
+ * table it starts from. Built with the row's flags; called only on CPUs that have them. Also holds its
+ * FMA peak loop (fma_peak_loop, for ta_measure_fma_peak). */
 #include "kernels/kernels.h"
 
 #include <immintrin.h>
@@ -31,8 +33,6 @@ static double fma_peak_loop_avx2(int64_t iters)
 
 void ta_kernels_fill_avx2(ta_kernels *k)
 {
-    k->isa = TA_ISA_AVX2;
-    k->name = "avx2";
     k->fma_peak_loop = fma_peak_loop_avx2;
     ta_gemm_fill_avx2(k); /* SGEMM micro-kernel 6x16: gemm_avx2.c */
     /* Cache blocks (Zen 5: L1d 48 KiB, L2 1 MiB, L3 32 MiB shared by the CCX), measured
