@@ -61,11 +61,9 @@ valgrind:
 	cd build-valgrind && OMP_NUM_THREADS=2 ctest -T memcheck --output-on-failure -j $(JOBS) \
 		-E '$(VALGRIND_EXCLUDE)' --timeout 3000
 # Left out under valgrind: install_consumer (builds a package, runs no library code of
-# its own); test_core.avx2/.avx512 (their FMA-peak check compares timings, which
-# valgrind's emulation distorts; test_core.scalar runs the same memory paths);
-# train_reverse_short (a training run: > 12 minutes under valgrind; its layer,
+# its own); train_reverse_short (a training run: > 12 minutes under valgrind; its layer,
 # backward and optimiser paths are in test_attention_backward and test_optim).
-VALGRIND_EXCLUDE ?= ^(install_consumer|test_core\.avx2|test_core\.avx512|train_reverse_short)$$
+VALGRIND_EXCLUDE ?= ^(install_consumer|train_reverse_short)$$
 
 # libFuzzer targets (clang, ASan + UBSan): built into build-fuzz, each run for
 # FUZZ_SECONDS on its committed corpus (fuzz/corpus/<target>); see fuzz/Makefile.

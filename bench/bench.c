@@ -13,6 +13,7 @@
 #define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
 
 #include "bench.h"
+#include "peak.h"
 #include "tensorattn.h"
 
 #include <cjson/cJSON.h>
@@ -366,11 +367,11 @@ static int peak_for(bench_state *s, ta_isa isa, int threads, double *gflops)
     progress(s, "measuring the FMA peak: %s, %d thread%s ...", ta_isa_name(isa), threads,
              threads == 1 ? "" : "s");
     double g = 0.0;
-    ta_status st = ta_measure_fma_peak(&g, isa, threads, s->cfg.peak_seconds);
-    if (st != TA_OK || !(g > 0.0)) {
+    const char *why = bench_fma_peak(&g, isa, threads, s->cfg.peak_seconds);
+    if (why || !(g > 0.0)) {
         progress_clear(s);
-        fprintf(stderr, "tensorattn: error: bench: ta_measure_fma_peak(%s, %d threads): %s\n",
-                ta_isa_name(isa), threads, st != TA_OK ? ta_last_error() : "no result");
+        fprintf(stderr, "tensorattn: error: bench: FMA peak (%s, %d threads): %s\n",
+                ta_isa_name(isa), threads, why ? why : "no result");
         return -1;
     }
     s->peaks[s->npeaks++] = (bench_peak){isa, threads, g};
@@ -378,15 +379,14 @@ static int peak_for(bench_state *s, ta_isa isa, int threads, double *gflops)
     return 0;
 }
 
-static const ta_isa all_isas[] = {TA_ISA_SCALAR, TA_ISA_AVX2, TA_ISA_AVX512};
-#define N_ISAS ((int)(sizeof all_isas / sizeof all_isas[0]))
+#define N_ISAS ((int)TA_ISA_COUNT) /* the library's ISAs are 0 .. TA_ISA_COUNT-1 */
 
 static int measure_machine(bench_state *s)
 {
     for (int i = 0; i < N_ISAS; i++) {
-        if (!ta_cpu_supports(all_isas[i])) continue;
+        if (!ta_cpu_supports((ta_isa)i)) continue;
         double g;
-        if (peak_for(s, all_isas[i], 1, &g) || peak_for(s, all_isas[i], s->cfg.threads, &g))
+        if (peak_for(s, (ta_isa)i, 1, &g) || peak_for(s, (ta_isa)i, s->cfg.threads, &g))
             return -1;
     }
     return 0;
@@ -403,11 +403,11 @@ static int recheck_peaks(bench_state *s)
         progress(s, "measuring the FMA peak again: %s, %d thread%s ...", ta_isa_name(p->isa),
                  p->threads, p->threads == 1 ? "" : "s");
         double g = 0.0;
-        ta_status st = ta_measure_fma_peak(&g, p->isa, p->threads, s->cfg.peak_seconds);
-        if (st != TA_OK) {
+        const char *why = bench_fma_peak(&g, p->isa, p->threads, s->cfg.peak_seconds);
+        if (why) {
             progress_clear(s);
-            fprintf(stderr, "tensorattn: error: bench: ta_measure_fma_peak(%s, %d threads): %s\n",
-                    ta_isa_name(p->isa), p->threads, ta_last_error());
+            fprintf(stderr, "tensorattn: error: bench: FMA peak (%s, %d threads): %s\n",
+                    ta_isa_name(p->isa), p->threads, why);
             return -1;
         }
         double d = fabs(g - p->gflops) / fmax(g, p->gflops);
@@ -1231,13 +1231,13 @@ static void print_machine(const bench_state *s)
            s->cfg.threads == 1 ? "" : "s");
     printf("FMA peak (GFLOP/s, float32, measured now):\n");
     for (int i = 0; i < N_ISAS; i++) {
-        if (!ta_cpu_supports(all_isas[i])) continue;
-        printf("  %-8s %9.1f on 1 thread", ta_isa_name(all_isas[i]),
-               known_peak(s, all_isas[i], 1));
+        if (!ta_cpu_supports((ta_isa)i)) continue;
+        printf("  %-8s %9.1f on 1 thread", ta_isa_name((ta_isa)i),
+               known_peak(s, (ta_isa)i, 1));
         if (s->cfg.threads != 1)
-            printf(", %9.1f on %d threads", known_peak(s, all_isas[i], s->cfg.threads),
+            printf(", %9.1f on %d threads", known_peak(s, (ta_isa)i, s->cfg.threads),
                    s->cfg.threads);
-        printf("%s\n", all_isas[i] == act ? "   <- ratios use this" : "");
+        printf("%s\n", (ta_isa)i == act ? "   <- ratios use this" : "");
     }
     printf("  (best of two measurements, before and after the cases; they differed by up to "
            "%.0f%%)\n\n", 100.0 * s->peak_spread);
@@ -1521,10 +1521,10 @@ static cJSON *report_json(const bench_state *s)
     cJSON *peaks = cJSON_AddObjectToObject(m, "peaks");
     cJSON *peaks1 = cJSON_AddObjectToObject(m, "peaks_1thread");
     for (int i = 0; i < N_ISAS && peaks && peaks1; i++) {
-        if (!ta_cpu_supports(all_isas[i])) continue;
-        cJSON_AddNumberToObject(peaks, ta_isa_name(all_isas[i]),
-                                known_peak(s, all_isas[i], s->cfg.threads));
-        cJSON_AddNumberToObject(peaks1, ta_isa_name(all_isas[i]), known_peak(s, all_isas[i], 1));
+        if (!ta_cpu_supports((ta_isa)i)) continue;
+        cJSON_AddNumberToObject(peaks, ta_isa_name((ta_isa)i),
+                                known_peak(s, (ta_isa)i, s->cfg.threads));
+        cJSON_AddNumberToObject(peaks1, ta_isa_name((ta_isa)i), known_peak(s, (ta_isa)i, 1));
     }
     if (s->torch.status) {
         cJSON *peers = cJSON_AddObjectToObject(root, "peers");

@@ -17,8 +17,7 @@
  * views, random numbers, threads, CPU dispatch, GEMM, einsum (ta_einsum(&scores, "bhid,bhjd->bhij",
  * &q, &k) runs on strided views without copies), softmax and masks, ta_sdpa
  * and ta_sdpa_backward, .npy and .safetensors files, attention layers (the seed's
- * SelfAttention and nn.MultiheadAttention, forward and backward), optimisers, and the
- * FMA peak measurement.
+ * SelfAttention and nn.MultiheadAttention, forward and backward), and optimisers.
  *
  * Conventions
  * - Shapes are listed outermost first, as in PyTorch: Q is [B, H, Lq, D].
@@ -652,13 +651,6 @@ double ta_optimizer_lr(const ta_optimizer *opt);
 int64_t ta_optimizer_steps(const ta_optimizer *opt);
 /* NULL is fine. */
 void ta_optimizer_free(ta_optimizer *opt);
-
-/* ----------------------------------------------------------- measurement */
-
-/* Measures this machine's float32 FMA peak in GFLOP/s with the given ISA's widest FMA
- * (independent chains, no memory traffic) on `threads` threads (0 = the library's
- * thread count), running for about `seconds`. Used by `tensorattn bench`. */
-ta_status ta_measure_fma_peak(double *gflops, ta_isa isa, int threads, double seconds);
 
 #ifdef __cplusplus
 }

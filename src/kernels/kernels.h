@@ -19,10 +19,6 @@ typedef struct ta_kernels {
     ta_isa isa;       /* set by dispatch.c from the table row, after the fills */
     const char *name; /* the row's name, as ta_isa_name */
 
-    /* Runs `iters` rounds of independent FMA chains held in registers; returns the
-     * number of floating-point operations done (2 per lane per FMA). */
-    double (*fma_peak_loop)(int64_t iters);
-
     /* SGEMM micro-kernel (docs/kernels.md): on one MR x NR tile of C (row stride
      * rs_c, unit column stride), C = alpha * A_p B_p + beta * C, where A_p[i,p] =
      * a[i*rs_a + p*cs_a] (a packed MR-row panel: rs_a = 1, cs_a = MR; or rows read in
