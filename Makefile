@@ -41,13 +41,14 @@ sanitize: setup
 # (install_consumer is left out: the installed static library is instrumented, and a
 # plain consumer build cannot link the sanitizer runtimes; `make test` runs it.)
 
-# The suite under valgrind memcheck (ctest -T memcheck): every test, with its ctest
-# environment (e.g. TA_ARCH), under valgrind; a valgrind error or a definite/indirect
-# leak fails the test (--error-exitcode=1). Valgrind emulates no AVX-512 (its cpuid
-# hides it), so the avx512 variants run the AVX2 kernels. The DartConfiguration.tcl
+# The suite under valgrind memcheck (ctest -T memcheck): every test under valgrind (the
+# per-ISA runs through tests/run_isa, which sets TA_ARCH and execs the test: hence
+# --trace-children); a valgrind error or a definite/indirect leak fails the test
+# (--error-exitcode=1). Valgrind emulates no AVX-512 (its cpuid hides it), so the
+# avx512 variants are reported as skipped. The DartConfiguration.tcl
 # that ctest -T memcheck reads is written here (the project does not include(CTest)).
 # Narrow, explained suppressions: tests/valgrind.supp.
-VALGRIND_OPTIONS ?= --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+VALGRIND_OPTIONS ?= --error-exitcode=1 --trace-children=yes --leak-check=full --errors-for-leak-kinds=definite,indirect \
 	--show-leak-kinds=definite,indirect --track-origins=no --quiet
 valgrind:
 	@./scripts/setup valgrind
