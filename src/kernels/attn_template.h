@@ -205,11 +205,21 @@ ATTN_INLINE void pv_micro(float *o, int64_t ldo, const float *p, const float *al
             if (c < NV) V_STOREU(o + r * ldo + c * VL, acc[r][c]);
 }
 
+/* gcc 12 at -O2/-O3 loop-vectorizes the key loop of the one-lane (scalar) instance with
+ * loads that also read the row after the current one, past v's end on the last key
+ * (tests/test_kernels.c: a guard-page fault at dv = 2, nk = 1). That instance's P.V
+ * stays scalar code; the SIMD instances are intrinsics and unaffected. */
+#if VL == 1 && defined(__GNUC__) && !defined(__clang__)
+#define PV_ATTR __attribute__((optimize("no-tree-loop-vectorize")))
+#else
+#define PV_ATTR
+#endif
+
 /* o [MQ rows, ldo] = o * alpha (per row) + p [nk, MQ]^T v [nk rows of dv, stride ldv],
  * for the row groups that hold rows < mq; columns >= dv of o (padding up to ldo, a
  * multiple of VL) get finite junk or NaN, never a read of v past dv. */
-void NAME_PV(float *o, int64_t ldo, const float *p, const float *alpha, const float *v,
-             int64_t ldv, int64_t nk_all, int64_t dv, int64_t mq, const int32_t *rowk)
+PV_ATTR void NAME_PV(float *o, int64_t ldo, const float *p, const float *alpha, const float *v,
+                     int64_t ldv, int64_t nk_all, int64_t dv, int64_t mq, const int32_t *rowk)
 {
     const int64_t W = (int64_t)PC * VL; /* columns per micro-tile */
     for (int64_t r0 = 0; r0 < mq; r0 += PR) {
