@@ -6,7 +6,7 @@ FUZZ_SECONDS ?= 30
 # libFuzzer seed: empty for a random one; CI derives it from the commit (see .ci/run)
 FUZZ_SEED ?=
 
-.PHONY: all build setup run test example bench sanitize valgrind fuzz install clean
+.PHONY: all build setup run test example bench sanitize valgrind fuzz cross install clean
 
 all: build
 
@@ -73,8 +73,16 @@ fuzz:
 	$(MAKE) -f fuzz/Makefile OUT=build-fuzz -j $(JOBS) all
 	$(MAKE) -f fuzz/Makefile OUT=build-fuzz FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_SEED=$(FUZZ_SEED) run
 
+# The library for aarch64 with the cross compiler (cmake/toolchain-aarch64.cmake): only
+# the portable kernels, no x86 flags; the static library only (no target cmocka/cjson).
+cross:
+	@./scripts/setup cross
+	cmake -S . -B build-aarch64 -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64.cmake \
+		-DCMAKE_BUILD_TYPE=Release -DTA_WERROR=ON -DTA_BUILD_TESTS=OFF -DTA_BUILD_CLI=OFF
+	cmake --build build-aarch64 -j $(JOBS) --target tensorattn_static
+
 install: build
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD) build-sanitize build-valgrind build-fuzz
+	rm -rf $(BUILD) build-sanitize build-valgrind build-fuzz build-aarch64
