@@ -29,6 +29,16 @@ _Static_assert(MR >= 1 && NV >= 1 && MR <= 16 && NV <= 16,
 _Static_assert(MR * NR <= TA_SGEMM_TILE_MAX,
                "gemm_template.h: the MR x NR tile must fit TA_SGEMM_TILE_MAX (kernels.h)");
 
+/* The one-lane (scalar) instance: gcc 12's loop vectorizer turns its k loop into in-order
+ * reductions emulated with shuffles (7.4 GFLOP/s for 4x8 on one core); without it, the
+ * basic-block vectorizer holds the 32 accumulators in 8 SSE registers (27.8 GFLOP/s),
+ * with the same multiply and add per term, in the same order (the same results). */
+#if VL == 1 && defined(__GNUC__) && !defined(__clang__)
+#define GEMM_ATTR __attribute__((optimize("no-tree-loop-vectorize")))
+#else
+#define GEMM_ATTR
+#endif
+
 /* C tile [MR, NR] (row stride rs_c, unit columns) = alpha * acc (+ beta * C). beta == 0
  * must not read C: it may hold NaN or be uninitialised. */
 GEMM_INLINE void store_tile(float *c, int64_t rs_c, VT acc[MR][NV], float alpha, float beta)
@@ -54,8 +64,8 @@ GEMM_INLINE void store_tile(float *c, int64_t rs_c, VT acc[MR][NV], float alpha,
  * (rs_a, cs_a) (packed: 1, MR); b: [k, NR] packed panel (64-byte aligned). */
 void NAME_SGEMM(int64_t k, float alpha, const float *a, int64_t rs_a, int64_t cs_a,
                 const float *b, float beta, float *c, int64_t rs_c);
-void NAME_SGEMM(int64_t k, float alpha, const float *a, int64_t rs_a, int64_t cs_a,
-                const float *b, float beta, float *c, int64_t rs_c)
+GEMM_ATTR void NAME_SGEMM(int64_t k, float alpha, const float *a, int64_t rs_a, int64_t cs_a,
+                          const float *b, float beta, float *c, int64_t rs_c)
 {
     const float *arow[(MR + 3) / 4];
     /* 3 rs_a through an empty asm: gcc no longer sees it as rs_a + 2 rs_a, so it stays in
