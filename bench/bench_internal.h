@@ -6,7 +6,8 @@
  *   main.c                 the command line, ta_bench_main: the order of a run
  *   harness.c              a case's life: setup, cold call, check, timing, ratios
  *   alloc_count.c          the counting allocator behind extra_bytes
- *   peak.c                 the FMA peaks the ratios divide by
+ *   machine.c              the machine section: the FMA peaks the ratios divide by
+ *   peak.c, peak_<isa>.c   one FMA-peak measurement (peak.h), a loop per ISA of the table
  *   cases.c                the case table: which cases a run has
  *   cases_gemm.c           kinds "sgemm" and "sgemm_batched"
  *   cases_einsum.c         kind "einsum"
@@ -193,10 +194,8 @@ void bench_install_counting_allocator(void);
 size_t bench_mem_mark(void);             /* bytes outstanding now; resets the peak to it */
 double bench_mem_extra_since(size_t base); /* peak above base since the mark; -1: unknown */
 
-/* ---- peak.c: the FMA peaks */
+/* ---- machine.c: the FMA peaks */
 
-extern const ta_isa bench_isas[]; /* every ISA the bench knows, in order */
-extern const int bench_nisas;
 int bench_measure_machine(bench_state *s); /* every supported ISA, 1 and bench threads */
 int bench_peak_for(bench_state *s, ta_isa isa, int threads, double *gflops);
 int bench_recheck_peaks(bench_state *s);

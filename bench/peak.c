@@ -1,88 +1,60 @@
-/* The FMA peaks the ratios divide by: for every ISA the CPU supports, on 1 thread and
- * on the bench thread count, measured before the cases and again after them (the
- * larger value is kept). The measurement itself is fma_peak(), the one place that
- * calls into the library for it. */
-#include "bench_internal.h"
+/* The FMA peak measurement (peak.h). Built without vector flags: it calls an ISA's loop
+ * (bench/peak_<isa>.c) only after ta_cpu_supports says the CPU runs that ISA. */
+#define _POSIX_C_SOURCE 200809L
 
-#include <math.h>
-#include <stdio.h>
+#include "peak.h"
 
-const ta_isa bench_isas[] = {TA_ISA_SCALAR, TA_ISA_AVX2, TA_ISA_AVX512};
-const int bench_nisas = (int)(sizeof bench_isas / sizeof bench_isas[0]);
+#include <stdint.h>
+#include <time.h>
 
-/* One measurement of the float32 FMA peak of `isa` on `threads` threads, in GFLOP/s:
- * independent FMA chains held in registers, no memory traffic. Returns 0, or -1 after
- * saying why on stderr. */
-static int fma_peak(bench_state *s, ta_isa isa, int threads, double *gflops)
+/* The loops, one per row of the library's ISA table (src/kernels/isa_table.def: a list
+ * of rows and arch macros, no code), so that the bench keeps no ISA list of its own;
+ * a row of another target (TA_ON_<arch>) has no loop here, as its file is not built. */
+#define TA_ISA(isa, name, parent, supported, fill, arch, cflags)                              \
+    double bench_peak_loop_##name(int64_t iters);
+#include "kernels/isa_table.def"
+#undef TA_ISA
+
+static double (*const loops[TA_ISA_COUNT])(int64_t iters) = {
+#define TA_ISA(isa, name, parent, supported, fill, arch, cflags)                              \
+    [isa] = TA_ON_##arch(bench_peak_loop_##name),
+#include "kernels/isa_table.def"
+#undef TA_ISA
+};
+
+static double seconds_now(void)
 {
-    double g = 0.0;
-    ta_status st = ta_measure_fma_peak(&g, isa, threads, s->cfg.peak_seconds);
-    if (st != TA_OK || !(g > 0.0)) {
-        bench_progress_clear(s);
-        fprintf(stderr, "tensorattn: error: bench: ta_measure_fma_peak(%s, %d threads): %s\n",
-                ta_isa_name(isa), threads, st != TA_OK ? ta_last_error() : "no result");
-        return -1;
-    }
-    *gflops = g;
-    return 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The peak of `isa` on `threads` threads, measured the first time it is asked for. */
-int bench_peak_for(bench_state *s, ta_isa isa, int threads, double *gflops)
+const char *bench_fma_peak(double *gflops, ta_isa isa, int threads, double seconds)
 {
-    for (int i = 0; i < s->npeaks; i++)
-        if (s->peaks[i].isa == isa && s->peaks[i].threads == threads) {
-            *gflops = s->peaks[i].gflops;
-            return 0;
-        }
-    if (s->npeaks == (int)(sizeof s->peaks / sizeof s->peaks[0])) {
-        fprintf(stderr, "tensorattn: error: bench: too many FMA peak measurements\n");
-        return -1;
+    if (!gflops) return "gflops is NULL";
+    if (!(seconds > 0.0) || seconds > 60.0) return "seconds must be in (0, 60]";
+    if (threads < 0) return "threads is negative";
+    if ((int)isa < 0 || (int)isa >= TA_ISA_COUNT) return "no such ISA";
+    if (!ta_cpu_supports(isa) || !loops[isa]) return "this CPU cannot run that ISA";
+    double (*loop)(int64_t) = loops[isa];
+    int nt = threads ? threads : ta_get_num_threads();
+    /* Calibrate: grow the iteration count until one run takes >= 20 ms. */
+    int64_t iters = 1 << 16;
+    for (;;) {
+        double t0 = seconds_now();
+        loop(iters);
+        if (seconds_now() - t0 >= 0.02 || iters > ((int64_t)1 << 40)) break;
+        iters *= 2;
     }
-    bench_progress(s, "measuring the FMA peak: %s, %d thread%s ...", ta_isa_name(isa), threads,
-                   threads == 1 ? "" : "s");
-    double g;
-    if (fma_peak(s, isa, threads, &g)) return -1;
-    s->peaks[s->npeaks++] = (bench_peak){isa, threads, g};
-    *gflops = g;
-    return 0;
-}
-
-int bench_measure_machine(bench_state *s)
-{
-    for (int i = 0; i < bench_nisas; i++) {
-        if (!ta_cpu_supports(bench_isas[i])) continue;
-        double g;
-        if (bench_peak_for(s, bench_isas[i], 1, &g) ||
-            bench_peak_for(s, bench_isas[i], s->cfg.threads, &g))
-            return -1;
-    }
-    return 0;
-}
-
-/* The peak is what the hardware can do, and a measurement that shares the cores with
- * another process reads low (then fractions above 1 appear). So every peak is measured
- * again after the cases; the larger value is kept and the spread reported as a sign
- * of a busy machine. */
-int bench_recheck_peaks(bench_state *s)
-{
-    for (int i = 0; i < s->npeaks; i++) {
-        bench_peak *p = &s->peaks[i];
-        bench_progress(s, "measuring the FMA peak again: %s, %d thread%s ...",
-                       ta_isa_name(p->isa), p->threads, p->threads == 1 ? "" : "s");
-        double g;
-        if (fma_peak(s, p->isa, p->threads, &g)) return -1;
-        double d = fabs(g - p->gflops) / fmax(g, p->gflops);
-        if (d > s->peak_spread) s->peak_spread = d;
-        if (g > p->gflops) p->gflops = g;
-    }
-    bench_progress_clear(s);
-    return 0;
-}
-
-double bench_known_peak(const bench_state *s, ta_isa isa, int threads)
-{
-    for (int i = 0; i < s->npeaks; i++)
-        if (s->peaks[i].isa == isa && s->peaks[i].threads == threads) return s->peaks[i].gflops;
-    return 0.0;
+    /* Best of repeated parallel runs: the peak is what the hardware can do. */
+    double best = 0.0, end = seconds_now() + seconds;
+    do {
+        double flops = 0.0, t0 = seconds_now();
+#pragma omp parallel num_threads(nt) reduction(+ : flops)
+        flops += loop(iters);
+        double dt = seconds_now() - t0;
+        if (flops / dt > best) best = flops / dt;
+    } while (seconds_now() < end);
+    *gflops = best * 1e-9;
+    return NULL;
 }

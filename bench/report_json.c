@@ -67,12 +67,12 @@ static void machine_json(const bench_state *s, cJSON *m)
     cJSON_AddNumberToObject(m, "peak_spread", s->peak_spread);
     cJSON *peaks = cJSON_AddObjectToObject(m, "peaks");
     cJSON *peaks1 = cJSON_AddObjectToObject(m, "peaks_1thread");
-    for (int i = 0; i < bench_nisas && peaks && peaks1; i++) {
-        if (!ta_cpu_supports(bench_isas[i])) continue;
-        cJSON_AddNumberToObject(peaks, ta_isa_name(bench_isas[i]),
-                                bench_known_peak(s, bench_isas[i], s->cfg.threads));
-        cJSON_AddNumberToObject(peaks1, ta_isa_name(bench_isas[i]),
-                                bench_known_peak(s, bench_isas[i], 1));
+    for (int i = 0; i < TA_ISA_COUNT && peaks && peaks1; i++) {
+        if (!ta_cpu_supports((ta_isa)i)) continue;
+        cJSON_AddNumberToObject(peaks, ta_isa_name((ta_isa)i),
+                                bench_known_peak(s, (ta_isa)i, s->cfg.threads));
+        cJSON_AddNumberToObject(peaks1, ta_isa_name((ta_isa)i),
+                                bench_known_peak(s, (ta_isa)i, 1));
     }
 }
 

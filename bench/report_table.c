@@ -49,14 +49,14 @@ void bench_print_machine(const bench_state *s)
     printf("machine: isa %s, %d thread%s\n", ta_isa_name(act), s->cfg.threads,
            s->cfg.threads == 1 ? "" : "s");
     printf("FMA peak (GFLOP/s, float32, measured now):\n");
-    for (int i = 0; i < bench_nisas; i++) {
-        if (!ta_cpu_supports(bench_isas[i])) continue;
-        printf("  %-8s %9.1f on 1 thread", ta_isa_name(bench_isas[i]),
-               bench_known_peak(s, bench_isas[i], 1));
+    for (int i = 0; i < TA_ISA_COUNT; i++) {
+        if (!ta_cpu_supports((ta_isa)i)) continue;
+        printf("  %-8s %9.1f on 1 thread", ta_isa_name((ta_isa)i),
+               bench_known_peak(s, (ta_isa)i, 1));
         if (s->cfg.threads != 1)
-            printf(", %9.1f on %d threads", bench_known_peak(s, bench_isas[i], s->cfg.threads),
+            printf(", %9.1f on %d threads", bench_known_peak(s, (ta_isa)i, s->cfg.threads),
                    s->cfg.threads);
-        printf("%s\n", bench_isas[i] == act ? "   <- ratios use this" : "");
+        printf("%s\n", (ta_isa)i == act ? "   <- ratios use this" : "");
     }
     printf("  (best of two measurements, before and after the cases; they differed by up to "
            "%.0f%%)\n\n", 100.0 * s->peak_spread);

@@ -17,8 +17,7 @@
  * views, random numbers, threads, CPU dispatch, GEMM, einsum (ta_einsum(&scores, "bhid,bhjd->bhij",
  * &q, &k) runs on strided views without copies), softmax and masks, ta_sdpa
  * and ta_sdpa_backward, .npy and .safetensors files, attention layers (the seed's
- * SelfAttention and nn.MultiheadAttention, forward and backward), optimisers, and the
- * FMA peak measurement.
+ * SelfAttention and nn.MultiheadAttention, forward and backward), and optimisers.
  *
  * Conventions
  * - Shapes are listed outermost first, as in PyTorch: Q is [B, H, Lq, D].
@@ -190,11 +189,20 @@ int ta_get_num_threads(void);
 
 /* ------------------------------------------------------------------ CPU */
 
-typedef enum ta_isa { TA_ISA_SCALAR = 0, TA_ISA_AVX2 = 1, TA_ISA_AVX512 = 2 } ta_isa;
+/* The kernel sets, 0 .. TA_ISA_COUNT-1 (iterate over them with ta_cpu_supports). An ISA
+ * that does not exist on the target the library was built for (AVX2 on aarch64) is
+ * never supported. */
+typedef enum ta_isa {
+    TA_ISA_SCALAR = 0,
+    TA_ISA_AVX2 = 1,
+    TA_ISA_AVX512 = 2,
+    TA_ISA_COUNT /* the number of ISAs: not an ISA */
+} ta_isa;
 /* The kernel set in use: the best the CPU supports, or TA_ARCH=scalar|avx2|avx512 from
  * the environment when the CPU supports it (an unsupported request falls back to the
  * best supported). Chosen once, on first use. */
 ta_isa ta_active_isa(void);
+/* "scalar", "avx2", "avx512" (the names TA_ARCH takes); "unknown" out of range. */
 const char *ta_isa_name(ta_isa isa);
 /* Whether this CPU (and OS) can run isa. */
 int ta_cpu_supports(ta_isa isa);
@@ -731,13 +739,6 @@ double ta_optimizer_lr(const ta_optimizer *opt);
 int64_t ta_optimizer_steps(const ta_optimizer *opt);
 /* NULL is fine. */
 void ta_optimizer_free(ta_optimizer *opt);
-
-/* ----------------------------------------------------------- measurement */
-
-/* Measures this machine's float32 FMA peak in GFLOP/s with the given ISA's widest FMA
- * (independent chains, no memory traffic) on `threads` threads (0 = the library's
- * thread count), running for about `seconds`. Used by `tensorattn bench`. */
-ta_status ta_measure_fma_peak(double *gflops, ta_isa isa, int threads, double seconds);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-/* ta-test: all-isas -- Core services: threads, the allocation hook, CPU dispatch, the FMA peak. */
+/* ta-test: all-isas -- Core services: threads, the allocation hook, CPU dispatch. */
 #include "ta_test.h"
 
 #include <stdlib.h>
@@ -68,24 +68,12 @@ static void test_dispatch(void **state)
     assert_string_equal(ta_isa_name(TA_ISA_AVX2), "avx2");
 }
 
-static void test_fma_peak(void **state)
-{
-    (void)state;
-    double g1 = 0, gs = 0;
-    TA_CHECK_OK(ta_measure_fma_peak(&g1, ta_active_isa(), 1, 0.05));
-    TA_CHECK_OK(ta_measure_fma_peak(&gs, TA_ISA_SCALAR, 1, 0.05));
-    assert_true(gs > 0.1 && g1 >= gs * 0.5);
-    TA_CHECK_ERR(ta_measure_fma_peak(&g1, TA_ISA_SCALAR, 1, 0.0), TA_EINVAL, "seconds");
-    TA_CHECK_ERR(ta_measure_fma_peak(NULL, TA_ISA_SCALAR, 1, 0.1), TA_EINVAL, "gflops is NULL");
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_allocator_hook),
         cmocka_unit_test(test_dispatch),
-        cmocka_unit_test(test_fma_peak),
     };
     return cmocka_run_group_tests_name("core", tests, NULL, NULL);
 }

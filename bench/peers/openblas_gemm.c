@@ -4,6 +4,7 @@
  * runs after a warm-up, ours and OpenBLAS alternating.
  *   bench_openblas [n ...]   (default: 1024 2048)
  * Run it with and without OPENBLAS_CORETYPE set to see OpenBLAS's kernel choice. */
+#include "peak.h" /* bench/peak.c: the FMA peak, as tensorattn bench measures it */
 #include "tensorattn.h"
 
 #include <cblas.h>
@@ -84,8 +85,9 @@ int main(int argc, char **argv)
            "openblas", "oblas%", "ours/obl");
     for (int threads = 1; threads <= 2; threads++) {
         double peak = 0.0;
-        if (ta_measure_fma_peak(&peak, ta_active_isa(), threads, 0.3) != TA_OK) {
-            fprintf(stderr, "peak: %s\n", ta_last_error());
+        const char *why = bench_fma_peak(&peak, ta_active_isa(), threads, 0.3);
+        if (why) {
+            fprintf(stderr, "peak: %s\n", why);
             return 1;
         }
         ta_set_num_threads(threads);

@@ -22,6 +22,10 @@
 
 #define BWD_INLINE static inline __attribute__((always_inline))
 
+/* The limits of the switches below (a tile over them would silently compute nothing). */
+_Static_assert(MR >= 1 && MR <= 8, "attn_bwd_template.h: ROWS_TAIL has cases for 1..7 rows");
+_Static_assert(NV >= 1 && NV <= 8, "attn_bwd_template.h: COLS_TAIL has cases for 1..8 vectors");
+
 /* Rows 0 .. mr-1 and column vectors 0 .. nv-1 (the last one holding `last` lanes when TAIL)
  * of C = (acc ? C : 0) + A B over k steps. mr, nv and TAIL are constants after inlining. */
 BWD_INLINE void gemm_micro(float *c, int64_t ldc, const float *a, int64_t rsa, int64_t csa,

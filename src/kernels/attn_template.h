@@ -22,6 +22,13 @@
 #define MQ (QV * VL)
 #define ATTN_INLINE static inline __attribute__((always_inline))
 
+/* The limits of the switches below (a tile over them would silently compute nothing). */
+_Static_assert(KJ >= 1 && KJ <= 12, "attn_template.h: QK_SWITCH has cases for 1..12 keys");
+_Static_assert(PC >= 1 && PC <= 8, "attn_template.h: PV_TAIL has cases for 1..8 vectors");
+_Static_assert(QV >= 1 && QV <= 16 && PR >= 1 && PR <= 16,
+               "attn_template.h: QV and PR in 1..16 (the loops unroll 16)");
+_Static_assert(MQ % PR == 0, "attn_template.h: attn_mq must be a multiple of attn_pr");
+
 /* s[j, :] = qp^T k_j for nj keys (nj a constant after inlining). */
 ATTN_INLINE void qk_micro(float *s, const float *qp, const float *k, int64_t ldk, int64_t d,
                           const int nj)
@@ -198,11 +205,21 @@ ATTN_INLINE void pv_micro(float *o, int64_t ldo, const float *p, const float *al
             if (c < NV) V_STOREU(o + r * ldo + c * VL, acc[r][c]);
 }
 
+/* gcc 12 at -O2/-O3 loop-vectorizes the key loop of the one-lane (scalar) instance with
+ * loads that also read the row after the current one, past v's end on the last key
+ * (tests/test_kernels.c: a guard-page fault at dv = 2, nk = 1). That instance's P.V
+ * stays scalar code; the SIMD instances are intrinsics and unaffected. */
+#if VL == 1 && defined(__GNUC__) && !defined(__clang__)
+#define PV_ATTR __attribute__((optimize("no-tree-loop-vectorize")))
+#else
+#define PV_ATTR
+#endif
+
 /* o [MQ rows, ldo] = o * alpha (per row) + p [nk, MQ]^T v [nk rows of dv, stride ldv],
  * for the row groups that hold rows < mq; columns >= dv of o (padding up to ldo, a
  * multiple of VL) get finite junk or NaN, never a read of v past dv. */
-void NAME_PV(float *o, int64_t ldo, const float *p, const float *alpha, const float *v,
-             int64_t ldv, int64_t nk_all, int64_t dv, int64_t mq, const int32_t *rowk)
+PV_ATTR void NAME_PV(float *o, int64_t ldo, const float *p, const float *alpha, const float *v,
+                     int64_t ldv, int64_t nk_all, int64_t dv, int64_t mq, const int32_t *rowk)
 {
     const int64_t W = (int64_t)PC * VL; /* columns per micro-tile */
     for (int64_t r0 = 0; r0 < mq; r0 += PR) {
@@ -237,6 +254,7 @@ void FILL_FN(ta_kernels *k)
 {
     k->attn_mq = MQ;
     k->attn_pr = PR;
+    k->attn_vl = VL;
     k->attn_qk = NAME_QK;
     k->attn_softmax = NAME_SOFTMAX;
     k->attn_pv = NAME_PV;

@@ -1,6 +1,8 @@
-/* CPU feature detection (cpuid + xgetbv: the OS must save the wider registers). */
-#include "core/core.h"
+/* The CPU predicates of the ISA table (isa_table.def's `supported` column): cpuid, and
+ * xgetbv for whether the OS saves the wider registers. Built without vector flags. */
 #include "kernels/kernels.h"
+
+int ta_cpu_has_scalar(void) { return 1; }
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -12,34 +14,35 @@ static uint64_t xgetbv0(void)
     return ((uint64_t)edx << 32) | eax;
 }
 
-int ta_cpu_supports(ta_isa isa)
+/* AVX2 + FMA + F16C with the YMM state enabled by the OS; *xcr0 and *ebx7 (cpuid leaf
+ * 7's ebx) for the AVX-512 test. */
+static int has_avx2(uint64_t *xcr0, unsigned *ebx7)
 {
-    if (isa == TA_ISA_SCALAR) return 1;
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
     int osxsave = (c >> 27) & 1, fma = (c >> 12) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
     if (!osxsave || !avx || !fma || !f16c) return 0;
-    uint64_t xcr0 = xgetbv0();
-    if ((xcr0 & 0x6) != 0x6) return 0; /* XMM and YMM state */
+    *xcr0 = xgetbv0();
+    if ((*xcr0 & 0x6) != 0x6) return 0; /* XMM and YMM state */
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
-    int avx2 = (b >> 5) & 1;
-    if (isa == TA_ISA_AVX2) return avx2;
-    if (isa == TA_ISA_AVX512) {
-        int f = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
-        return avx2 && f && dq && bw && vl && (xcr0 & 0xE6) == 0xE6; /* opmask, ZMM */
-    }
-    return 0;
+    *ebx7 = b;
+    return (b >> 5) & 1;
 }
-#else
-int ta_cpu_supports(ta_isa isa) { return isa == TA_ISA_SCALAR; }
-#endif
 
-const char *ta_isa_name(ta_isa isa)
+int ta_cpu_has_avx2(void)
 {
-    switch (isa) {
-    case TA_ISA_SCALAR: return "scalar";
-    case TA_ISA_AVX2: return "avx2";
-    case TA_ISA_AVX512: return "avx512";
-    }
-    return "unknown";
+    uint64_t xcr0;
+    unsigned b;
+    return has_avx2(&xcr0, &b);
 }
+
+/* AVX-512 F, DQ, BW, VL (and AVX2: the table's parent) with opmask and ZMM state. */
+int ta_cpu_has_avx512(void)
+{
+    uint64_t xcr0 = 0;
+    unsigned b = 0;
+    if (!has_avx2(&xcr0, &b)) return 0;
+    int f = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
+    return f && dq && bw && vl && (xcr0 & 0xE6) == 0xE6;
+}
+#endif

@@ -1,20 +1,23 @@
 /* The kernel table: one set of micro-kernels per ISA, filled from the scalar
- * reference kernels and then overridden per ISA (as BLIS does), chosen once from
- * cpuid. Contracts: docs/kernels.md. */
+ * reference kernels and then overridden along the ISA's parent chain (as BLIS does),
+ * chosen once from cpuid. The ISAs, their parents, CPU predicates and fillers are the
+ * rows of isa_table.def. Contracts: docs/kernels.md. */
 #ifndef TA_KERNELS_H
 #define TA_KERNELS_H
 
 #include "tensorattn.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
-typedef struct ta_kernels {
-    ta_isa isa;
-    const char *name;
+/* The largest MR x NR tile (floats) an SGEMM micro-kernel may compute: the GEMM driver
+ * (src/ops/gemm.c) runs edge tiles on a local tile of this size. The gemm template
+ * asserts it at compile time and every table is checked against it when it is built. */
+#define TA_SGEMM_TILE_MAX 512
 
-    /* Runs `iters` rounds of independent FMA chains held in registers; returns the
-     * number of floating-point operations done (2 per lane per FMA). */
-    double (*fma_peak_loop)(int64_t iters);
+typedef struct ta_kernels {
+    ta_isa isa;       /* set by dispatch.c from the table row, after the fills */
+    const char *name; /* the row's name, as ta_isa_name */
 
     /* SGEMM micro-kernel (docs/kernels.md): on one MR x NR tile of C (row stride
      * rs_c, unit column stride), C = alpha * A_p B_p + beta * C, where A_p[i,p] =
@@ -32,8 +35,9 @@ typedef struct ta_kernels {
      * ta_attn_fill_<isa> in src/kernels/attn_<isa>.c). Lanes are queries: a query tile
      * of attn_mq rows is packed transposed, qp[p * attn_mq + r] = scale * Q[r, p], and a
      * score tile is s[j * attn_mq + r] (key j, query row r). */
-    int attn_mq; /* query rows per tile: a multiple of the vector width and of attn_pr */
+    int attn_mq; /* query rows per tile: a multiple of attn_vl and of attn_pr */
     int attn_pr; /* rows per P.V micro-tile */
+    int attn_vl; /* vector lanes of the attention kernels: attn_pv's ldo is a multiple */
     /* s [nk, mq] = qp^T K^T for nk keys, key j at k[j * ldk + 0 .. d-1]. rowk: NULL, or
      * per row the keys it needs (may skip computing scores past them). */
     void (*attn_qk)(float *s, const float *qp, const float *k, int64_t ldk, int64_t nk,
@@ -50,8 +54,8 @@ typedef struct ta_kernels {
     void (*attn_exp)(float *y, const float *x, int64_t n);
 
     /* ---- attention backward (FlashAttention-2 backward, src/ops/sdpa_backward.c; filled
-     * by ta_attn_bwd_fill_<isa> in src/kernels/attn_bwd_<isa>.c; contracts in
-     * src/kernels/attn_bwd_template.h). */
+     * by ta_attn_bwd_fill_<isa> in src/kernels/attn_bwd_<isa>.c; docs/kernels.md,
+     * "Attention backward"). */
     /* C [m, n] (row stride ldc, unit columns) = (acc ? C : 0) + A [m, k] B [k, n] with
      * A[i, p] = a[i * rsa + p * csa], B[p, j] = b[p * ldb + j]; one FMA chain per element
      * in p order; acc == 0: C is not read; only the n columns are touched. */
@@ -64,31 +68,31 @@ typedef struct ta_kernels {
                               void (*exp_row)(float *, const float *, int64_t));
 } ta_kernels;
 
-/* The table in use (the best supported, or TA_ARCH's choice). Never NULL. */
+/* The table in use (the best usable, or TA_ARCH's choice). Never NULL. */
 const ta_kernels *ta_kernels_active(void);
-/* The table for isa, or NULL if this CPU cannot run it. */
+/* The table for isa, or NULL if this CPU cannot run it or its table failed the checks
+ * below when it was built (an internal error: see ta_kernels_init_error). */
 const ta_kernels *ta_kernels_for(ta_isa isa);
+/* NULL, or what was wrong with the first table that failed ta_kernels_check when the
+ * tables were built (that ISA is then never used; detection and TA_ARCH skip it). The
+ * tests require NULL. */
+const char *ta_kernels_init_error(void);
+/* Checks the limits a table must meet (every entry set; MR x NR <= TA_SGEMM_TILE_MAX;
+ * cache blocks multiples of MR / NR; attn_mq a multiple of attn_vl and attn_pr).
+ * Returns 0, or -1 with a sentence in why[0 .. n-1]. */
+int ta_kernels_check(const ta_kernels *k, char *why, size_t n);
 
-/* The SGEMM micro-kernels, named ta_sgemm_<isa>_<MR>x<NR> (docs/kernels.md). */
-void ta_sgemm_scalar_4x8(int64_t k, float alpha, const float *a, int64_t rs_a, int64_t cs_a,
-                         const float *b, float beta, float *c, int64_t rs_c);
-void ta_sgemm_avx2_6x16(int64_t k, float alpha, const float *a, int64_t rs_a, int64_t cs_a,
-                        const float *b, float beta, float *c, int64_t rs_c);
-void ta_sgemm_avx512_12x32(int64_t k, float alpha, const float *a, int64_t rs_a,
-                           int64_t cs_a, const float *b, float beta, float *c, int64_t rs_c);
-
-/* Attention entries of the table, one filler per ISA (called by the fillers below). */
-void ta_attn_fill_scalar(ta_kernels *k);
-void ta_attn_fill_avx2(ta_kernels *k);
-void ta_attn_fill_avx512(ta_kernels *k);
-/* Attention backward entries, one filler per ISA (called by the fillers below). */
-void ta_attn_bwd_fill_scalar(ta_kernels *k);
-void ta_attn_bwd_fill_avx2(ta_kernels *k);
-void ta_attn_bwd_fill_avx512(ta_kernels *k);
-
-/* Per-ISA fillers: each overrides the entries it has; the scalar one sets all. */
-void ta_kernels_fill_scalar(ta_kernels *k);
-void ta_kernels_fill_avx2(ta_kernels *k);
-void ta_kernels_fill_avx512(ta_kernels *k);
+/* Every row of isa_table.def declares its CPU predicate and filler here, and the
+ * fillers its templates define (gemm_template.h, attn_template.h, attn_bwd_template.h
+ * instantiated by gemm_<name>.c, attn_<name>.c, attn_bwd_<name>.c), which the ISA's
+ * filler (kernels_<name>.c) calls. */
+#define TA_ISA(isa, name, parent, supported, fill, arch, cflags)                              \
+    int supported(void);                                                                     \
+    void fill(ta_kernels *k);                                                                \
+    void ta_gemm_fill_##name(ta_kernels *k);                                                 \
+    void ta_attn_fill_##name(ta_kernels *k);                                                 \
+    void ta_attn_bwd_fill_##name(ta_kernels *k);
+#include "kernels/isa_table.def"
+#undef TA_ISA
 
 #endif

@@ -1,7 +1,8 @@
-/* The vector vocabulary of the attention templates (forward and backward) for AVX2 +
- * FMA (include only from *_avx2.c files, built with -mavx2 -mfma): VT (the vector
- * type), VL (lanes), the V_* operations with masked tails, and the expf both share
- * (accuracy: docs/kernels.md, "Attention"). */
+/* The vector vocabulary of the kernel templates (gemm_template.h, attn_template.h,
+ * attn_bwd_template.h) for AVX2 + FMA (include only from *_avx2.c files, built with the
+ * avx2 row's flags): VT (the vector type), VL (lanes), the V_* operations with masked
+ * tails, and the expf the attention kernels share (accuracy: docs/kernels.md,
+ * "Attention"). Header-only: it defines no library symbols. */
 #ifndef TA_VEC_AVX2_H
 #define TA_VEC_AVX2_H
 
@@ -45,6 +46,8 @@ static inline __m256 exp_avx2(__m256 x)
 
 #define V_ZERO() _mm256_setzero_ps()
 #define V_SET1(x) _mm256_set1_ps(x)
+#define V_LOAD(p) _mm256_load_ps(p) /* p aligned to the vector size */
+#define V_BCAST(p) _mm256_broadcast_ss(p) /* *p in every lane, read straight from memory */
 #define V_LOADU(p) _mm256_loadu_ps(p)
 #define V_STOREU(p, v) _mm256_storeu_ps(p, v)
 #define V_LOADN(p, n) _mm256_maskload_ps(p, lanes_mask(n))

@@ -1,7 +1,8 @@
-/* The vector vocabulary of the attention templates (forward and backward) for AVX-512
- * (include only from *_avx512.c files, built with -mavx512f and co.): VT (the vector
- * type), VL (lanes), the V_* operations with masked tails, and the expf both share
- * (accuracy: docs/kernels.md, "Attention"). */
+/* The vector vocabulary of the kernel templates (gemm_template.h, attn_template.h,
+ * attn_bwd_template.h) for AVX-512 (include only from *_avx512.c files, built with the
+ * avx512 row's flags): VT (the vector type), VL (lanes), the V_* operations with masked
+ * tails, and the expf the attention kernels share (accuracy: docs/kernels.md,
+ * "Attention"). Header-only: it defines no library symbols. */
 #ifndef TA_VEC_AVX512_H
 #define TA_VEC_AVX512_H
 
@@ -35,6 +36,8 @@ static inline __m512 exp_avx512(__m512 x)
 
 #define V_ZERO() _mm512_setzero_ps()
 #define V_SET1(x) _mm512_set1_ps(x)
+#define V_LOAD(p) _mm512_load_ps(p) /* p aligned to the vector size */
+#define V_BCAST(p) _mm512_set1_ps(*(p)) /* *p in every lane, read straight from memory */
 #define V_LOADU(p) _mm512_loadu_ps(p)
 #define V_STOREU(p, v) _mm512_storeu_ps(p, v)
 #define V_LOADN(p, n) _mm512_maskz_loadu_ps(lanes_mask(n), p)

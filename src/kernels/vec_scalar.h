@@ -1,7 +1,8 @@
-/* The vector vocabulary of the attention templates (forward and backward) for portable
- * C with one-lane "vectors" (plain float arithmetic: no FMA contraction under
- * -std=c11): VT (the vector type), VL (lanes), the V_* operations with masked tails,
- * and the expf both share (accuracy: docs/kernels.md, "Attention"). */
+/* The vector vocabulary of the kernel templates (gemm_template.h, attn_template.h,
+ * attn_bwd_template.h) for portable C with one-lane "vectors" (plain float arithmetic:
+ * no FMA contraction under -std=c11): VT (the vector type), VL (lanes), the V_*
+ * operations with masked tails, and the expf the attention kernels share (accuracy:
+ * docs/kernels.md, "Attention"). Header-only: it defines no library symbols. */
 #ifndef TA_VEC_SCALAR_H
 #define TA_VEC_SCALAR_H
 
@@ -37,6 +38,8 @@ static inline float exp_scalar(float x)
 
 #define V_ZERO() 0.0f
 #define V_SET1(x) (x)
+#define V_LOAD(p) (*(p)) /* p aligned to the vector size */
+#define V_BCAST(p) (*(p)) /* *p in every lane, read straight from memory */
 #define V_LOADU(p) (*(p))
 #define V_STOREU(p, v) (*(p) = (v))
 #define V_LOADN(p, n) ((n) > 0 ? *(p) : 0.0f)

@@ -26,8 +26,6 @@
 #include <omp.h>
 #include <string.h>
 
-/* The largest MR x NR tile a kernel of the table may have (12 x 32 today). */
-#define TILE_MAX 512
 /* Below this many multiply-adds in all, one thread: OpenMP start-up costs more. */
 #define SERIAL_FMAS ((int64_t)1 << 18)
 /* Blocks of at most this many NR panels read an A with a unit stride in place. */
@@ -101,7 +99,7 @@ static void macro_kernel(const blocking *bk, float *C, int64_t rsc, int64_t csc,
                          float beta)
 {
     const int64_t mr = bk->mr, nr = bk->nr;
-    _Alignas(64) float tile[TILE_MAX];
+    _Alignas(64) float tile[TA_SGEMM_TILE_MAX]; /* every table is checked to fit */
     /* The lanes of an edge tile past the edge are computed too (and read when
      * beta != 0): give them defined values. */
     memset(tile, 0, sizeof tile);

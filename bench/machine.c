@@ -1,0 +1,85 @@
+/* The machine section: the FMA peaks the ratios divide by, for every ISA of the
+ * library's table that the CPU supports, on 1 thread and on the bench thread count,
+ * measured before the cases and again after them (the larger value is kept). The
+ * measurement itself is bench_fma_peak (peak.c). */
+#include "bench_internal.h"
+#include "peak.h"
+
+#include <math.h>
+#include <stdio.h>
+
+/* One measurement of the float32 FMA peak of `isa` on `threads` threads, in GFLOP/s:
+ * independent FMA chains held in registers, no memory traffic. Returns 0, or -1 after
+ * saying why on stderr. */
+static int fma_peak(bench_state *s, ta_isa isa, int threads, double *gflops)
+{
+    double g = 0.0;
+    const char *why = bench_fma_peak(&g, isa, threads, s->cfg.peak_seconds);
+    if (why || !(g > 0.0)) {
+        bench_progress_clear(s);
+        fprintf(stderr, "tensorattn: error: bench: FMA peak (%s, %d threads): %s\n",
+                ta_isa_name(isa), threads, why ? why : "no result");
+        return -1;
+    }
+    *gflops = g;
+    return 0;
+}
+
+/* The peak of `isa` on `threads` threads, measured the first time it is asked for. */
+int bench_peak_for(bench_state *s, ta_isa isa, int threads, double *gflops)
+{
+    for (int i = 0; i < s->npeaks; i++)
+        if (s->peaks[i].isa == isa && s->peaks[i].threads == threads) {
+            *gflops = s->peaks[i].gflops;
+            return 0;
+        }
+    if (s->npeaks == (int)(sizeof s->peaks / sizeof s->peaks[0])) {
+        fprintf(stderr, "tensorattn: error: bench: too many FMA peak measurements\n");
+        return -1;
+    }
+    bench_progress(s, "measuring the FMA peak: %s, %d thread%s ...", ta_isa_name(isa), threads,
+                   threads == 1 ? "" : "s");
+    double g;
+    if (fma_peak(s, isa, threads, &g)) return -1;
+    s->peaks[s->npeaks++] = (bench_peak){isa, threads, g};
+    *gflops = g;
+    return 0;
+}
+
+int bench_measure_machine(bench_state *s)
+{
+    for (int i = 0; i < TA_ISA_COUNT; i++) {
+        if (!ta_cpu_supports((ta_isa)i)) continue;
+        double g;
+        if (bench_peak_for(s, (ta_isa)i, 1, &g) || bench_peak_for(s, (ta_isa)i, s->cfg.threads, &g))
+            return -1;
+    }
+    return 0;
+}
+
+/* The peak is what the hardware can do, and a measurement that shares the cores with
+ * another process reads low (then fractions above 1 appear). So every peak is measured
+ * again after the cases; the larger value is kept and the spread reported as a sign
+ * of a busy machine. */
+int bench_recheck_peaks(bench_state *s)
+{
+    for (int i = 0; i < s->npeaks; i++) {
+        bench_peak *p = &s->peaks[i];
+        bench_progress(s, "measuring the FMA peak again: %s, %d thread%s ...",
+                       ta_isa_name(p->isa), p->threads, p->threads == 1 ? "" : "s");
+        double g;
+        if (fma_peak(s, p->isa, p->threads, &g)) return -1;
+        double d = fabs(g - p->gflops) / fmax(g, p->gflops);
+        if (d > s->peak_spread) s->peak_spread = d;
+        if (g > p->gflops) p->gflops = g;
+    }
+    bench_progress_clear(s);
+    return 0;
+}
+
+double bench_known_peak(const bench_state *s, ta_isa isa, int threads)
+{
+    for (int i = 0; i < s->npeaks; i++)
+        if (s->peaks[i].isa == isa && s->peaks[i].threads == threads) return s->peaks[i].gflops;
+    return 0.0;
+}

@@ -1,0 +1,34 @@
+/* The FMA peak loop, written once over the vector vocabulary of the library's kernel
+ * templates and instantiated by bench/peak_<isa>.c, each built with its ISA's flags
+ * (isa_table.def). src/kernels/vec_<isa>.h is header-only (a vector type, VL and
+ * static inline operations): including it links no library symbol, so the bench still
+ * uses only the public API.
+ *
+ * The including file includes vec_<isa>.h and defines CHAINS (independent FMA chains:
+ * enough to cover FMA latency x pipes) and NAME_PEAK (bench_peak_loop_<isa>).
+ *
+ * NAME_PEAK(iters) runs `iters` rounds of CHAINS chains a = a * m + c held in registers
+ * (m = 0.999999, c = 1e-7: values stay finite and normal; one FMA per step, or a
+ * multiply and an add in scalar code) and returns the floating-point operations done:
+ * 2 per lane per step. No memory is touched inside the loop; the result goes to a
+ * volatile so that the compiler keeps the work. */
+#include <stdint.h>
+
+double NAME_PEAK(int64_t iters);
+double NAME_PEAK(int64_t iters)
+{
+    const VT m = V_SET1(0.999999f), c = V_SET1(1e-7f);
+    VT a[CHAINS];
+#pragma GCC unroll 16
+    for (int j = 0; j < CHAINS; j++) a[j] = V_SET1(1.0f + 0.1f * (float)j);
+    for (int64_t i = 0; i < iters; i++)
+#pragma GCC unroll 16
+        for (int j = 0; j < CHAINS; j++) a[j] = V_FMA(a[j], m, c);
+#pragma GCC unroll 16
+    for (int j = 1; j < CHAINS; j++) a[0] = V_ADD(a[0], a[j]);
+    float out[VL];
+    V_STOREU(out, a[0]);
+    volatile float sink = out[0];
+    (void)sink;
+    return 2.0 * VL * CHAINS * (double)iters;
+}

@@ -1,0 +1,524 @@
+/* Every ISA's micro-kernels against the scalar kernels (ta_kernels_for(TA_ISA_SCALAR)) on
+ * odd sizes and every tail case, called directly through the tables (contracts:
+ * docs/kernels.md). Not an all-isas test: it runs each ISA this CPU supports itself, the
+ * scalar one included (its own tails against the guard pages; compared with itself it
+ * must agree exactly). Every operand ends at an mprotect-ed guard page, so a tail that
+ * reads or writes one element too far crashes; gaps between rows hold a sentinel that
+ * must survive, so a store past a row's end inside the buffer fails too.
+ *
+ * Error bounds (u = 2^-24, the float32 unit roundoff). The SIMD kernels fuse each
+ * multiply-add (one rounding) where the scalar ones round the product and the sum; the
+ * order of the terms is the same, so two results of k terms differ by at most about
+ * 2 k u times the sum of the terms' magnitudes, and the exps differ by at most 2.6 ulp
+ * (each is within 1.3 ulp of exp, docs/kernels.md):
+ *   sgemm_ukr          (2k + 6) u (|alpha| sum_p |a b| + |beta c|)
+ *   attn_qk            (2d + 2) u sum_p |q k|
+ *   attn_softmax       p, alpha: 6 u |p| + 2^-148 (denormals); m exactly; l (nk + 16) u l
+ *   attn_pv            (2nk + 4) u (|o alpha| + sum_j |p v|)
+ *   attn_exp           6 u |y| + 2^-148; -inf -> 0, NaN -> NaN, 0 -> 1 exactly
+ *   attn_bwd_gemm      (2k + 2) u (|c| + sum_p |a b|)
+ *   attn_bwd_dsoftmax  P: 6 u |P| + 2^-148; dS: 8 u |dS| + 2^-148; lse = -inf rows 0. */
+#include "ta_test.h"
+
+#include "guard.h"
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define U 0x1p-24
+#define DENORMAL_SLACK 0x1p-148
+#define SENTINEL 12345.0f
+
+static char where[200]; /* the case being run, for failure messages */
+
+static uint64_t rng = 0x9E3779B97F4A7C15u;
+static float frand(void) /* uniform in [-1, 1) */
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)(rng >> 40) / (float)(1 << 23) - 1.0f;
+}
+
+static int32_t irand(int64_t n) /* uniform in [0, n) */
+{
+    frand();
+    return (int32_t)((rng >> 11) % (uint64_t)n);
+}
+
+/* Guard-page buffers of one case, released together. */
+typedef struct arena {
+    ta_guard g[8];
+    int n;
+} arena;
+
+/* n floats (at least one) ending at a guard page, each set to fill (NAN: random). */
+static float *gfloats(arena *a, int64_t n, float fill)
+{
+    assert_true(a->n < 8);
+    float *p = ta_guard_floats(&a->g[a->n++], (size_t)(n > 0 ? n : 1));
+    assert_non_null(p);
+    for (int64_t i = 0; i < (n > 0 ? n : 1); i++) p[i] = isnan(fill) ? frand() : fill;
+    return p;
+}
+
+static void arena_release(arena *a)
+{
+    for (int i = 0; i < a->n; i++) ta_guard_release(&a->g[i]);
+    a->n = 0;
+}
+
+static float *copy_of(const float *p, int64_t n)
+{
+    float *c = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    assert_non_null(c);
+    if (n > 0) memcpy(c, p, sizeof(float) * (size_t)n);
+    return c;
+}
+
+static void expect_near(const char *what, int64_t i, float got, float want, double bound)
+{
+    if (got == want || (isnan(got) && isnan(want))) return;
+    double d = fabs((double)got - (double)want);
+    if (!(d <= bound))
+        fail_msg("%s: %s[%lld] = %.9g, the scalar kernel gives %.9g (|diff| %.3g > bound %.3g)",
+                 where, what, (long long)i, (double)got, (double)want, d, bound);
+}
+
+/* The tables to test: every ISA this CPU runs, the scalar one first. */
+static int tables(const ta_kernels **out)
+{
+    int n = 0;
+    for (int i = 0; i < TA_ISA_COUNT; i++) {
+        if (!ta_cpu_supports((ta_isa)i)) continue;
+        out[n] = ta_kernels_for((ta_isa)i);
+        if (!out[n])
+            fail_msg("this CPU runs %s but its kernel table is not used: %s",
+                     ta_isa_name((ta_isa)i), ta_kernels_init_error());
+        n++;
+    }
+    assert_true(n >= 1 && out[0]->isa == TA_ISA_SCALAR);
+    return n;
+}
+
+/* Runs the statement after it once per table k, with ref the scalar table. */
+#define FOR_EACH_TABLE(k)                                                                    \
+    const ta_kernels *tables_[TA_ISA_COUNT], *ref = ta_kernels_for(TA_ISA_SCALAR);          \
+    const int ntables_ = tables(tables_);                                                    \
+    for (int t_ = 0; t_ < ntables_; t_++)                                                    \
+        for (const ta_kernels *k = tables_[t_]; k; k = NULL)
+
+/* ---------------------------------------------------------------- tables */
+
+/* Each table is built and passes the limits; the check rejects a table over them. */
+static void test_tables_meet_their_limits(void **state)
+{
+    (void)state;
+    const char *err = ta_kernels_init_error();
+    if (err) fail_msg("%s", err);
+    char why[160];
+    FOR_EACH_TABLE(k)
+    {
+        (void)ref;
+        assert_string_equal(k->name, ta_isa_name(k->isa));
+        if (ta_kernels_check(k, why, sizeof why) != 0) fail_msg("%s: %s", k->name, why);
+        ta_kernels bad = *k;
+        bad.sgemm_nr = TA_SGEMM_TILE_MAX / bad.sgemm_mr + 1;
+        bad.sgemm_nc = bad.sgemm_nr;
+        assert_int_equal(ta_kernels_check(&bad, why, sizeof why), -1);
+        assert_non_null(strstr(why, "TA_SGEMM_TILE_MAX"));
+        bad = *k;
+        bad.attn_mq = bad.attn_vl * bad.attn_pr + 1;
+        assert_int_equal(ta_kernels_check(&bad, why, sizeof why), -1);
+        bad = *k;
+        bad.attn_pv = NULL;
+        assert_int_equal(ta_kernels_check(&bad, why, sizeof why), -1);
+    }
+}
+
+/* ------------------------------------------------------------- sgemm_ukr */
+
+/* One MR x NR tile of k's kernel against the scalar kernel's tiles over the same
+ * operands (A zero-padded and B repacked to the scalar tile). layout 0: A packed
+ * (1, MR); 1: rows in place (k + 2, 1); 2: both strides odd (3, 2 MR + 1). */
+static void sgemm_case(const ta_kernels *k, const ta_kernels *ref, int64_t K, float alpha,
+                       float beta, int layout)
+{
+    const int64_t MR = k->sgemm_mr, NR = k->sgemm_nr, rs_c = NR + 3;
+    const int64_t RM = ref->sgemm_mr, RN = ref->sgemm_nr;
+    const int64_t rs_a = layout == 0 ? 1 : layout == 1 ? K + 2 : 3;
+    const int64_t cs_a = layout == 0 ? MR : layout == 1 ? 1 : 2 * MR + 1;
+    snprintf(where, sizeof where, "%s sgemm_ukr %lldx%lld k=%lld alpha=%g beta=%g layout %d",
+             k->name, (long long)MR, (long long)NR, (long long)K, alpha, beta, layout);
+    arena ar = {0};
+    const int64_t na = K ? (MR - 1) * rs_a + (K - 1) * cs_a + 1 : 0;
+    const float *a = gfloats(&ar, na, NAN);
+    const float *b = gfloats(&ar, (K * NR + 15) / 16 * 16, NAN); /* 64-byte aligned */
+    float *c = gfloats(&ar, (MR - 1) * rs_c + NR, SENTINEL);
+    for (int64_t i = 0; i < MR; i++)
+        for (int64_t j = 0; j < NR; j++) c[i * rs_c + j] = beta == 0.0f ? NAN : frand();
+    float *c0 = copy_of(c, (MR - 1) * rs_c + NR);
+    k->sgemm_ukr(K, alpha, a, rs_a, cs_a, b, beta, c, rs_c);
+
+    float *ra = calloc((size_t)(RM * K + 1), sizeof(float)), *rb = malloc(sizeof(float) * (size_t)(RN * K + 1));
+    float *rc = malloc(sizeof(float) * (size_t)(RM * RN));
+    assert_true(ra && rb && rc);
+    for (int64_t i0 = 0; i0 < MR; i0 += RM)
+        for (int64_t j0 = 0; j0 < NR; j0 += RN) {
+            for (int64_t p = 0; p < K; p++) {
+                for (int64_t r = 0; r < RM; r++)
+                    ra[p * RM + r] = i0 + r < MR ? a[(i0 + r) * rs_a + p * cs_a] : 0.0f;
+                for (int64_t j = 0; j < RN; j++) rb[p * RN + j] = j0 + j < NR ? b[p * NR + j0 + j] : 0.0f;
+            }
+            for (int64_t r = 0; r < RM * RN; r++) {
+                int64_t i = i0 + r / RN, j = j0 + r % RN;
+                rc[r] = i < MR && j < NR ? c0[i * rs_c + j] : 0.0f;
+            }
+            ref->sgemm_ukr(K, alpha, ra, 1, RM, rb, beta, rc, RN);
+            for (int64_t i = i0; i < MR && i < i0 + RM; i++)
+                for (int64_t j = j0; j < NR && j < j0 + RN; j++) {
+                    double s = 0.0;
+                    for (int64_t p = 0; p < K; p++)
+                        s += fabs((double)a[i * rs_a + p * cs_a] * b[p * NR + j]);
+                    double cterm = beta == 0.0f ? 0.0 : fabs((double)beta * c0[i * rs_c + j]);
+                    expect_near("C", i * rs_c + j, c[i * rs_c + j], rc[(i - i0) * RN + j - j0],
+                                (2.0 * (double)K + 6.0) * U * (fabs(alpha) * s + cterm));
+                }
+        }
+    for (int64_t i = 0; i + 1 < MR; i++) /* the gap between rows: not C's */
+        for (int64_t j = NR; j < rs_c; j++) expect_near("gap", i * rs_c + j, c[i * rs_c + j], SENTINEL, 0.0);
+    free(ra);
+    free(rb);
+    free(rc);
+    free(c0);
+    arena_release(&ar);
+}
+
+/* k = 0 .. 5, 17, 129; alpha 1, -0.5; beta == 0 (C full of NaN: must not be read), 1,
+ * 0.25; A packed, in place and strided. */
+static void test_sgemm_ukr(void **state)
+{
+    (void)state;
+    const int64_t ks[] = {0, 1, 2, 3, 4, 5, 17, 129};
+    const float ab[][2] = {{1.0f, 0.0f}, {-0.5f, 0.0f}, {1.0f, 1.0f}, {-0.5f, 0.25f}};
+    FOR_EACH_TABLE(k)
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
+        for (size_t j = 0; j < sizeof ab / sizeof ab[0]; j++)
+            for (int layout = 0; layout < 3; layout++) sgemm_case(k, ref, ks[i], ab[j][0], ab[j][1], layout);
+}
+
+/* --------------------------------------------------------------- attn_qk */
+
+static void qk_case(const ta_kernels *k, const ta_kernels *ref, int64_t d, int64_t nk, int with_rowk)
+{
+    const int64_t MQ = k->attn_mq, RQ = ref->attn_mq, ldk = d + 3;
+    snprintf(where, sizeof where, "%s attn_qk d=%lld nk=%lld rowk=%d", k->name, (long long)d,
+             (long long)nk, with_rowk);
+    assert_int_equal(MQ % RQ, 0);
+    arena ar = {0};
+    const float *qp = gfloats(&ar, d * MQ, NAN);
+    const float *kk = gfloats(&ar, nk ? (nk - 1) * ldk + d : 0, NAN);
+    float *s = gfloats(&ar, nk * MQ, SENTINEL);
+    int32_t *rowk = NULL;
+    if (with_rowk) {
+        rowk = malloc(sizeof(int32_t) * (size_t)MQ);
+        assert_non_null(rowk);
+        for (int64_t r = 0; r < MQ; r++) rowk[r] = irand(nk + 1);
+    }
+    k->attn_qk(s, qp, kk, ldk, nk, d, rowk);
+    float *rq = malloc(sizeof(float) * (size_t)(d * RQ + 1)), *rs = malloc(sizeof(float) * (size_t)(nk * RQ + 1));
+    assert_true(rq && rs);
+    for (int64_t b0 = 0; b0 < MQ; b0 += RQ) {
+        for (int64_t p = 0; p < d; p++)
+            for (int64_t r = 0; r < RQ; r++) rq[p * RQ + r] = qp[p * MQ + b0 + r];
+        ref->attn_qk(rs, rq, kk, ldk, nk, d, rowk ? rowk + b0 : NULL);
+        for (int64_t j = 0; j < nk; j++)
+            for (int64_t r = 0; r < RQ; r++) {
+                if (rowk && j >= rowk[b0 + r]) continue; /* a score the row does not need */
+                double sum = 0.0;
+                for (int64_t p = 0; p < d; p++) sum += fabs((double)rq[p * RQ + r] * kk[j * ldk + p]);
+                expect_near("s", j * MQ + b0 + r, s[j * MQ + b0 + r], rs[j * RQ + r],
+                            (2.0 * (double)d + 2.0) * U * sum);
+            }
+    }
+    free(rq);
+    free(rs);
+    free(rowk);
+    arena_release(&ar);
+}
+
+/* Key counts 1 .. 17 (every tail of a KJ-key micro-tile) and 64, d = 0, 1, 3, 17, 129. */
+static void test_attn_qk(void **state)
+{
+    (void)state;
+    const int64_t ds[] = {0, 1, 3, 17, 129};
+    FOR_EACH_TABLE(k)
+    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
+        for (int64_t nk = 1; nk <= 18; nk++)
+            for (int rk = 0; rk < 2; rk++) qk_case(k, ref, ds[i], nk == 18 ? 64 : nk, rk);
+}
+
+/* ---------------------------------------------------------- attn_softmax */
+
+/* Scores of spread 60 (some p underflow to denormals or 0), a masked -inf here and there,
+ * a row of only -inf, a row with a NaN; running m = -inf (l = 0) or finite. */
+static void softmax_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk)
+{
+    const int64_t MQ = k->attn_mq, RQ = ref->attn_mq;
+    snprintf(where, sizeof where, "%s attn_softmax nk=%lld", k->name, (long long)nk);
+    arena ar = {0};
+    float *s = gfloats(&ar, nk * MQ, NAN), *m = gfloats(&ar, MQ, NAN), *l = gfloats(&ar, MQ, 0.0f);
+    float *alpha = gfloats(&ar, MQ, SENTINEL);
+    for (int64_t i = 0; i < nk * MQ; i++) {
+        s[i] *= 60.0f;
+        if (i % 7 == 3 || i % MQ == 1) s[i] = -INFINITY;
+        if (nk > 1 && i == MQ + 2) s[i] = NAN;
+    }
+    for (int64_t r = 0; r < MQ; r++) {
+        m[r] = r % 3 == 0 ? -INFINITY : 40.0f * m[r];
+        l[r] = r % 3 == 0 ? 0.0f : 1.0f + 3.0f * fabsf(frand());
+    }
+    float *s0 = copy_of(s, nk * MQ), *m0 = copy_of(m, MQ), *l0 = copy_of(l, MQ);
+    k->attn_softmax(s, m, l, alpha, nk);
+    float rsb[64 * 16], rm[16], rl[16], ra[16];
+    assert_true(RQ <= 16 && nk <= 64);
+    for (int64_t b0 = 0; b0 < MQ; b0 += RQ) {
+        for (int64_t j = 0; j < nk; j++)
+            for (int64_t r = 0; r < RQ; r++) rsb[j * RQ + r] = s0[j * MQ + b0 + r];
+        memcpy(rm, m0 + b0, sizeof(float) * (size_t)RQ);
+        memcpy(rl, l0 + b0, sizeof(float) * (size_t)RQ);
+        ref->attn_softmax(rsb, rm, rl, ra, nk);
+        for (int64_t r = 0; r < RQ; r++) {
+            expect_near("m", b0 + r, m[b0 + r], rm[r], 0.0);
+            expect_near("alpha", b0 + r, alpha[b0 + r], ra[r], 6 * U * fabs(ra[r]) + DENORMAL_SLACK);
+            expect_near("l", b0 + r, l[b0 + r], rl[r], ((double)nk + 16.0) * U * fabs(rl[r]));
+            for (int64_t j = 0; j < nk; j++)
+                expect_near("s", j * MQ + b0 + r, s[j * MQ + b0 + r], rsb[j * RQ + r],
+                            6 * U * fabs(rsb[j * RQ + r]) + DENORMAL_SLACK);
+        }
+    }
+    free(s0);
+    free(m0);
+    free(l0);
+    arena_release(&ar);
+}
+
+static void test_attn_softmax(void **state)
+{
+    (void)state;
+    FOR_EACH_TABLE(k)
+    for (int64_t nk = 1; nk <= 64; nk += nk < 8 ? 1 : 9) softmax_case(k, ref, nk);
+}
+
+/* --------------------------------------------------------------- attn_pv */
+
+/* o [mq rows, ldo = dv rounded up to attn_vl] against the scalar kernel per block of its
+ * attn_mq rows. o holds exactly the row groups the kernel may write (round_up(mq,
+ * attn_pr) rows) and v ends at its last row's column dv - 1, both at guard pages. */
+static void pv_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk, int64_t dv,
+                    int64_t mq, int with_rowk)
+{
+    const int64_t MQ = k->attn_mq, RQ = ref->attn_mq, PR = k->attn_pr, VL = k->attn_vl;
+    const int64_t ldo = (dv + VL - 1) / VL * VL, ldv = dv + 5, rows = (mq + PR - 1) / PR * PR;
+    snprintf(where, sizeof where, "%s attn_pv nk=%lld dv=%lld mq=%lld rowk=%d", k->name,
+             (long long)nk, (long long)dv, (long long)mq, with_rowk);
+    arena ar = {0};
+    float *o = gfloats(&ar, rows * ldo, NAN), *p = gfloats(&ar, nk * MQ, NAN);
+    const float *alpha = gfloats(&ar, MQ, NAN), *v = gfloats(&ar, nk ? (nk - 1) * ldv + dv : 0, NAN);
+    int32_t rowk[64];
+    assert_true(MQ <= 64);
+    for (int64_t r = 0; r < MQ; r++) {
+        rowk[r] = with_rowk ? irand(nk + 1) : (int32_t)nk;
+        for (int64_t j = 0; j < nk; j++) p[j * MQ + r] = j < rowk[r] ? fabsf(p[j * MQ + r]) : 0.0f;
+    }
+    float *o0 = copy_of(o, rows * ldo);
+    k->attn_pv(o, ldo, p, alpha, v, ldv, nk, dv, mq, with_rowk ? rowk : NULL);
+    float *ro = malloc(sizeof(float) * (size_t)(RQ * dv)), *rp = malloc(sizeof(float) * (size_t)(nk * RQ + 1));
+    assert_true(ro && rp);
+    for (int64_t b0 = 0; b0 < mq; b0 += RQ) {
+        const int64_t n = mq - b0 < RQ ? mq - b0 : RQ;
+        for (int64_t r = 0; r < RQ; r++) {
+            for (int64_t c = 0; c < dv; c++) ro[r * dv + c] = r < n ? o0[(b0 + r) * ldo + c] : 0.0f;
+            for (int64_t j = 0; j < nk; j++) rp[j * RQ + r] = p[j * MQ + b0 + r];
+        }
+        ref->attn_pv(ro, dv, rp, alpha + b0, v, ldv, nk, dv, n, with_rowk ? rowk + b0 : NULL);
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t c = 0; c < dv; c++) {
+                double sum = fabs((double)o0[(b0 + r) * ldo + c] * alpha[b0 + r]);
+                for (int64_t j = 0; j < nk; j++) sum += fabs((double)rp[j * RQ + r] * v[j * ldv + c]);
+                expect_near("o", (b0 + r) * ldo + c, o[(b0 + r) * ldo + c], ro[r * dv + c],
+                            (2.0 * (double)nk + 4.0) * U * sum);
+            }
+    }
+    free(ro);
+    free(rp);
+    free(o0);
+    arena_release(&ar);
+}
+
+/* dv = 1 .. PC * VL + VL + 1 (every column tail: 1 .. PC vectors, each partial) and 129;
+ * mq = 1, PR - 1 .. PR + 1, attn_mq; nk = 0, 1, 3, 17 (with and without rowk). */
+static void test_attn_pv(void **state)
+{
+    (void)state;
+    FOR_EACH_TABLE(k)
+    {
+        const int64_t PR = k->attn_pr, MQ = k->attn_mq, mqs[] = {1, PR - 1, PR, PR + 1, MQ};
+        const int64_t nks[] = {0, 1, 3, 17};
+        for (int64_t dv = 1; dv <= 81 || dv == 129; dv = dv == 81 ? 129 : dv + 1)
+            for (size_t i = 0; i < 5; i++)
+                for (size_t j = 0; j < 4; j++)
+                    if (mqs[i] >= 1 && mqs[i] <= MQ && (dv % 16 < 4 || j == 2))
+                        pv_case(k, ref, nks[j], dv, mqs[i], (int)(dv + i) % 2);
+    }
+}
+
+/* -------------------------------------------------------------- attn_exp */
+
+static void exp_case(const ta_kernels *k, const ta_kernels *ref, int64_t n, int in_place)
+{
+    static const float special[] = {-INFINITY, NAN, 0.0f, -87.5f, -95.0f, -103.5f, 88.7f,
+                                    -1e-30f, 1e-30f, -104.5f, -0.0f, 80.0f};
+    snprintf(where, sizeof where, "%s attn_exp n=%lld in_place=%d", k->name, (long long)n, in_place);
+    arena ar = {0};
+    float *x = gfloats(&ar, n, NAN), *y = in_place ? x : gfloats(&ar, n, SENTINEL);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = i % 5 == 2 ? special[(i / 5) % 12] : x[i] * (x[i] < 0 ? 104.0f : 88.0f);
+    float *x0 = copy_of(x, n), *want = malloc(sizeof(float) * (size_t)(n + 1));
+    assert_non_null(want);
+    k->attn_exp(y, x, n);
+    ref->attn_exp(want, x0, n);
+    for (int64_t i = 0; i < n; i++) {
+        expect_near("y", i, y[i], want[i], 6 * U * fabs(want[i]) + DENORMAL_SLACK);
+        if (x0[i] == -INFINITY) assert_true(y[i] == 0.0f);
+        if (x0[i] == 0.0f) assert_true(y[i] == 1.0f);
+        if (isnan(x0[i])) assert_true(isnan(y[i]));
+    }
+    if (n == 0 && !in_place) assert_true(y[0] == SENTINEL);
+    free(x0);
+    free(want);
+    arena_release(&ar);
+}
+
+static void test_attn_exp(void **state)
+{
+    (void)state;
+    FOR_EACH_TABLE(k)
+    for (int64_t n = 0; n <= 38; n++) /* 0 .. 2 VL + 6 for VL = 16, then 129, 1000 */
+        for (int ip = 0; ip < 2; ip++) exp_case(k, ref, n == 37 ? 129 : n == 38 ? 1000 : n, ip);
+}
+
+/* --------------------------------------------------------- attn_bwd_gemm */
+
+/* C [m, n] (ldc = n + 2) = (acc ? C : 0) + A B; A by rows in place (rsa = K + 1, csa = 1)
+ * or transposed (rsa = 1, csa = m + 2); acc == 0 with C full of NaN (must not be read). */
+static void bwd_gemm_case(const ta_kernels *k, const ta_kernels *ref, int64_t m, int64_t n,
+                          int64_t K, int acc, int transposed)
+{
+    const int64_t ldc = n + 2, ldb = n + 1, nc = (m - 1) * ldc + n;
+    const int64_t rsa = transposed ? 1 : K + 1, csa = transposed ? m + 2 : 1;
+    snprintf(where, sizeof where, "%s attn_bwd_gemm m=%lld n=%lld k=%lld acc=%d A%s", k->name,
+             (long long)m, (long long)n, (long long)K, acc, transposed ? "^T" : "");
+    arena ar = {0};
+    const float *a = gfloats(&ar, K ? (m - 1) * rsa + (K - 1) * csa + 1 : 0, NAN);
+    const float *b = gfloats(&ar, K ? (K - 1) * ldb + n : 0, NAN);
+    float *c = gfloats(&ar, nc, SENTINEL);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) c[i * ldc + j] = acc ? frand() : NAN;
+    float *c0 = copy_of(c, nc), *want = copy_of(c, nc);
+    k->attn_bwd_gemm(c, ldc, a, rsa, csa, b, ldb, m, n, K, acc);
+    ref->attn_bwd_gemm(want, ldc, a, rsa, csa, b, ldb, m, n, K, acc);
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++) {
+            double sum = acc ? fabs((double)c0[i * ldc + j]) : 0.0;
+            for (int64_t p = 0; p < K; p++) sum += fabs((double)a[i * rsa + p * csa] * b[p * ldb + j]);
+            expect_near("C", i * ldc + j, c[i * ldc + j], want[i * ldc + j], (2.0 * (double)K + 2.0) * U * sum);
+        }
+        for (int64_t j = n; j < ldc && i + 1 < m; j++) expect_near("gap", i * ldc + j, c[i * ldc + j], SENTINEL, 0.0);
+    }
+    free(c0);
+    free(want);
+    arena_release(&ar);
+}
+
+/* m = 1 .. 2 MR + 1 (full tiles and every row tail), n = 1 .. NV VL + VL + 1 (every
+ * column tail) for the widest table, k = 0, 1, 17, acc 0 / 1, A both ways. */
+static void test_attn_bwd_gemm(void **state)
+{
+    (void)state;
+    FOR_EACH_TABLE(k)
+    for (int64_t m = 1; m <= 13; m++)
+        for (int64_t n = 1; n <= 81; n++)
+            for (int64_t K = 0; K <= 17; K += K ? 16 : 1)
+                for (int acc = 0; acc < 2; acc++)
+                    if ((m + n + K + acc) % 3 == 0 || n < 4 || m < 3)
+                        bwd_gemm_case(k, ref, m, n, K, acc, (int)(m + n) % 2);
+}
+
+/* ----------------------------------------------------- attn_bwd_dsoftmax */
+
+/* Rows of stride ld = n + 3; every third row has lse = -inf (attends to nothing). */
+static void dsoftmax_case(const ta_kernels *k, const ta_kernels *ref, int64_t m, int64_t n)
+{
+    const int64_t ld = n + 3, ns = (m - 1) * ld + n;
+    const float scale = 0.7f;
+    snprintf(where, sizeof where, "%s attn_bwd_dsoftmax m=%lld n=%lld", k->name, (long long)m, (long long)n);
+    arena ar = {0};
+    float *s = gfloats(&ar, ns, NAN), *dp = gfloats(&ar, ns, NAN);
+    float lse[17], di[17];
+    assert_true(m <= 17);
+    for (int64_t r = 0; r < m; r++) {
+        lse[r] = r % 3 == 1 ? -INFINITY : 3.0f * frand();
+        di[r] = frand();
+        for (int64_t j = n; j < ld && r + 1 < m; j++) s[r * ld + j] = dp[r * ld + j] = SENTINEL;
+        for (int64_t j = 0; j < n; j++) {
+            s[r * ld + j] *= 20.0f;
+            if (j % 5 == 4) s[r * ld + j] = -INFINITY; /* a masked score */
+        }
+    }
+    float *ws = copy_of(s, ns), *wdp = copy_of(dp, ns);
+    k->attn_bwd_dsoftmax(s, dp, ld, lse, di, m, n, scale, k->attn_exp);
+    ref->attn_bwd_dsoftmax(ws, wdp, ld, lse, di, m, n, scale, ref->attn_exp);
+    for (int64_t r = 0; r < m; r++) {
+        for (int64_t j = 0; j < n; j++) {
+            int64_t i = r * ld + j;
+            if (lse[r] == -INFINITY) assert_true(s[i] == 0.0f && dp[i] == 0.0f);
+            expect_near("P", i, s[i], ws[i], 6 * U * fabs(ws[i]) + DENORMAL_SLACK);
+            expect_near("dS", i, dp[i], wdp[i], 8 * U * fabs(wdp[i]) + DENORMAL_SLACK);
+        }
+        for (int64_t j = n; j < ld && r + 1 < m; j++) {
+            expect_near("gap s", r * ld + j, s[r * ld + j], SENTINEL, 0.0);
+            expect_near("gap dp", r * ld + j, dp[r * ld + j], SENTINEL, 0.0);
+        }
+    }
+    free(ws);
+    free(wdp);
+    arena_release(&ar);
+}
+
+static void test_attn_bwd_dsoftmax(void **state)
+{
+    (void)state;
+    const int64_t ms[] = {1, 3, 17};
+    FOR_EACH_TABLE(k)
+    for (size_t i = 0; i < 3; i++)
+        for (int64_t n = 1; n <= 35 || n == 129; n = n == 35 ? 129 : n + 1) dsoftmax_case(k, ref, ms[i], n);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tables_meet_their_limits),
+        cmocka_unit_test(test_sgemm_ukr),
+        cmocka_unit_test(test_attn_qk),
+        cmocka_unit_test(test_attn_softmax),
+        cmocka_unit_test(test_attn_pv),
+        cmocka_unit_test(test_attn_exp),
+        cmocka_unit_test(test_attn_bwd_gemm),
+        cmocka_unit_test(test_attn_bwd_dsoftmax),
+    };
+    return cmocka_run_group_tests_name("kernels: every ISA against scalar", tests, NULL, NULL);
+}
