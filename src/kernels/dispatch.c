@@ -84,6 +84,10 @@ int ta_kernels_check(const ta_kernels *k, char *why, size_t n)
               k->attn_mq % k->attn_vl == 0 && k->attn_mq % k->attn_pr == 0,
           "attn_mq %d is not a positive multiple of attn_vl %d and attn_pr %d", k->attn_mq,
           k->attn_vl, k->attn_pr);
+    /* the fused forward pads O rows to a multiple of max(16, attn_vl) (attn_pv writes
+     * whole vectors): a multiple of attn_vl only when attn_vl is a power of two */
+    CHECK((k->attn_vl & (k->attn_vl - 1)) == 0, "attn_vl %d is not a power of two",
+          k->attn_vl);
     return 0;
 }
 

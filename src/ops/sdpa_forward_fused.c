@@ -373,7 +373,9 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
 {
     fused_plan f = {.p = p, .k = ta_kernels_active(), .G = p->G};
     f.mq_max = f.k->attn_mq;
-    f.ldo = ta_round_up(p->Dv ? p->Dv : 1, 16);
+    /* O rows: attn_pv writes whole vectors (a multiple of attn_vl, a power of two) and
+     * rows start 64-byte aligned (16 floats) */
+    f.ldo = ta_round_up(p->Dv ? p->Dv : 1, TA_MAX(16, f.k->attn_vl));
     f.pack_k = p->K->stride[3] != 1 && p->D > 1;
     f.pack_v = p->V->stride[3] != 1 && p->Dv > 1;
     f.tpg = group_tiles(&f, NULL, NULL);
