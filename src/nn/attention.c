@@ -118,7 +118,7 @@ static void sdpa_args(ta_attention_fwd *f, ta_tensor v[4])
     f->w4 = f->weights;
     if (f->average) {
         const int64_t target[4] = {N, H, Lq, Lk};
-        ta_buffer_view(&f->wheads_t, f->wheads, 4, target);
+        f->wheads_t = ta_tensor_view(f->wheads, 4, target);
         f->w4 = &f->wheads_t;
     }
     memset(&f->so, 0, sizeof f->so);
@@ -129,7 +129,7 @@ static void sdpa_args(ta_attention_fwd *f, ta_tensor v[4])
     f->so.weights = f->w4;
     if (f->want_lse) {
         const int64_t ls[3] = {N, H, Lq};
-        ta_buffer_view(&f->lse_t, f->lse, 3, ls);
+        f->lse_t = ta_tensor_view(f->lse, 3, ls);
         f->so.lse = &f->lse_t;
     }
 }
@@ -421,14 +421,4 @@ void ta_heads_view(ta_tensor *t, float *buf, int64_t N, int64_t L, int64_t H, in
     t->stride[1] = D;
     t->stride[2] = H * D;
     t->stride[3] = 1;
-}
-
-void ta_buffer_view(ta_tensor *t, float *buf, int ndim, const int64_t *shape)
-{
-    memset(t, 0, sizeof *t);
-    t->data = buf;
-    t->dtype = TA_F32;
-    t->ndim = ndim;
-    for (int d = 0; d < ndim; d++) t->shape[d] = shape[d];
-    ta_contiguous_strides(t->stride, ndim, shape);
 }

@@ -140,7 +140,5 @@ ta_status ta_attention_check_input(const char *fn, const char *name, const ta_te
 /* A view of a contiguous [N, L, H, D] buffer as [N, H, L, D] (the head axis moves: the
  * seed's "nqhd -> nhqd", a strided view, not a copy). */
 void ta_heads_view(ta_tensor *t, float *buf, int64_t N, int64_t L, int64_t H, int64_t D);
-/* A contiguous view of buf with this shape. */
-void ta_buffer_view(ta_tensor *t, float *buf, int ndim, const int64_t *shape);
 
 #endif

@@ -189,7 +189,7 @@ void ta_attention_masks_layout(ta_arena *a, ta_attention_masks *m)
     if (m->combine && !ta_shape_numel(&nc, 4, m->comb_shape)) a->overflow = true;
     m->lens = TA_ARENA_TAKE(a, int64_t, m->combine ? m->comb_shape[0] : 0);
     float *comb = TA_ARENA_TAKE(a, float, nc);
-    if (m->combine) ta_buffer_view(&m->comb, comb, 4, m->comb_shape);
+    if (m->combine) m->comb = ta_tensor_view(comb, 4, m->comb_shape);
 }
 
 void ta_attention_masks_resolve(ta_attention_masks *m)
