@@ -13,11 +13,12 @@
  *         fprintf(stderr, "%s\n", ta_last_error());
  *     ta_tensor_free(&q); ta_tensor_free(&k); ta_tensor_free(&v); ta_tensor_free(&o);
  *
- * The pieces, in the order of this header: status and errors, allocation, tensors and
- * views, random numbers, threads, CPU dispatch, GEMM, einsum (ta_einsum(&scores, "bhid,bhjd->bhij",
- * &q, &k) runs on strided views without copies), softmax and masks, ta_sdpa
- * and ta_sdpa_backward, .npy and .safetensors files, attention layers (the seed's
- * SelfAttention and nn.MultiheadAttention, forward and backward), and optimisers.
+ * The pieces, in the order of this header: status and errors, allocation and caller
+ * workspaces, tensors and views, random numbers, threads, CPU dispatch, GEMM, einsum
+ * (ta_einsum(&scores, "bhid,bhjd->bhij", &q, &k) runs on strided views without copies),
+ * softmax and masks, ta_sdpa and ta_sdpa_backward, .npy and .safetensors files,
+ * attention layers (the seed's SelfAttention and nn.MultiheadAttention, forward and
+ * backward), and optimisers. docs/architecture.md shows how the library is built.
  *
  * Conventions
  * - Shapes are listed outermost first, as in PyTorch: Q is [B, H, Lq, D].
