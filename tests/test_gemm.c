@@ -367,8 +367,7 @@ int main(void)
         cmocka_unit_test(test_threads_bitwise_identical),
         cmocka_unit_test(test_errors),
     };
-    return cmocka_run_group_tests_name(ta_active_isa() == TA_ISA_SCALAR ? "gemm scalar"
-                                       : ta_active_isa() == TA_ISA_AVX2 ? "gemm avx2"
-                                                                        : "gemm avx512",
-                                       tests, NULL, NULL);
+    char name[64];
+    snprintf(name, sizeof name, "gemm %s", ta_isa_name(ta_active_isa()));
+    return cmocka_run_group_tests_name(name, tests, NULL, NULL);
 }
