@@ -2,6 +2,7 @@
 #include "ta_test.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 static int allocs, frees;
 

@@ -13,6 +13,7 @@
 #include "ops/gemm.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
