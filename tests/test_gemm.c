@@ -242,7 +242,7 @@ static void test_strided_multidim_batch(void **state)
     mat_make(&C, 6 * M, N, ROW);
     ta_gemm_batch bt = {.ndim = 2, .shape = {2, 3}, .stride_a = {3 * M * K, M * K},
                         .stride_b = {K * N, 0}, .stride_c = {3 * M * N, M * N}};
-    TA_CHECK_OK(ta_gemm_run("test", NULL, C.at, N, 1, A.at, K, 1, B.at, N, 1, M, N, K, 1.0f, 0.0f, &bt));
+    TA_CHECK_OK(ta_gemm_run("test", C.at, N, 1, A.at, K, 1, B.at, N, 1, M, N, K, 1.0f, 0.0f, &bt));
     for (int64_t p = 0; p < 6; p++) {
         mat a = A, b = B, c = C;
         a.at += p * M * K, a.rows = M;
@@ -251,7 +251,7 @@ static void test_strided_multidim_batch(void **state)
         check_result(&c, C.data, &a, &b, K, 1.0f, 0.0f);
     }
     ta_gemm_batch none = {.ndim = 0};
-    TA_CHECK_OK(ta_gemm_run("test", NULL, C.at, N, 1, A.at, K, 1, B.at, N, 1, M, N, K, 1.0f, 0.0f, &none));
+    TA_CHECK_OK(ta_gemm_run("test", C.at, N, 1, A.at, K, 1, B.at, N, 1, M, N, K, 1.0f, 0.0f, &none));
     C.rows = M, A.rows = M, B.rows = K;
     check_result(&C, C.data, &A, &B, K, 1.0f, 0.0f);
     ta_guard_release(&A.g);

@@ -228,6 +228,40 @@ static void test_size_follows_threads(void **state)
     release(&t);
 }
 
+/* A head_dim whose scratch no machine has (2^45 floats per query row, Q and K broadcast
+ * views of one float): the size query and the calls say TA_ENOMEM, nothing is written,
+ * and no size arithmetic wraps on the way (the sanitizer run checks that). */
+static void test_scratch_that_cannot_fit(void **state)
+{
+    (void)state;
+    const int64_t D = (int64_t)1 << 45;
+    float one = 1.0f, o[4] = {7.0f, 7.0f, 7.0f, 7.0f}, lse[2];
+    const int64_t qs[4] = {1, 1, 2, D}, vs[4] = {1, 1, 3, 2}, os[4] = {1, 1, 2, 2};
+    const int64_t zero[4] = {0, 0, 0, 0}, ls[3] = {1, 1, 2};
+    float vbuf[6] = {0};
+    ta_tensor q, k, v, out, l;
+    TA_CHECK_OK(ta_tensor_from_buffer(&q, &one, 4, qs, zero));
+    const int64_t ks[4] = {1, 1, 3, D};
+    TA_CHECK_OK(ta_tensor_from_buffer(&k, &one, 4, ks, zero));
+    TA_CHECK_OK(ta_tensor_from_buffer(&v, vbuf, 4, vs, NULL));
+    TA_CHECK_OK(ta_tensor_from_buffer(&out, o, 4, os, NULL));
+    TA_CHECK_OK(ta_tensor_from_buffer(&l, lse, 3, ls, NULL));
+    ta_sdpa_opts opts = {.path = TA_SDPA_FUSED, .lse = &l};
+    size_t bytes;
+    TA_CHECK_ERR(ta_sdpa_workspace_size(&bytes, &out, &q, &k, &v, &opts), TA_ENOMEM,
+                 "does not fit");
+    TA_CHECK_ERR(ta_sdpa(&out, &q, &k, &v, &opts), TA_ENOMEM, "ta_sdpa: the scratch");
+    for (int i = 0; i < 4; i++) assert_true(o[i] == 7.0f);
+    float dq1, dk1, dv[6];
+    ta_tensor dq, dk, dvt;
+    TA_CHECK_OK(ta_tensor_from_buffer(&dq, &dq1, 4, qs, zero)); /* refused: aliasing output */
+    TA_CHECK_OK(ta_tensor_from_buffer(&dk, &dk1, 4, ks, zero));
+    TA_CHECK_OK(ta_tensor_from_buffer(&dvt, dv, 4, vs, NULL));
+    opts.lse = NULL;
+    TA_CHECK_ERR(ta_sdpa_backward(&dq, &dk, &dvt, &out, &q, &k, &v, &out, &l, &opts), TA_EINVAL,
+                 "dQ has stride 0");
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -241,6 +275,7 @@ int main(void)
         cmocka_unit_test(test_sdpa_forward),
         cmocka_unit_test(test_sdpa_backward),
         cmocka_unit_test(test_size_follows_threads),
+        cmocka_unit_test(test_scratch_that_cannot_fit),
     };
     return cmocka_run_group_tests_name("workspace", tests, setup, NULL);
 }

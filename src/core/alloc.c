@@ -2,8 +2,8 @@
  * Large buffers are 2 MiB aligned and advised for transparent huge pages: first touch
  * of fresh memory costs ~11 us per 4 KiB page on our machines, far less per huge page. */
 #include "core/core.h"
+#include "core/workspace.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -29,29 +29,10 @@ static ta_alloc_fn hook_alloc = default_alloc;
 static ta_free_fn hook_free = default_free;
 static void *hook_user = NULL;
 
-#define TA_MAX_CACHES 8
-static void (*caches[TA_MAX_CACHES])(void);
-static pthread_mutex_t caches_lock = PTHREAD_MUTEX_INITIALIZER;
-
-void ta_register_cache(void (*release)(void))
-{
-    pthread_mutex_lock(&caches_lock);
-    for (int i = 0; i < TA_MAX_CACHES; i++) {
-        if (caches[i] == release) break;
-        if (!caches[i]) {
-            caches[i] = release;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&caches_lock);
-}
-
 void ta_set_allocator(ta_alloc_fn alloc, ta_free_fn release, void *user)
 {
-    /* blocks kept between calls go back through the hook that allocated them */
-    pthread_mutex_lock(&caches_lock);
-    for (int i = 0; i < TA_MAX_CACHES && caches[i]; i++) caches[i]();
-    pthread_mutex_unlock(&caches_lock);
+    /* the scratch block kept between calls goes back through the hook that allocated it */
+    ta_scratch_cache_release();
     if (alloc && release) {
         hook_alloc = alloc;
         hook_free = release;

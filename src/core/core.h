@@ -37,10 +37,6 @@ void *ta_alloc(size_t bytes);
 void *ta_alloc_zeroed(size_t bytes);
 void ta_free(void *ptr);
 
-/* Registers a function that frees a cache of memory kept between calls (e.g. the GEMM
- * packing block). ta_set_allocator calls every registered one before switching hooks,
- * so a block is always released by the hook that allocated it. Idempotent per fn. */
-void ta_register_cache(void (*release)(void));
 
 /* a * b into *out; false on size_t overflow (or negative). */
 bool ta_mul_size(size_t *out, size_t a, size_t b);

@@ -22,10 +22,21 @@ void *ta_arena_take(ta_arena *a, size_t n, size_t elem)
     return a->base + off;
 }
 
+void *ta_arena_take2(ta_arena *a, int64_t n1, int64_t n2, size_t elem)
+{
+    int64_t n;
+    if (n1 < 0 || n2 < 0 || __builtin_mul_overflow(n1, n2, &n)) {
+        a->overflow = true;
+        return NULL;
+    }
+    return ta_arena_take(a, (size_t)n, elem);
+}
+
 ta_arena ta_arena_sub(ta_arena *a, size_t bytes)
 {
     unsigned char *p = ta_arena_take(a, bytes, 1);
-    return p ? ta_arena_over(p, bytes) : ta_arena_measure();
+    if (p) return ta_arena_over(p, bytes);
+    return a->base ? (ta_arena){.overflow = true} : ta_arena_measure();
 }
 
 size_t ta_workspace_bytes(size_t needed)
@@ -38,11 +49,10 @@ size_t ta_workspace_bytes(size_t needed)
 
 /* One block is kept between calls: a call takes it (or allocates its own when another
  * call holds it, or it is too small) and gives back the larger. It comes from the
- * allocation hook; ta_set_allocator releases it first (ta_register_cache). */
+ * allocation hook; ta_set_allocator releases it before switching hooks. */
 static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *kept_ptr;
 static size_t kept_bytes;
-static pthread_once_t kept_registered = PTHREAD_ONCE_INIT;
 
 void ta_scratch_cache_release(void)
 {
@@ -54,11 +64,8 @@ void ta_scratch_cache_release(void)
     ta_free(p);
 }
 
-static void kept_register(void) { ta_register_cache(ta_scratch_cache_release); }
-
 static void *kept_take(size_t bytes, size_t *got)
 {
-    pthread_once(&kept_registered, kept_register);
     pthread_mutex_lock(&kept_lock);
     void *p = kept_ptr;
     size_t have = kept_bytes;

@@ -52,8 +52,13 @@ static inline ta_arena ta_arena_over(void *base, size_t size)
  * measuring (n == 0 still advances by nothing and returns the current position). */
 void *ta_arena_take(ta_arena *a, size_t n, size_t elem);
 #define TA_ARENA_TAKE(a, type, n) ((type *)ta_arena_take((a), (size_t)(n), sizeof(type)))
+/* n1 * n2 elements (n1, n2 >= 0), the product checked too: sizes made of a problem's
+ * extents (a head_dim times a tile) cannot wrap before the arena sees them. */
+void *ta_arena_take2(ta_arena *a, int64_t n1, int64_t n2, size_t elem);
+#define TA_ARENA_TAKE2(a, type, n1, n2) ((type *)ta_arena_take2((a), (n1), (n2), sizeof(type)))
 
-/* A sub-arena of `bytes` for a nested operation: it carves (or measures) inside it. */
+/* A sub-arena of `bytes` for a nested operation: it carves (or measures) inside it. If
+ * the piece does not fit while carving, the sub-arena is marked overflowed. */
 ta_arena ta_arena_sub(ta_arena *a, size_t bytes);
 
 /* The bytes a measured layout needs (SIZE_MAX when it overflowed). */

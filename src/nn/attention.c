@@ -71,9 +71,12 @@ static ta_status check_inputs(const char *fn, const ta_attention *layer, const t
 static ta_status check_weights(const char *fn, const ta_tensor *w, bool average,
                                const int64_t target[4])
 {
-    if (!average) return ta_tensor_check_shape(fn, "weights", w, 4, target, "[N, H, Lq, Lk]", true);
+    if (!average)
+        return ta_tensor_check_shape(fn, "weights", w, 4, target, "[N, H, Lq, Lk]",
+                                     TA_CHECK_OUTPUT);
     const int64_t ws[3] = {target[0], target[2], target[3]};
-    return ta_tensor_check_shape(fn, "weights", w, 3, ws, "[N, Lq, Lk] (averaged over heads)", true);
+    return ta_tensor_check_shape(fn, "weights", w, 3, ws, "[N, Lq, Lk] (averaged over heads)",
+                                 TA_CHECK_OUTPUT);
 }
 
 ta_status ta_attention_fwd_prepare(ta_attention_fwd *f, const char *fn, const ta_tensor *out,
@@ -91,14 +94,17 @@ ta_status ta_attention_fwd_prepare(ta_attention_fwd *f, const char *fn, const ta
     const int64_t N = queries->shape[0], Lq = queries->shape[1], Lk = keys->shape[1];
     const int64_t oshape[3] = {N, Lq, layer->E}, target[4] = {N, layer->H, Lq, Lk};
     if (!out && !for_backward) return ta_error(TA_EINVAL, "%s: out is NULL", fn);
-    if (out && (st = ta_tensor_check_shape(fn, "out", out, 3, oshape, "[N, Lq, E]", true))) return st;
+    if (out && (st = ta_tensor_check_shape(fn, "out", out, 3, oshape, "[N, Lq, E]",
+                                           TA_CHECK_OUTPUT)))
+        return st;
     ta_tensor *weights = for_backward ? NULL : opts->weights;
     /* the seed layout's fix-up reads the LSE; the backward needs it in both layouts */
-    *f = (ta_attention_fwd){.layer = layer, .queries = queries, .keys = keys,
+    *f = (ta_attention_fwd){.fn = fn, .layer = layer, .queries = queries, .keys = keys,
                             .values = values, .out = out, .weights = weights,
                             .average = weights && opts->average_weights,
                             .want_lse = layer->layout == TA_LAYOUT_SEED || for_backward,
-                            .causal = opts->causal, .N = N, .Lq = Lq, .Lk = Lk};
+                            .causal = opts->causal, .N = N, .Lq = Lq, .Lk = Lk,
+                            .for_backward = for_backward};
     if ((st = ta_attention_masks_check(&f->masks, fn, layer->layout, opts, target))) return st;
     if (weights && (st = check_weights(fn, weights, opts->average_weights, target))) return st;
     return TA_OK;
@@ -137,12 +143,12 @@ static void sdpa_args(ta_attention_fwd *f, ta_tensor v[4])
 /* The bytes of ta_sdpa's scratch inside the layer's arena, from shapes and options only
  * (SDPA's scratch depends on neither data nor which mask the data selects). A call that
  * SDPA refuses gets 0 here and its error from the attend stage. */
-static size_t sdpa_scratch_bytes(ta_attention_fwd *f)
+size_t ta_attention_fwd_sdpa_bytes(ta_attention_fwd *f)
 {
     ta_tensor v[4];
     sdpa_args(f, v);
     ta_sdpa_problem p;
-    if (ta_sdpa_prepare(&p, "ta_sdpa", &v[3], &v[0], &v[1], &v[2], &f->so, TA_SDPA_SHAPES_ONLY))
+    if (ta_sdpa_prepare(&p, f->fn, &v[3], &v[0], &v[1], &v[2], &f->so, TA_SDPA_SHAPES_ONLY))
         return 0;
     return ta_sdpa_scratch_bytes(&p);
 }
@@ -179,7 +185,7 @@ void ta_attention_fwd_layout(ta_arena *a, ta_attention_fwd *f)
     if (f->average && !ta_shape_numel(&nw, 4, target)) a->overflow = true;
     f->wheads = TA_ARENA_TAKE(a, float, nw);
     ta_attention_masks_layout(a, &f->masks);
-    f->sdpa = ta_arena_sub(a, sdpa_scratch_bytes(f));
+    if (!f->for_backward) f->sdpa = ta_arena_sub(a, ta_attention_fwd_sdpa_bytes(f));
     /* the GEMMs run one after another: one packing buffer, sized for the largest */
     f->pack = (ta_linear_pack){0};
     const ta_tensor *in[3] = {f->queries, f->keys, f->values};
@@ -268,7 +274,7 @@ static ta_status attend(ta_attention_fwd *f)
     ta_tensor v[4];
     sdpa_args(f, v);
     ta_sdpa_problem p;
-    ta_status st = ta_sdpa_prepare(&p, "ta_sdpa", &v[3], &v[0], &v[1], &v[2], &f->so,
+    ta_status st = ta_sdpa_prepare(&p, f->fn, &v[3], &v[0], &v[1], &v[2], &f->so,
                                    TA_SDPA_CHECK_ALL);
     ta_arena scratch = f->sdpa;
     return st ? st : ta_sdpa_run(&p, &scratch);

@@ -133,7 +133,7 @@ static ta_status prepare(attn_bwd *b, const char *fn, const ta_tensor *d_queries
     if ((st = ta_attention_check_input(fn, "keys", keys, E))) return st;
     if ((st = ta_attention_check_input(fn, "values", values, E))) return st;
     const int64_t yshape[3] = {queries->shape[0], queries->shape[1], E};
-    if ((st = ta_tensor_check_shape(fn, "d_out", d_out, 3, yshape, "[N, Lq, E]", false)))
+    if ((st = ta_tensor_check_shape(fn, "d_out", d_out, 3, yshape, "[N, Lq, E]", 0)))
         return st;
     if (d_queries && (st = check_grad(fn, "d_queries", d_queries, queries, "queries"))) return st;
     if (d_keys && (st = check_grad(fn, "d_keys", d_keys, keys, "keys"))) return st;
@@ -177,7 +177,7 @@ static size_t sdpa_backward_scratch_bytes(const attn_bwd *b)
     ta_sdpa_opts so;
     sdpa_backward_args(b, v, &so);
     ta_sdpa_problem p;
-    if (ta_sdpa_prepare_backward(&p, "ta_sdpa_backward", &v[5], &v[6], &v[7], &v[0], &v[1],
+    if (ta_sdpa_prepare_backward(&p, b->f.fn, &v[5], &v[6], &v[7], &v[0], &v[1],
                                  &v[2], &v[3], &v[4], &b->f.lse_t, &so, TA_SDPA_SHAPES_ONLY))
         return 0;
     return ta_sdpa_scratch_bytes(&p);
@@ -200,7 +200,10 @@ static void backward_layout(ta_arena *a, void *call)
     for (int i = 0; i < 3; i++) b->dP[i] = TA_ARENA_TAKE(a, float, n[i]);
     for (int i = 0; i < 3; i++) b->x_buf[i] = TA_ARENA_TAKE(a, float, b->x_copy[i] ? n[i] : 0);
     for (int i = 0; i < 3; i++) b->dx[i] = TA_ARENA_TAKE(a, float, b->din[i] ? n[i] : 0);
-    b->sdpa = ta_arena_sub(a, sdpa_backward_scratch_bytes(b));
+    /* the rerun forward's ta_sdpa and ta_sdpa_backward run one after the other: one
+     * piece of the larger size serves both (sized once every view above is laid out) */
+    size_t sdpa = TA_MAX(ta_attention_fwd_sdpa_bytes(&b->f), sdpa_backward_scratch_bytes(b));
+    b->f.sdpa = b->sdpa = ta_arena_sub(a, sdpa);
     /* every GEMM of the call, the rerun forward's included, shares b->f.pack */
     ta_linear_need_input_grad(&b->f.pack, R1, E, E);
     ta_linear_need_weight_grad(&b->f.pack, R1, E, E);
@@ -248,7 +251,7 @@ static ta_status attend_backward(attn_bwd *b)
     ta_sdpa_opts so;
     sdpa_backward_args(b, v, &so);
     ta_sdpa_problem p;
-    ta_status st = ta_sdpa_prepare_backward(&p, "ta_sdpa_backward", &v[5], &v[6], &v[7], &v[0],
+    ta_status st = ta_sdpa_prepare_backward(&p, f->fn, &v[5], &v[6], &v[7], &v[0],
                                             &v[1], &v[2], &v[3], &v[4], &f->lse_t, &so,
                                             TA_SDPA_CHECK_ALL);
     ta_arena scratch = b->sdpa;

@@ -88,6 +88,7 @@ void ta_attention_masks_resolve(ta_attention_masks *m);
  * left in the scratch, and so holds the options the core ran with. Seed layout: rows
  * with LSE -inf are the uniform rows whose Ob the forward rewrote. */
 typedef struct ta_attention_fwd {
+    const char *fn; /* the public function, for messages (the attention core's too) */
     const ta_attention *layer;
     const ta_tensor *queries, *keys, *values;
     const ta_tensor *out; /* NULL: stop before the output projection (its data is written) */
@@ -100,7 +101,8 @@ typedef struct ta_attention_fwd {
     /* carved from the call's arena */
     float *Qp, *Kp, *Vp, *Ob, *lse, *wheads;
     ta_linear_pack pack; /* the GEMMs' packing, shared with the backward's */
-    ta_arena sdpa;       /* ta_sdpa's scratch */
+    ta_arena sdpa;       /* ta_sdpa's scratch (a backward lays it out: shared with its own) */
+    bool for_backward;
     /* set by the attend stage */
     ta_tensor lse_t, wheads_t;
     ta_tensor *w4; /* where ta_sdpa wrote per-head weights, or NULL */
@@ -115,6 +117,8 @@ ta_status ta_attention_fwd_prepare(ta_attention_fwd *f, const char *fn, const ta
 /* Lays out (or measures) the forward's buffers and adds its GEMMs to f->pack, which the
  * caller lays out (ta_linear_layout) once every GEMM of the call is added. */
 void ta_attention_fwd_layout(ta_arena *a, ta_attention_fwd *f);
+/* The bytes of the attend stage's ta_sdpa scratch (shapes and options only). */
+size_t ta_attention_fwd_sdpa_bytes(ta_attention_fwd *f);
 /* The forward's stages on the carved scratch. */
 ta_status ta_attention_fwd_run(ta_attention_fwd *f);
 

@@ -321,7 +321,7 @@ ta_status ta_gemm_strided(float *C, int64_t rsc, int64_t csc, const float *A, in
     return TA_OK;
 }
 
-ta_status ta_gemm_run(const char *fn, const ta_workspace *ws, float *C, int64_t rsc, int64_t csc,
+ta_status ta_gemm_run(const char *fn, float *C, int64_t rsc, int64_t csc,
                       const float *A, int64_t rsa, int64_t csa, const float *B, int64_t rsb,
                       int64_t csb, int64_t M, int64_t N, int64_t K, float alpha, float beta,
                       const ta_gemm_batch *batch)
@@ -330,7 +330,7 @@ ta_status ta_gemm_run(const char *fn, const ta_workspace *ws, float *C, int64_t 
     float *pack;
     ta_gemm_layout(&m, &pack, rsc, csc, M, N, K, batch);
     ta_scratch s;
-    ta_status st = ta_scratch_acquire(&s, fn, ws, ta_arena_bytes(&m));
+    ta_status st = ta_scratch_acquire(&s, fn, NULL, ta_arena_bytes(&m));
     if (st) return st;
     ta_arena a = ta_arena_over(s.base, s.size);
     ta_gemm_layout(&a, &pack, rsc, csc, M, N, K, batch);
@@ -428,7 +428,7 @@ ta_status ta_sgemm_batched(float *C, int64_t bsc, int64_t rsc, int64_t csc, cons
     if (st != TA_OK) return st;
     ta_gemm_batch b = {.ndim = 1, .shape = {batch}, .stride_a = {bsa}, .stride_b = {bsb},
                        .stride_c = {bsc}};
-    return ta_gemm_run("ta_sgemm_batched", NULL, C, rsc, csc, A, rsa, csa, B, rsb, csb, M, N, K,
+    return ta_gemm_run("ta_sgemm_batched", C, rsc, csc, A, rsa, csa, B, rsb, csb, M, N, K,
                        alpha, beta, &b);
 }
 
@@ -440,6 +440,6 @@ ta_status ta_sgemm(float *C, int64_t rsc, int64_t csc, const float *A, int64_t r
     ta_status st = check_args("ta_sgemm", C, 0, rsc, csc, A, 0, rsa, csa, B, 0, rsb, csb, 1, M,
                               N, K);
     if (st != TA_OK) return st;
-    return ta_gemm_run("ta_sgemm", NULL, C, rsc, csc, A, rsa, csa, B, rsb, csb, M, N, K, alpha,
+    return ta_gemm_run("ta_sgemm", C, rsc, csc, A, rsa, csa, B, rsb, csb, M, N, K, alpha,
                        beta, NULL);
 }

@@ -32,8 +32,9 @@ ta_status ta_gemm_strided(float *C, int64_t rsc, int64_t csc,
 void ta_gemm_layout(ta_arena *a, float **pack, int64_t rsc, int64_t csc, int64_t M, int64_t N,
                     int64_t K, const ta_gemm_batch *batch);
 
-/* ta_gemm_strided with its own scratch (ws, or the library's block; errors name fn). */
-ta_status ta_gemm_run(const char *fn, const ta_workspace *ws, float *C, int64_t rsc, int64_t csc,
+/* ta_gemm_strided with its own scratch (the library's block; errors name fn): the public
+ * ta_sgemm entries. */
+ta_status ta_gemm_run(const char *fn, float *C, int64_t rsc, int64_t csc,
                       const float *A, int64_t rsa, int64_t csa, const float *B, int64_t rsb,
                       int64_t csb, int64_t M, int64_t N, int64_t K, float alpha, float beta,
                       const ta_gemm_batch *batch);

@@ -176,7 +176,6 @@ ta_status ta_sdpa_prepare_backward(ta_sdpa_problem *p, const char *fn, ta_tensor
     if (opts && opts->lse)
         return ta_error(TA_EINVAL, "%s: opts->lse must be NULL (pass the forward's LSE as the "
                         "lse argument)", fn);
-    if (!O) return ta_error(TA_EINVAL, "%s: O is NULL", fn);
     /* The forward's checks (Q, K, V, options, O's shape); O is an input here. */
     ta_sdpa_problem q;
     ta_status st = prepare_common(&q, fn, (ta_tensor *)O, Q, K, V, opts, false, check);

@@ -57,7 +57,7 @@ typedef struct bwd_plan {
     bwd_view q, k_, v, dout; /* q, k_ and dout have unit stride along D / Dv */
     const float *lse, *di;   /* per row (b * H + h) * Lq + i */
     int64_t dq_rows;         /* rows of the per-thread dQ buffer */
-    size_t ws_floats;        /* per thread */
+    size_t ws_bytes;         /* per thread (SIZE_MAX: does not fit) */
 } bwd_plan;
 
 /* A thread's scratch, carved once per call. */
@@ -68,25 +68,17 @@ typedef struct bwd_ws {
     float *dq;      /* [dq_rows][D] */
 } bwd_ws;
 
-static size_t ws_size(const bwd_plan *f, bwd_ws *w, float *base)
+/* One thread's scratch laid out in arena a (measuring or carving: the plan sizes it with
+ * the same code). */
+static void ws_layout(ta_arena *a, bwd_ws *w, const bwd_plan *f)
 {
-    float *x = base;
-    size_t n = 0;
-#define CARVE(field, count)                                     \
-    do {                                                        \
-        int64_t c_ = ta_round_up(TA_MAX((int64_t)(count), 1), 16); \
-        if (w) w->field = x + n;                                \
-        n += (size_t)c_;                                        \
-    } while (0)
-    CARVE(kt, f->D * BWD_NK);
-    CARVE(vt, f->Dv * BWD_NK);
-    CARVE(s, BWD_MQ * BWD_NK);
-    CARVE(dp, BWD_MQ * BWD_NK);
-    CARVE(dk, BWD_NK * f->D);
-    CARVE(dv, BWD_NK * f->Dv);
-    CARVE(dq, f->dq_rows * f->D);
-#undef CARVE
-    return n;
+    w->kt = TA_ARENA_TAKE2(a, float, f->D, BWD_NK);
+    w->vt = TA_ARENA_TAKE2(a, float, f->Dv, BWD_NK);
+    w->s = TA_ARENA_TAKE2(a, float, BWD_MQ, BWD_NK);
+    w->dp = TA_ARENA_TAKE2(a, float, BWD_MQ, BWD_NK);
+    w->dk = TA_ARENA_TAKE2(a, float, BWD_NK, f->D);
+    w->dv = TA_ARENA_TAKE2(a, float, BWD_NK, f->Dv);
+    w->dq = TA_ARENA_TAKE2(a, float, f->dq_rows, f->D);
 }
 
 static inline const float *at(const bwd_view *v, int64_t b, int64_t h, int64_t i)
@@ -213,27 +205,23 @@ static void run_query_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, i
     store_rows(f->p->dQ, b, h, i0, mq, f->D, w->dq, f->p->scale);
 }
 
+/* Whether t is read through a unit-stride copy (its last dim is strided). */
+static bool needs_copy(const ta_tensor *t) { return t->stride[3] != 1 && t->shape[3] > 1; }
+
 /* A view of t with unit stride along the last dim: t itself, or a contiguous copy made
- * into buf (numel floats). */
-static bwd_view unit_view(const ta_tensor *t, float **buf)
+ * into buf (numel floats, laid out when needs_copy). */
+static bwd_view unit_view(const ta_tensor *t, float *buf)
 {
     bwd_view v = {.data = t->data, .s = {t->stride[0], t->stride[1], t->stride[2], t->stride[3]}};
-    if (t->stride[3] == 1 || t->shape[3] <= 1) {
+    if (!needs_copy(t)) {
         v.s[3] = 1;
         return v;
     }
-    ta_tensor c;
-    ta_tensor_from_buffer(&c, *buf, 4, t->shape, NULL);
+    ta_tensor c = ta_tensor_view(buf, 4, t->shape);
     ta_tensor_copy(&c, t);
-    v.data = *buf;
+    v.data = buf;
     for (int d = 0; d < 4; d++) v.s[d] = c.stride[d];
-    *buf += ta_round_up(ta_tensor_numel(t), 16);
     return v;
-}
-
-static int64_t copy_floats(const ta_tensor *t)
-{
-    return t->stride[3] == 1 || t->shape[3] <= 1 ? 0 : ta_round_up(ta_tensor_numel(t), 16);
 }
 
 /* D_i = rowsum(dO_i * O_i) (in double) and the LSE of every row, as flat arrays. */
@@ -273,7 +261,10 @@ static bwd_plan make_plan(const ta_sdpa_problem *p, bwd_sched *sc)
     double dq_bytes = 4.0 * (double)f.G * (double)f.Lq * (double)f.D;
     sc->group_plan = (sc->groups >= BWD_GROUP_MIN || sc->nkt <= 1) && dq_bytes <= BWD_GROUP_DQ_MAX;
     f.dq_rows = sc->group_plan ? f.G * f.Lq : BWD_MQ;
-    f.ws_floats = ws_size(&f, NULL, NULL);
+    ta_arena one = ta_arena_measure();
+    bwd_ws w;
+    ws_layout(&one, &w, &f);
+    f.ws_bytes = ta_arena_bytes(&one);
     sc->qtiles = (f.Lq + BWD_MQ - 1) / BWD_MQ;
     sc->items1 = sc->group_plan ? sc->groups : sc->groups * sc->nkt;
     sc->items2 = f.B * f.H * sc->qtiles;
@@ -286,17 +277,23 @@ static bwd_plan make_plan(const ta_sdpa_problem *p, bwd_sched *sc)
 /* The scratch: per-thread workspaces, D and LSE per row, and unit-stride copies of Q, K,
  * dO where their last dim is strided. */
 typedef struct bwd_mem {
-    float *ws, *di, *lse, *copies;
+    unsigned char *ws; /* nt per-thread scratches of ws_bytes */
+    float *di, *lse, *q, *k, *dout;
 } bwd_mem;
 
 static void layout(ta_arena *a, bwd_mem *m, const bwd_plan *f, const bwd_sched *sc)
 {
     const ta_sdpa_problem *p = f->p;
-    m->ws = TA_ARENA_TAKE(a, float, (size_t)sc->nt * f->ws_floats);
+    if (f->ws_bytes == SIZE_MAX) {
+        a->overflow = true;
+        return;
+    }
+    m->ws = TA_ARENA_TAKE2(a, unsigned char, (int64_t)f->ws_bytes, sc->nt);
     m->di = TA_ARENA_TAKE(a, float, sc->rows);
     m->lse = TA_ARENA_TAKE(a, float, sc->rows);
-    m->copies = TA_ARENA_TAKE(a, float, copy_floats(p->Q) + copy_floats(p->K) +
-                                            copy_floats(p->dO));
+    m->q = needs_copy(p->Q) ? TA_ARENA_TAKE(a, float, ta_tensor_numel(p->Q)) : NULL;
+    m->k = needs_copy(p->K) ? TA_ARENA_TAKE(a, float, ta_tensor_numel(p->K)) : NULL;
+    m->dout = needs_copy(p->dO) ? TA_ARENA_TAKE(a, float, ta_tensor_numel(p->dO)) : NULL;
 }
 
 size_t ta_sdpa_backward_fused_scratch(const ta_sdpa_problem *p)
@@ -318,10 +315,9 @@ ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
     bwd_mem m;
     layout(scratch, &m, &f, &sc);
     if (scratch->overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", p->fn);
-    float *cp = m.copies;
-    f.q = unit_view(p->Q, &cp);
-    f.k_ = unit_view(p->K, &cp);
-    f.dout = unit_view(p->dO, &cp);
+    f.q = unit_view(p->Q, m.q);
+    f.k_ = unit_view(p->K, m.k);
+    f.dout = unit_view(p->dO, m.dout);
     f.v = (bwd_view){.data = p->V->data,
                      .s = {p->V->stride[0], p->V->stride[1], p->V->stride[2], p->V->stride[3]}};
     row_terms(&f, m.di, m.lse, sc.rows * f.Dv < 32768 ? 1 : sc.nt);
@@ -332,7 +328,8 @@ ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
 #pragma omp parallel num_threads(sc.nt)
     {
         bwd_ws w;
-        ws_size(&f, &w, m.ws + (size_t)omp_get_thread_num() * f.ws_floats);
+        ta_arena mine = ta_arena_over(m.ws + (size_t)omp_get_thread_num() * f.ws_bytes, f.ws_bytes);
+        ws_layout(&mine, &w, &f);
         if (sc.group_plan) {
 #pragma omp for schedule(dynamic, 1)
             for (int64_t it = 0; it < groups; it++) run_group(&f, &w, it / f.Hkv, it % f.Hkv);

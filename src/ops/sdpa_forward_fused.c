@@ -45,6 +45,9 @@
 #define TA_FUSED_SPLIT 512   /* keys per chunk when the keys are split (a multiple of NK) */
 #define TA_FUSED_FEW_TILES 16 /* split the keys when there are fewer tiles than this */
 #define TA_FUSED_MAX_CHUNKS 64 /* at most this many chunks (then the chunks widen) */
+/* A head_dim above this needs more scratch than any machine has (a tile of 48 rows:
+ * 192 TiB): the plan says "does not fit" before any size arithmetic could wrap. */
+#define TA_FUSED_DIM_MAX ((int64_t)1 << 40)
 
 /* One unit of work: rows [r0, r0 + mq) of group (b, hkv), keys [jlo, jhi). */
 typedef struct fused_item {
@@ -67,8 +70,9 @@ typedef struct fused_plan {
     int64_t tpg, ngroups, ntiles; /* tiles per (batch, kv head) group, groups, tiles */
     int64_t mq_used, part_floats; /* rows of a tile's partial (split), its floats */
     bool split;          /* the keys are cut into chunks merged by LSE (decode) */
+    bool too_big;        /* D or Dv above TA_FUSED_DIM_MAX: the scratch cannot fit */
     bool pack_k, pack_v; /* K or V not unit-stride along D: copy each key tile */
-    size_t ws_floats;    /* per thread */
+    size_t ws_bytes;     /* per thread (SIZE_MAX: does not fit) */
     int nt;              /* threads */
 } fused_plan;
 
@@ -80,33 +84,22 @@ static inline void row_hi(const fused_plan *f, int64_t hkv, int64_t r, int64_t *
     *i = r % Lq;
 }
 
-/* The per-thread workspace laid out from base; returns its size in floats. With base
- * NULL it only measures (the plan sizes the allocation with the same code). */
-static size_t ws_carve(fused_ws *w, const fused_plan *f, float *base)
+/* One thread's workspace laid out in arena a (measuring or carving: the plan sizes it
+ * with the same code). */
+static void ws_layout(ta_arena *a, fused_ws *w, const fused_plan *f)
 {
     const ta_sdpa_problem *p = f->p;
-    int64_t mq = f->mq_max;
-    size_t off = 0;
-    fused_ws dummy;
-    if (!w) w = &dummy;
-#define CARVE(ptr, type, n)                                                                \
-    do {                                                                                   \
-        (ptr) = base ? (type *)(base + off) : NULL;                                        \
-        off += (size_t)ta_round_up((n), 16);                                                  \
-    } while (0)
-    CARVE(w->qp, float, mq * (p->D ? p->D : 1));
-    CARVE(w->s, float, mq * TA_FUSED_NK);
-    CARVE(w->o, float, mq * f->ldo);
-    CARVE(w->m, float, mq);
-    CARVE(w->l, float, mq);
-    CARVE(w->alpha, float, mq);
-    CARVE(w->end, int64_t, 2 * mq); /* mq int64 values: 2 mq floats */
-    CARVE(w->rowk, int32_t, mq);
-    w->kp = w->vp = NULL;
-    if (f->pack_k) CARVE(w->kp, float, TA_FUSED_NK * p->D);
-    if (f->pack_v) CARVE(w->vp, float, TA_FUSED_NK * p->Dv);
-#undef CARVE
-    return off;
+    const int64_t mq = f->mq_max;
+    w->qp = TA_ARENA_TAKE2(a, float, mq, p->D ? p->D : 1);
+    w->s = TA_ARENA_TAKE2(a, float, mq, TA_FUSED_NK);
+    w->o = TA_ARENA_TAKE2(a, float, mq, f->ldo);
+    w->m = TA_ARENA_TAKE(a, float, mq);
+    w->l = TA_ARENA_TAKE(a, float, mq);
+    w->alpha = TA_ARENA_TAKE(a, float, mq);
+    w->end = TA_ARENA_TAKE(a, int64_t, mq);
+    w->rowk = TA_ARENA_TAKE(a, int32_t, mq);
+    w->kp = f->pack_k ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK, p->D) : NULL;
+    w->vp = f->pack_v ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK, p->Dv) : NULL;
 }
 
 /* Q rows of the tile, scaled, into qp [D, mq_max] (rows past mq are zero). */
@@ -372,6 +365,8 @@ static int64_t tile_in_order(const fused_plan *f, int64_t k)
 static fused_plan make_plan(const ta_sdpa_problem *p)
 {
     fused_plan f = {.p = p, .k = ta_kernels_active(), .G = p->G};
+    f.too_big = p->D > TA_FUSED_DIM_MAX || p->Dv > TA_FUSED_DIM_MAX;
+    if (f.too_big) return f;
     f.mq_max = f.k->attn_mq;
     /* O rows: attn_pv writes whole vectors (a multiple of attn_vl, a power of two) and
      * rows start 64-byte aligned (16 floats) */
@@ -387,7 +382,10 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
     f.chunk_keys = f.split ? ta_round_up((p->Lk + f.nchunks - 1) / f.nchunks, TA_FUSED_NK)
                            : p->Lk;
     if (f.split) f.nchunks = (p->Lk + f.chunk_keys - 1) / f.chunk_keys;
-    f.ws_floats = ws_carve(NULL, &f, NULL);
+    ta_arena one = ta_arena_measure();
+    fused_ws w;
+    ws_layout(&one, &w, &f);
+    f.ws_bytes = ta_arena_bytes(&one);
     /* Partials (split only): per tile and chunk, m and l of mq_used rows, then mq_used
      * rows of Dv. */
     f.mq_used = TA_MIN(f.mq_max, p->Lq >= f.mq_max ? f.mq_max : f.G * p->Lq);
@@ -404,13 +402,18 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
 typedef struct fused_mem {
     fused_item *items;
     int64_t *t_r0, *t_mq;
-    float *ws, *parts;
+    unsigned char *ws; /* nt per-thread workspaces of ws_bytes */
+    float *parts;
 } fused_mem;
 
 static void layout(ta_arena *a, fused_mem *m, const fused_plan *f)
 {
-    m->ws = TA_ARENA_TAKE(a, float, f->ws_floats * (size_t)f->nt);
-    m->parts = f->split ? TA_ARENA_TAKE(a, float, f->part_floats * f->ntiles * f->nchunks) : NULL;
+    if (f->too_big || f->ws_bytes == SIZE_MAX) {
+        a->overflow = true;
+        return;
+    }
+    m->ws = TA_ARENA_TAKE2(a, unsigned char, (int64_t)f->ws_bytes, f->nt);
+    m->parts = f->split ? TA_ARENA_TAKE2(a, float, f->part_floats, f->ntiles * f->nchunks) : NULL;
     m->items = TA_ARENA_TAKE(a, fused_item, f->ntiles * f->nchunks);
     m->t_r0 = TA_ARENA_TAKE(a, int64_t, f->tpg);
     m->t_mq = TA_ARENA_TAKE(a, int64_t, f->tpg);
@@ -521,7 +524,8 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
 #pragma omp parallel num_threads(f.nt)
     {
         fused_ws w;
-        ws_carve(&w, &f, m.ws + (size_t)omp_get_thread_num() * f.ws_floats);
+        ta_arena mine = ta_arena_over(m.ws + (size_t)omp_get_thread_num() * f.ws_bytes, f.ws_bytes);
+        ws_layout(&mine, &w, &f);
 #pragma omp for schedule(dynamic, grab)
         for (int64_t n = 0; n < nitems; n++) {
             const fused_item *it = &m.items[n];
