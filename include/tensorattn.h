@@ -90,9 +90,10 @@ const char *ta_version(void);
  * aligned to at least `alignment` bytes (a power of two, >= 64), or NULL. Passing
  * NULL for both restores the default (aligned_alloc, 2 MiB-aligned and
  * MADV_HUGEPAGE-advised from 2 MiB up). Not thread-safe: call it while no other
- * tensorattn call runs, and free tensors made under one hook before switching to
- * another. Workspaces the library keeps between calls (the GEMM packing block) are
- * released through the old hook before the switch. */
+ * tensorattn call runs, and free what was made under one hook (tensors, layers,
+ * optimisers, .npy integer arrays, safetensors handles) before switching to another.
+ * The scratch block the library keeps between calls is released through the old hook
+ * before the switch. */
 typedef void *(*ta_alloc_fn)(size_t bytes, size_t alignment, void *user);
 typedef void (*ta_free_fn)(void *ptr, void *user);
 void ta_set_allocator(ta_alloc_fn alloc, ta_free_fn release, void *user);
@@ -214,7 +215,11 @@ int ta_cpu_supports(ta_isa isa);
  * A[i,k] = A[i*rsa + k*csa], B[k,j] = B[k*rsb + j*csb], C[i,j] = C[i*rsc + j*csc]
  * (op(A) = A^T is A with rsa and csa swapped). M, N, K >= 0. beta == 0 means C is
  * not read (NaN/Inf in C do not propagate). C must not overlap A or B, and distinct
- * (i,j) must address distinct elements of C. */
+ * (i,j) must address distinct elements of C. The packing buffers come from the
+ * library's scratch block (kept between calls), taken before C is written.
+ * Errors: TA_EINVAL (a negative size, NULL with a non-empty operand), TA_ESHAPE (strides
+ * that overflow the index range, a zero stride over C's extent > 1), TA_ENOMEM; C is
+ * untouched on any error. */
 ta_status ta_sgemm(float *C, int64_t rsc, int64_t csc,
                    const float *A, int64_t rsa, int64_t csa,
                    const float *B, int64_t rsb, int64_t csb,

@@ -1,5 +1,6 @@
-/* The attention backward micro-kernels (FlashAttention-2 backward, src/ops/sdpa_backward.c),
- * written once over a small vector vocabulary and instantiated per ISA by
+/* The attention backward micro-kernels (FlashAttention-2 backward,
+ * src/ops/sdpa_backward_fused.c), written once over a small vector vocabulary and
+ * instantiated per ISA by
  * attn_bwd_scalar.c, attn_bwd_avx2.c and attn_bwd_avx512.c (each with its own -m flags).
  *
  * The including file defines:

@@ -53,8 +53,8 @@ typedef struct ta_kernels {
     /* y[i] = expf(x[i]), i < n (the exp the softmax step uses; accuracy in docs). */
     void (*attn_exp)(float *y, const float *x, int64_t n);
 
-    /* ---- attention backward (FlashAttention-2 backward, src/ops/sdpa_backward.c; filled
-     * by ta_attn_bwd_fill_<isa> in src/kernels/attn_bwd_<isa>.c; docs/kernels.md,
+    /* ---- attention backward (FlashAttention-2 backward, src/ops/sdpa_backward_fused.c;
+     * filled by ta_attn_bwd_fill_<isa> in src/kernels/attn_bwd_<isa>.c; docs/kernels.md,
      * "Attention backward"). */
     /* C [m, n] (row stride ldc, unit columns) = (acc ? C : 0) + A [m, k] B [k, n] with
      * A[i, p] = a[i * rsa + p * csa], B[p, j] = b[p * ldb + j]; one FMA chain per element
