@@ -4,7 +4,7 @@
  * measurements) and checks that the report is whole and self-consistent, that the
  * reference path's extra memory covers its [B, H, Lq, Lk] scratch, and that the fused
  * path runs and matches the reference on the same inputs. A CLI without `bench`, or a
- * fused case that reads "unavailable", fails. */
+ * case whose status is not "ok" (a TA_EUNSUPPORTED is an "error", exit 1), fails. */
 #include "tensorattn.h"
 
 #include <cjson/cJSON.h>
