@@ -96,6 +96,7 @@ void ta_test_from_f64(ta_tensor *t, const double *x)
 void ta_test_tensor4(ta_tensor *view, ta_tensor *store, const int64_t s[4],
                      ta_test_layout layout, const ta_tensor *src)
 {
+    assert_true(layout != TA_TEST_GUARD);
     if (layout == TA_TEST_BHLD) {
         TA_CHECK_OK(ta_tensor_empty(store, 4, s));
         *view = *store;
