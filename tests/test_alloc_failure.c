@@ -18,8 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static char dir[64];
-static char path_npy[128], path_st[128], path_layer[128], path_out[128];
+static char path_npy[160], path_st[160], path_layer[160], path_out[160];
 
 /* Runs op with the n-th allocation failing, for n = 1, 2, ... until a run sees no
  * injected failure. Returns the number of allocations of the clean run. */
@@ -327,12 +326,11 @@ static ta_status op_layer_load(void)
 static int setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/ta_allocfail_XXXXXX");
-    if (!mkdtemp(dir)) return 1;
-    snprintf(path_npy, sizeof path_npy, "%s/q.npy", dir);
-    snprintf(path_st, sizeof path_st, "%s/qkv.safetensors", dir);
-    snprintf(path_layer, sizeof path_layer, "%s/layer.safetensors", dir);
-    snprintf(path_out, sizeof path_out, "%s/out.bin", dir);
+    if (ta_test_make_dir("ta_allocfail")) return 1;
+    snprintf(path_npy, sizeof path_npy, "%s", ta_test_path("q.npy"));
+    snprintf(path_st, sizeof path_st, "%s", ta_test_path("qkv.safetensors"));
+    snprintf(path_layer, sizeof path_layer, "%s", ta_test_path("layer.safetensors"));
+    snprintf(path_out, sizeof path_out, "%s", ta_test_path("out.bin"));
     const int64_t sq[4] = {B, H, LQ, D}, sk[4] = {B, HKV, LK, D}, sv[4] = {B, HKV, LK, DV};
     const int64_t so[4] = {B, H, LQ, DV}, sw[4] = {B, H, LQ, LK}, sm[2] = {LQ, LK};
     ta_tensor_from_buffer(&Q, qb, 4, sq, NULL);
@@ -362,14 +360,6 @@ static int setup(void **state)
     ta_status st = ta_attention_save(path_layer, l);
     ta_attention_free(l);
     return st != TA_OK;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd) != 0;
 }
 
 static void test_constructors(void **s) { (void)s; sweep("constructors", op_constructors); }
@@ -423,5 +413,5 @@ int main(void)
         cmocka_unit_test(test_safetensors),  cmocka_unit_test(test_layer_seed),
         cmocka_unit_test(test_layer_torch),  cmocka_unit_test(test_layer_load),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, ta_test_teardown_dir);
 }
