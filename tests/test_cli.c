@@ -4,6 +4,7 @@
  * leaves no output file. */
 #include "ta_test.h"
 #include "cli_run.h"
+#include "io_files.h"
 #include "fixture_cases.h"
 
 #include <math.h>
@@ -157,7 +158,7 @@ static void cli_einsum_case(const ta_fixture_file *f, const char *name, void *ct
     unlink(ta_test_path("c.npy"));
     if (strcmp(expect, "error") == 0) { /* torch rejects it: so must we, cleanly */
         ta_cli_expect_error(argv, 1, NULL);
-        assert_false(ta_cli_exists(ta_test_path("c.npy")));
+        assert_false(ta_test_file_exists(ta_test_path("c.npy")));
         return;
     }
     int rc = ta_cli_run(argv);
@@ -232,15 +233,15 @@ static void test_errors(void **state)
     ta_cli_expect_error((const char *[]){"", "sdpa", "--q", ta_test_path("eq.npy"), "--k", ta_test_path("ek.npy"), "--v",
                                   ta_test_path("ek.npy"), "-o", o, NULL},
                  1, "head_dim");
-    assert_false(ta_cli_exists(o));
+    assert_false(ta_test_file_exists(o));
     ta_cli_expect_error((const char *[]){"", "sdpa", "--q", ta_test_path("missing.npy"), "--k", ta_test_path("ek.npy"),
                                   "--v", ta_test_path("ek.npy"), "-o", o, NULL},
                  1, "missing.npy");
-    assert_false(ta_cli_exists(o));
+    assert_false(ta_test_file_exists(o));
     ta_cli_expect_error((const char *[]){"", "einsum", "bhid,bhjd->bhij", ta_test_path("eq.npy"), ta_test_path("ek.npy"),
                                   "-o", o, NULL},
                  1, "'d'");
-    assert_false(ta_cli_exists(o));
+    assert_false(ta_test_file_exists(o));
     ta_cli_expect_error((const char *[]){"", "einsum", "ij->", NULL}, 2, "einsum needs SPEC");
     ta_cli_expect_error((const char *[]){"", "mha", "--weights", ta_test_path("nothing.safetensors"), "--layout", "seed",
                                   "--heads", "2", "--input", ta_test_path("eq.npy"), "-o", o, NULL},
@@ -250,7 +251,7 @@ static void test_errors(void **state)
                  2, "seed or torch");
     ta_cli_expect_error((const char *[]){"", "demo", "--seq", "-4", NULL}, 2, "--seq expects an integer");
     ta_cli_expect_error((const char *[]){"", "bench", "--frobnicate", NULL}, 2, "--frobnicate");
-    assert_false(ta_cli_exists(o));
+    assert_false(ta_test_file_exists(o));
 }
 
 static void test_help_and_version(void **state)

@@ -4,6 +4,7 @@
  * error for an incomplete flag set, and that a failed backward writes no file. */
 #include "ta_test.h"
 #include "cli_run.h"
+#include "io_files.h"
 #include "fixture_cases.h"
 
 #include <math.h>
@@ -86,7 +87,7 @@ static void test_grad_errors(void **state)
     for (int i = 0; i < a; i++)
         if (argv[i] && !strcmp(argv[i], "--grad-out")) argv[i + 1] = ta_test_path("bad.npy");
     ta_cli_expect_error(argv, 1, "ta_sdpa_backward: dO has shape [1, 1, 1, 1]");
-    assert_false(ta_cli_exists(o) || ta_cli_exists(dq) || ta_cli_exists(dk) || ta_cli_exists(dv));
+    assert_false(ta_test_file_exists(o) || ta_test_file_exists(dq) || ta_test_file_exists(dk) || ta_test_file_exists(dv));
     ta_fixture_close(f);
 }
 

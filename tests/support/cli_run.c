@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -60,12 +59,6 @@ void ta_cli_expect_error(const char **argv, int code, const char *needle)
     if (!nl || nl[1] != '\0') fail_msg("'%s': stderr is not exactly one line: %s", cmd, ta_cli_err);
     if (needle && !strstr(ta_cli_err, needle))
         fail_msg("'%s': stderr lacks '%s': %s", cmd, needle, ta_cli_err);
-}
-
-int ta_cli_exists(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0;
 }
 
 void ta_npy_write_raw(const char *path, const char *descr, const char *shape, const void *data,

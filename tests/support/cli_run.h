@@ -20,7 +20,6 @@ int ta_cli_run(const char **argv);
  * exactly one line "tensorattn: error: ..." that contains needle (NULL: any line). */
 void ta_cli_expect_error(const char **argv, int code, const char *needle);
 
-int ta_cli_exists(const char *path);
 
 /* A .npy v1.0 file at path with this descr ("<f4"), shape text ("(2, 3)") and raw data
  * bytes (nbytes may disagree with the shape, to make broken files). */
