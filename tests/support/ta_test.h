@@ -42,9 +42,6 @@ int ta_test_teardown_dir(void **state);
 /* "<ta_test_dir>/<name>" from a ring of 32 buffers (enough for one command line). */
 char *ta_test_path(const char *name);
 
-/* max |a - b| over n floats (NaN anywhere -> +inf unless both NaN at that place). */
-double ta_test_max_abs_diff(const float *a, const double *b, size_t n);
-
 /* Advances idx over shape in C order (the last index fastest; wraps to all zeros). */
 void ta_test_next_index(int ndim, const int64_t *shape, int64_t *idx);
 /* Max over the elements of t (any strides, visited in C order) against C-order doubles
