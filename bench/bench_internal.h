@@ -89,11 +89,8 @@ struct bench_case {
     ta_tensor t[BENCH_MAX_TENSORS];
     int output;
 
-    ta_status last_status; /* of the last library call that failed (TA_EUNSUPPORTED:
-                              the path is not built: status "unavailable") */
-
     /* Results. */
-    const char *status; /* "ok", "check_failed", "error", "unavailable", "skipped", or
+    const char *status; /* "ok", "check_failed", "error", "skipped", or
                            NULL (filtered out) */
     char error[512];
     double cold_s, median_s, min_s, gflops, peak_gflops, peak_fraction, max_rel_err;

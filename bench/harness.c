@@ -36,7 +36,6 @@ int bench_fail(bench_case *c, const char *fmt, ...)
 
 int bench_lib_fail(bench_case *c, const char *what, ta_status st)
 {
-    c->last_status = st;
     return bench_fail(c, "%s failed: %s: %s", what, ta_status_name(st), ta_last_error());
 }
 
@@ -218,8 +217,8 @@ static int check_case(bench_case *c)
     return 0;
 }
 
-/* setup, cold call, check, warm-up, timed runs, check again. Returns 0 when timed,
- * 1 when the path is not built (the cold call returned TA_EUNSUPPORTED), -1 on failure.
+/* setup, cold call, check, warm-up, timed runs, check again. Returns 0 when timed, -1
+ * on failure (every case the bench lists must run: a TA_EUNSUPPORTED is an error too).
  * Every call's extra memory is measured: the counting hook's peak above what was
  * outstanding when the call began. */
 static int time_case(bench_state *s, bench_case *c)
@@ -233,8 +232,7 @@ static int time_case(bench_state *s, bench_case *c)
     bench_install_counting_allocator();
     size_t base = bench_mem_mark();
     double t0 = bench_now();
-    c->last_status = TA_OK;
-    if (c->kind->run(c)) return c->last_status == TA_EUNSUPPORTED ? 1 : -1;
+    if (c->kind->run(c)) return -1;
     c->cold_s = bench_now() - t0;
     c->extra_bytes_cold = bench_mem_extra_since(base);
     if (check_case(c)) return -1;
@@ -311,7 +309,6 @@ int bench_run_cases(bench_state *s)
         c->status = "error"; /* until it succeeds */
         int r = time_case(s, c);
         if (r == 0) c->status = "ok";
-        if (r > 0) c->status = "unavailable";
         keep_reference_output(s, c);
         teardown(c);
         if (s->kept_for == i) { /* its twin has used it */
@@ -319,10 +316,7 @@ int bench_run_cases(bench_state *s)
             s->kept_for = -1;
             c->ref_out = NULL;
         }
-        if (r > 0) {
-            bench_progress_clear(s);
-            fprintf(stderr, "bench: %s is unavailable: %s\n", c->name, c->error);
-        } else if (r < 0) {
+        if (r < 0) {
             bench_progress_clear(s);
             fprintf(stderr, "tensorattn: error: bench case %s: %s\n", c->name, c->error);
             failed++;

@@ -26,7 +26,7 @@ static void print_row(const bench_case *c)
                c->name, shape, c->threads, c->runs, c->median_s * 1e3, c->min_s * 1e3,
                c->cold_s * 1e3, c->gflops, 100.0 * c->peak_fraction, c->max_rel_err, speedup,
                extra);
-    else if (!strcmp(c->status, "unavailable") || !strcmp(c->status, "skipped"))
+    else if (!strcmp(c->status, "skipped"))
         printf("%-32s %-34s %3d  %s: %s\n", c->name, shape, c->threads, c->status, c->error);
     else
         printf("%-32s %-34s %3d  FAILED (%s): %s\n", c->name, shape, c->threads, c->status,

@@ -3,9 +3,11 @@
  * equal to the calls without it (both layouts, masks, key padding, weights, strided
  * views), a workspace one byte too small refused with TA_EINVAL before anything is
  * written, and no allocation by the layer code when one is given (counted through the
- * allocation hook). */
+ * allocation hook). Every workspace ends at a guard page (tests/support/guard.h), so a
+ * call that uses a byte more than its size query measured crashes. */
 #include "ta_test.h"
 #include "alloc_hook.h"
+#include "guard.h"
 #include "core/workspace.h" /* ta_scratch_cache_release: a block is kept between calls */
 
 #include <math.h>
@@ -131,12 +133,13 @@ static void free_case(setup *s)
 
 static size_t bytes_of(const ta_tensor *t) { return sizeof(float) * (size_t)ta_tensor_numel(t); }
 
-/* A misaligned buffer of exactly `bytes` (the size query covers any alignment). */
-static ta_workspace workspace(unsigned char **block, size_t bytes)
+/* A buffer of exactly `bytes`, one byte past a 64-byte boundary (the size query covers
+ * any alignment), ending at a guard page (ta_guard_workspace). */
+static ta_workspace workspace(ta_guard *g, size_t bytes)
 {
-    *block = malloc(bytes + 1);
-    assert_non_null(*block);
-    return (ta_workspace){.data = *block + 1, .size = bytes};
+    ta_workspace ws = ta_guard_workspace(g, bytes, 1);
+    assert_non_null(ws.data);
+    return ws;
 }
 
 static ta_status forward(setup *s) { return ta_attention_forward(&s->out, s->layer, &s->q, &s->k, &s->v, &s->o); }
@@ -196,7 +199,7 @@ static void forward_bitwise(setup *s, const wcase *c)
     size_t bytes = 0;
     TA_CHECK_OK(ta_attention_workspace_size(&bytes, &s->out, s->layer, &s->q, &s->k, &s->v, &s->o));
     assert_true(bytes > 0);
-    unsigned char *block;
+    ta_guard block;
     s->o.workspace = workspace(&block, bytes);
     TA_CHECK_OK(ta_tensor_fill(&s->outs, NAN));
     if (c->weights) TA_CHECK_OK(ta_tensor_fill(&s->w, NAN));
@@ -205,7 +208,7 @@ static void forward_bitwise(setup *s, const wcase *c)
         fail_msg("%s: out differs with a workspace", c->name);
     if (c->weights && memcmp(w0, s->w.data, bytes_of(&s->w)))
         fail_msg("%s: weights differ with a workspace", c->name);
-    free(block);
+    ta_guard_release(&block);
     free(out0);
     free(w0);
 }
@@ -219,7 +222,7 @@ static void backward_bitwise(setup *s, const wcase *c)
     size_t bytes = 0;
     TA_CHECK_OK(ta_attention_backward_workspace_size(&bytes, &s->dq, &s->dk, &s->dv, s->layer,
                                                      &s->dout, &s->q, &s->k, &s->v, &s->o));
-    unsigned char *block;
+    ta_guard block;
     s->o.workspace = workspace(&block, bytes);
     fill_grads(s, 0.0f);
     TA_CHECK_OK(backward(s));
@@ -228,7 +231,7 @@ static void backward_bitwise(setup *s, const wcase *c)
     if (memcmp(g0, g1, n0)) fail_msg("%s: gradients differ with a workspace", c->name);
     free(g0);
     free(g1);
-    free(block);
+    ta_guard_release(&block);
 }
 
 static void too_small(setup *s, const wcase *c)
@@ -238,7 +241,7 @@ static void too_small(setup *s, const wcase *c)
     TA_CHECK_OK(ta_attention_backward_workspace_size(&bb, &s->dq, &s->dk, &s->dv, s->layer,
                                                      &s->dout, &s->q, &s->k, &s->v, &s->o));
     assert_true(bb > fb); /* the backward's arena holds the rerun forward's */
-    unsigned char *block;
+    ta_guard block;
     /* forward: one byte short; out and weights keep their sentinel */
     s->o.workspace = workspace(&block, fb - 1);
     TA_CHECK_OK(ta_tensor_fill(&s->outs, 3.25f));
@@ -248,7 +251,7 @@ static void too_small(setup *s, const wcase *c)
         assert_true(((const float *)s->outs.data)[i] == 3.25f);
     for (int64_t i = 0; c->weights && i < ta_tensor_numel(&s->w); i++)
         assert_true(((const float *)s->w.data)[i] == 3.25f);
-    free(block);
+    ta_guard_release(&block);
     /* backward: the forward's size is too small, and so is one byte short */
     fill_grads(s, 0.5f);
     size_t n0;
@@ -261,7 +264,7 @@ static void too_small(setup *s, const wcase *c)
         float *g1 = grads(s, &n1);
         if (memcmp(g0, g1, n0)) fail_msg("%s: a refused backward accumulated", c->name);
         free(g1);
-        free(block);
+        ta_guard_release(&block);
     }
     free(g0);
 }
@@ -327,11 +330,10 @@ static void allocation_case(const wcase *c)
     TA_CHECK_OK(ta_attention_workspace_size(&fb, &s.out, s.layer, &s.q, &s.k, &s.v, &s.o));
     TA_CHECK_OK(ta_attention_backward_workspace_size(&bb, &s.dq, &s.dk, &s.dv, s.layer, &s.dout,
                                                      &s.q, &s.k, &s.v, &s.o));
-    unsigned char *fblock = malloc(fb), *bblock = malloc(bb);
-    assert_true(fblock && bblock);
-    s.o.workspace = (ta_workspace){fblock, fb};
+    ta_guard fblock, bblock;
+    s.o.workspace = workspace(&fblock, fb);
     if (count(forward, &s) != 0) fail_msg("%s: forward with a workspace allocated", c->name);
-    s.o.workspace = (ta_workspace){bblock, bb};
+    s.o.workspace = workspace(&bblock, bb);
     if (count(backward, &s) != 0) fail_msg("%s: backward with a workspace allocated", c->name);
     s.o.workspace = (ta_workspace){0};
     assert_int_equal(count(forward, &s), 1); /* the layer's block */
@@ -342,8 +344,8 @@ static void allocation_case(const wcase *c)
     ta_attention_free(s.layer);
     s.layer = NULL;
     ta_test_stop_counting();
-    free(fblock);
-    free(bblock);
+    ta_guard_release(&fblock);
+    ta_guard_release(&bblock);
     free_case(&s);
 }
 

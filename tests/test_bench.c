@@ -4,64 +4,19 @@
  * measurements) and checks that the report is whole and self-consistent, that the
  * reference path's extra memory covers its [B, H, Lq, Lk] scratch, and that the fused
  * path runs and matches the reference on the same inputs. A CLI without `bench`, or a
- * fused case that reads "unavailable", fails. */
-#include "tensorattn.h"
+ * case whose status is not "ok" (a TA_EUNSUPPORTED is an "error", exit 1), fails. */
+#include "ta_test.h"
+
+#include "cli_run.h"
+#include "io_files.h"
 
 #include <cjson/cJSON.h>
 
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-#include <cmocka.h>
-
-/* Runs a shell command; returns its exit status (-1 if it did not exit) and, when out
- * is not NULL, its stdout and stderr in a malloc'd string. */
-static int run_cli(const char *args, char **out)
-{
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", TA_CLI_PATH, args);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    size_t got;
-    while (buf && (got = fread(buf + len, 1, cap - len - 1, p)) > 0) {
-        len += got;
-        if (cap - len < 2) {
-            char *bigger = realloc(buf, cap *= 2);
-            if (!bigger) free(buf);
-            buf = bigger;
-        }
-    }
-    int status = pclose(p);
-    if (buf) buf[len] = '\0';
-    if (out) *out = buf;
-    else free(buf);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    long n;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (buf = malloc((size_t)n + 1)) != NULL) {
-        size_t got = fread(buf, 1, (size_t)n, f);
-        buf[got] = '\0';
-    }
-    fclose(f);
-    return buf;
-}
 
 static double num(const cJSON *o, const char *key)
 {
@@ -88,25 +43,23 @@ static void assert_close(double got, double want, double rel)
         fail_msg("%.17g != %.17g (relative tolerance %g)", got, want, rel);
 }
 
-/* Runs `tensorattn bench ARGS --json TMP` (expecting exit 0) and returns the report. */
-static cJSON *bench_report(const char *args)
+/* Runs `tensorattn bench ARGS... --json FILE` (expecting exit 0) and returns the report. */
+#define BENCH_REPORT(...) bench_report((const char *[]){__VA_ARGS__, NULL})
+static cJSON *bench_report(const char *const *args)
 {
-    char path[] = "/tmp/ta_test_bench_XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
-    char cmd[512], *log = NULL;
-    snprintf(cmd, sizeof cmd, "bench %s --json %s", args, path);
-    int rc = run_cli(cmd, &log);
-    if (rc != 0) {
-        unlink(path);
-        fail_msg("tensorattn %s exited %d:\n%s", cmd, rc, log ? log : "");
-    }
-    free(log);
-    char *text = read_file(path);
+    const char *argv[16] = {NULL, "bench"}, *path = ta_test_path("report.json");
+    int a = 2;
+    while (*args && a < 13) argv[a++] = *args++;
+    assert_null(*args);
+    argv[a++] = "--json";
+    argv[a++] = path;
     unlink(path);
+    int rc = ta_cli_run(argv);
+    if (rc != 0) fail_msg("tensorattn bench exited %d:\n%s%s", rc, ta_cli_out, ta_cli_err);
+    size_t n = 0;
+    char *text = (char *)ta_test_slurp(path, &n);
     assert_non_null(text);
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root = cJSON_ParseWithLength(text, n);
     free(text);
     assert_non_null(root);
     return root;
@@ -115,7 +68,7 @@ static cJSON *bench_report(const char *args)
 static void test_json_report_is_whole_and_consistent(void **state)
 {
     (void)state;
-    cJSON *root = bench_report("--quick --threads 1 --filter sgemm_256");
+    cJSON *root = BENCH_REPORT("--quick", "--threads", "1", "--filter", "sgemm_256");
 
     assert_int_equal((int)num(root, "version"), 1);
     assert_string_equal(str(root, "tensorattn"), ta_version());
@@ -191,7 +144,7 @@ static void check_sdpa_shape(const cJSON *c, const char *path)
 static void test_attention_cases_report_both_paths(void **state)
 {
     (void)state;
-    cJSON *root = bench_report("--quick --threads 1 --filter sdpa_decode");
+    cJSON *root = BENCH_REPORT("--quick", "--threads", "1", "--filter", "sdpa_decode");
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "machine");
     double peak = num(m, "fma_peak_gflops");
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "cases")), 2);
@@ -225,7 +178,12 @@ static void test_attention_cases_report_both_paths(void **state)
     assert_true(diff >= 0.0 && diff <= 1e-4);
     assert_true(num(fused, "max_abs_err") <= 1e-4);
     assert_close(num(fused, "speedup_vs_reference"), median / num(fused, "median_s"), 1e-9);
-    assert_true(num(fused, "extra_bytes") >= 0.0);
+    /* The fused path's cold call takes its (tile-sized) scratch, less than the
+     * reference's score scratch; warm calls reuse the kept block: nothing. */
+    double fextra = num(fused, "extra_bytes"), fcold = num(fused, "extra_bytes_cold");
+    if (!(fextra == 0.0 && fcold > 0.0 && fcold < cold))
+        fail_msg("fused: extra_bytes %.0f, extra_bytes_cold %.0f: expected 0 and in (0, %.0f), "
+                 "the reference's cold scratch", fextra, fcold, cold);
     cJSON_Delete(root);
 }
 
@@ -233,7 +191,7 @@ static void test_reference_too_big_is_skipped(void **state)
 {
     (void)state;
     /* Full mode holds the long causal case: 2 heads of 32768^2 scores would be 8 GiB. */
-    cJSON *root = bench_report("--threads 1 --filter sdpa_long_causal_reference");
+    cJSON *root = BENCH_REPORT("--threads", "1", "--filter", "sdpa_long_causal_reference");
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "cases")), 1);
     const cJSON *c = find_case(root, "sdpa_long_causal_reference");
     assert_string_equal(str(c, "status"), "skipped");
@@ -245,30 +203,30 @@ static void test_reference_too_big_is_skipped(void **state)
 static void test_bad_command_lines_exit_2_with_one_error_line(void **state)
 {
     (void)state;
-    const char *bad[] = {"bench --no-such-flag", "bench --threads 0", "bench --threads",
-                         "bench --quick=yes", "bench --filter no_case_has_this_name"};
+    const char *bad[][4] = {{"--no-such-flag"}, {"--threads", "0"}, {"--threads"},
+                            {"--quick=yes"}, {"--filter", "no_case_has_this_name"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char *out = NULL;
-        int rc = run_cli(bad[i], &out);
+        const char *argv[6] = {NULL, "bench", bad[i][0], bad[i][1], bad[i][2], NULL};
         /* The line is the bench's own (it points at `bench --help`), not the CLI's
-         * "unknown command": a CLI without bench fails here. */
-        if (rc != 2 || !out || strncmp(out, "tensorattn: error: ", 19) != 0 ||
-            strchr(out, '\n') != out + strlen(out) - 1 ||
-            !strstr(out, "(see tensorattn bench --help)"))
-            fail_msg("tensorattn %s: exit %d, output:\n%s", bad[i], rc, out ? out : "");
-        free(out);
+         * "unknown command": a CLI without bench fails here. Nothing on stdout. */
+        ta_cli_expect_error(argv, 2, "(see tensorattn bench --help)");
+        if (ta_cli_out[0]) fail_msg("bench %s: stdout is not empty:\n%s", bad[i][0], ta_cli_out);
     }
 }
 
 static void test_unwritable_json_path_fails_with_1(void **state)
 {
     (void)state;
-    char *out = NULL;
-    int rc = run_cli("bench --quick --threads 1 --filter sgemm_256 "
-                     "--json /nonexistent-ta-dir/report.json", &out);
-    if (rc != 1 || !out || !strstr(out, "tensorattn: error: "))
-        fail_msg("exit %d, output:\n%s", rc, out ? out : "");
-    free(out);
+    int rc = ta_cli_run((const char *[]){NULL, "bench", "--quick", "--threads", "1", "--filter",
+                                         "sgemm_256", "--json", "/nonexistent-ta-dir/report.json", NULL});
+    if (rc != 1 || !strstr(ta_cli_err, "tensorattn: error: "))
+        fail_msg("exit %d, stdout:\n%s\nstderr:\n%s", rc, ta_cli_out, ta_cli_err);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    return ta_test_make_dir("ta_test_bench");
 }
 
 int main(void)
@@ -280,5 +238,5 @@ int main(void)
         cmocka_unit_test(test_bad_command_lines_exit_2_with_one_error_line),
         cmocka_unit_test(test_unwritable_json_path_fails_with_1),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, setup, ta_test_teardown_dir);
 }

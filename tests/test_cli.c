@@ -4,6 +4,7 @@
  * leaves no output file. */
 #include "ta_test.h"
 #include "cli_run.h"
+#include "io_files.h"
 #include "fixture_cases.h"
 
 #include <math.h>
@@ -24,23 +25,23 @@ static void cli_sdpa_case(const ta_fixture_file *f, const char *name, void *ctx)
     a = ta_cli_sdpa_inputs(argv, a, f, name, causal, mode, scale);
     const ta_fixture_record *w = ta_fixture_case_record(f, name, "weights");
     argv[a++] = "-o";
-    argv[a++] = ta_cli_path("o.npy");
+    argv[a++] = ta_test_path("o.npy");
     argv[a++] = "--lse";
-    argv[a++] = ta_cli_path("lse.npy");
+    argv[a++] = ta_test_path("lse.npy");
     if (w) {
         argv[a++] = "--weights";
-        argv[a++] = ta_cli_path("w.npy");
+        argv[a++] = ta_test_path("w.npy");
     }
     int rc = ta_cli_run(argv);
     if (rc != 0) fail_msg("case %s: exit %d: %s", name, rc, ta_cli_err);
-    double d = ta_cli_compare_npy(ta_cli_path("o.npy"), ta_fixture_need(f, name, "out"));
+    double d = ta_cli_compare_npy(ta_test_path("o.npy"), ta_fixture_need(f, name, "out"));
     if (d > 1e-5) fail_msg("case %s: output differs by %g", name, d);
     ta_tensor l;
-    TA_CHECK_OK(ta_npy_load(&l, ta_cli_path("lse.npy")));
+    TA_CHECK_OK(ta_npy_load(&l, ta_test_path("lse.npy")));
     ta_fixture_expect_close(name, "lse", &l, ta_fixture_need(f, name, "lse"), 1.0, 1e-5);
     ta_tensor_free(&l);
     if (w) {
-        d = ta_cli_compare_npy(ta_cli_path("w.npy"), w);
+        d = ta_cli_compare_npy(ta_test_path("w.npy"), w);
         if (d > 1e-5) fail_msg("case %s: weights differ by %g", name, d);
     }
 }
@@ -81,33 +82,33 @@ static void cli_mha_case(const ta_fixture_file *f, const char *name, void *ctx)
             np++;
         }
     }
-    TA_CHECK_OK(ta_safetensors_save(ta_cli_path("w.safetensors"), np, names, pp));
+    TA_CHECK_OK(ta_safetensors_save(ta_test_path("w.safetensors"), np, names, pp));
     for (int i = 0; i < np; i++) ta_tensor_free(&params[i]);
-    ta_cli_save_record(ta_cli_path("x.npy"), ta_fixture_case_record(f, name, "queries"));
+    ta_cli_save_record(ta_test_path("x.npy"), ta_fixture_case_record(f, name, "queries"));
     const char *argv[32] = {0};
     int a = 1;
     argv[a++] = "mha";
     argv[a++] = "--weights";
-    argv[a++] = ta_cli_path("w.safetensors");
+    argv[a++] = ta_test_path("w.safetensors");
     argv[a++] = "--layout";
     argv[a++] = kind;
     argv[a++] = "--heads";
     argv[a++] = heads;
     argv[a++] = "--input";
-    argv[a++] = ta_cli_path("x.npy");
+    argv[a++] = ta_test_path("x.npy");
     if (!is_self) {
-        ta_cli_save_record(ta_cli_path("k.npy"), ta_fixture_case_record(f, name, "keys"));
-        ta_cli_save_record(ta_cli_path("v.npy"), ta_fixture_case_record(f, name, "values"));
+        ta_cli_save_record(ta_test_path("k.npy"), ta_fixture_case_record(f, name, "keys"));
+        ta_cli_save_record(ta_test_path("v.npy"), ta_fixture_case_record(f, name, "values"));
         argv[a++] = "--keys";
-        argv[a++] = ta_cli_path("k.npy");
+        argv[a++] = ta_test_path("k.npy");
         argv[a++] = "--values";
-        argv[a++] = ta_cli_path("v.npy");
+        argv[a++] = ta_test_path("v.npy");
     }
     const ta_fixture_record *mask = ta_fixture_case_record(f, name, "mask");
     if (mask) {
-        ta_cli_save_record(ta_cli_path("m.npy"), mask);
+        ta_cli_save_record(ta_test_path("m.npy"), mask);
         argv[a++] = "--mask";
-        argv[a++] = ta_cli_path("m.npy");
+        argv[a++] = ta_test_path("m.npy");
         if (has_mode) {
             argv[a++] = "--mask-mode";
             argv[a++] = mode;
@@ -115,12 +116,12 @@ static void cli_mha_case(const ta_fixture_file *f, const char *name, void *ctx)
     }
     if (is_causal) argv[a++] = "--causal";
     argv[a++] = "-o";
-    argv[a++] = ta_cli_path("y.npy");
+    argv[a++] = ta_test_path("y.npy");
     /* argv[1] is the command */
     argv[1] = "mha";
     int rc = ta_cli_run(argv);
     if (rc != 0) fail_msg("case %s: exit %d: %s", name, rc, ta_cli_err);
-    double d = ta_cli_compare_npy(ta_cli_path("y.npy"), ta_fixture_case_record(f, name, "out64"));
+    double d = ta_cli_compare_npy(ta_test_path("y.npy"), ta_fixture_case_record(f, name, "out64"));
     if (d > 1e-5) fail_msg("case %s: output differs by %g", name, d);
     (*ran)++;
 }
@@ -144,20 +145,20 @@ static void cli_einsum_case(const ta_fixture_file *f, const char *name, void *ct
     char expect[16];
     ta_fixture_meta_get(meta, "expect", expect, sizeof expect);
     const ta_fixture_record *b = ta_fixture_case_record(f, name, "b");
-    ta_cli_save_record(ta_cli_path("a.npy"), ta_fixture_case_record(f, name, "a"));
-    if (b) ta_cli_save_record(ta_cli_path("b.npy"), b);
+    ta_cli_save_record(ta_test_path("a.npy"), ta_fixture_case_record(f, name, "a"));
+    if (b) ta_cli_save_record(ta_test_path("b.npy"), b);
     const char *argv[10] = {0};
     int a = 1;
     argv[a++] = "einsum";
     argv[a++] = spec;
-    argv[a++] = ta_cli_path("a.npy");
-    if (b) argv[a++] = ta_cli_path("b.npy");
+    argv[a++] = ta_test_path("a.npy");
+    if (b) argv[a++] = ta_test_path("b.npy");
     argv[a++] = "-o";
-    argv[a++] = ta_cli_path("c.npy");
-    unlink(ta_cli_path("c.npy"));
+    argv[a++] = ta_test_path("c.npy");
+    unlink(ta_test_path("c.npy"));
     if (strcmp(expect, "error") == 0) { /* torch rejects it: so must we, cleanly */
         ta_cli_expect_error(argv, 1, NULL);
-        assert_false(ta_cli_exists(ta_cli_path("c.npy")));
+        assert_false(ta_test_file_exists(ta_test_path("c.npy")));
         return;
     }
     int rc = ta_cli_run(argv);
@@ -173,7 +174,7 @@ static void cli_einsum_case(const ta_fixture_file *f, const char *name, void *ct
     TA_CHECK_OK(ta_fixture_to_f64(want, n, out));
     TA_CHECK_OK(ta_fixture_to_f64(absw, n, absout));
     ta_tensor got;
-    TA_CHECK_OK(ta_npy_load(&got, ta_cli_path("c.npy")));
+    TA_CHECK_OK(ta_npy_load(&got, ta_test_path("c.npy")));
     assert_int_equal(ta_tensor_numel(&got), out->numel);
     for (size_t i = 0; i < n; i++) {
         double g = ((float *)got.data)[i];
@@ -202,8 +203,8 @@ static void make_qkv(int64_t dq, int64_t dk)
     TA_CHECK_OK(ta_tensor_empty(&k, 4, (int64_t[]){1, 2, 5, dk}));
     ta_randn(&q, 1);
     ta_randn(&k, 2);
-    TA_CHECK_OK(ta_npy_save(ta_cli_path("eq.npy"), &q));
-    TA_CHECK_OK(ta_npy_save(ta_cli_path("ek.npy"), &k));
+    TA_CHECK_OK(ta_npy_save(ta_test_path("eq.npy"), &q));
+    TA_CHECK_OK(ta_npy_save(ta_test_path("ek.npy"), &k));
     ta_tensor_free(&q);
     ta_tensor_free(&k);
 }
@@ -212,45 +213,45 @@ static void test_errors(void **state)
 {
     (void)state;
     make_qkv(4, 8);
-    const char *o = ta_cli_path("never.npy");
+    const char *o = ta_test_path("never.npy");
     unlink(o);
     ta_cli_expect_error((const char *[]){"", NULL}, 2, "missing command");
     ta_cli_expect_error((const char *[]){"", "frobnicate", NULL}, 2, "unknown command 'frobnicate'");
-    ta_cli_expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("eq.npy"), NULL}, 2, "needs --q, --k, --v and -o");
+    ta_cli_expect_error((const char *[]){"", "sdpa", "--q", ta_test_path("eq.npy"), NULL}, 2, "needs --q, --k, --v and -o");
     ta_cli_expect_error((const char *[]){"", "sdpa", "--bogus", NULL}, 2, "unknown option '--bogus'");
     ta_cli_expect_error((const char *[]){"", "sdpa", "--q", NULL}, 2, "needs a value");
-    ta_cli_expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("eq.npy"), "--k", ta_cli_path("ek.npy"), "--v",
-                                  ta_cli_path("ek.npy"), "--causal", "sideways", "-o", o, NULL},
+    ta_cli_expect_error((const char *[]){"", "sdpa", "--q", ta_test_path("eq.npy"), "--k", ta_test_path("ek.npy"), "--v",
+                                  ta_test_path("ek.npy"), "--causal", "sideways", "-o", o, NULL},
                  2, "top_left or bottom_right");
-    ta_cli_expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("eq.npy"), "--k", ta_cli_path("ek.npy"), "--v",
-                                  ta_cli_path("ek.npy"), "--scale", "abc", "-o", o, NULL},
+    ta_cli_expect_error((const char *[]){"", "sdpa", "--q", ta_test_path("eq.npy"), "--k", ta_test_path("ek.npy"), "--v",
+                                  ta_test_path("ek.npy"), "--scale", "abc", "-o", o, NULL},
                  2, "--scale expects a finite number");
-    ta_cli_expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("eq.npy"), "--k", ta_cli_path("ek.npy"), "--v",
-                                  ta_cli_path("ek.npy"), "--threads", "0", "-o", o, NULL},
+    ta_cli_expect_error((const char *[]){"", "sdpa", "--q", ta_test_path("eq.npy"), "--k", ta_test_path("ek.npy"), "--v",
+                                  ta_test_path("ek.npy"), "--threads", "0", "-o", o, NULL},
                  2, "--threads expects an integer");
     /* bad input: exit 1 with the library's sentence; no output file */
-    ta_cli_expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("eq.npy"), "--k", ta_cli_path("ek.npy"), "--v",
-                                  ta_cli_path("ek.npy"), "-o", o, NULL},
+    ta_cli_expect_error((const char *[]){"", "sdpa", "--q", ta_test_path("eq.npy"), "--k", ta_test_path("ek.npy"), "--v",
+                                  ta_test_path("ek.npy"), "-o", o, NULL},
                  1, "head_dim");
-    assert_false(ta_cli_exists(o));
-    ta_cli_expect_error((const char *[]){"", "sdpa", "--q", ta_cli_path("missing.npy"), "--k", ta_cli_path("ek.npy"),
-                                  "--v", ta_cli_path("ek.npy"), "-o", o, NULL},
+    assert_false(ta_test_file_exists(o));
+    ta_cli_expect_error((const char *[]){"", "sdpa", "--q", ta_test_path("missing.npy"), "--k", ta_test_path("ek.npy"),
+                                  "--v", ta_test_path("ek.npy"), "-o", o, NULL},
                  1, "missing.npy");
-    assert_false(ta_cli_exists(o));
-    ta_cli_expect_error((const char *[]){"", "einsum", "bhid,bhjd->bhij", ta_cli_path("eq.npy"), ta_cli_path("ek.npy"),
+    assert_false(ta_test_file_exists(o));
+    ta_cli_expect_error((const char *[]){"", "einsum", "bhid,bhjd->bhij", ta_test_path("eq.npy"), ta_test_path("ek.npy"),
                                   "-o", o, NULL},
                  1, "'d'");
-    assert_false(ta_cli_exists(o));
+    assert_false(ta_test_file_exists(o));
     ta_cli_expect_error((const char *[]){"", "einsum", "ij->", NULL}, 2, "einsum needs SPEC");
-    ta_cli_expect_error((const char *[]){"", "mha", "--weights", ta_cli_path("nothing.safetensors"), "--layout", "seed",
-                                  "--heads", "2", "--input", ta_cli_path("eq.npy"), "-o", o, NULL},
+    ta_cli_expect_error((const char *[]){"", "mha", "--weights", ta_test_path("nothing.safetensors"), "--layout", "seed",
+                                  "--heads", "2", "--input", ta_test_path("eq.npy"), "-o", o, NULL},
                  1, "nothing.safetensors");
     ta_cli_expect_error((const char *[]){"", "mha", "--weights", "w", "--layout", "jax", "--heads", "2",
                                   "--input", "x", "-o", o, NULL},
                  2, "seed or torch");
     ta_cli_expect_error((const char *[]){"", "demo", "--seq", "-4", NULL}, 2, "--seq expects an integer");
     ta_cli_expect_error((const char *[]){"", "bench", "--frobnicate", NULL}, 2, "--frobnicate");
-    assert_false(ta_cli_exists(o));
+    assert_false(ta_test_file_exists(o));
 }
 
 static void test_help_and_version(void **state)
@@ -281,7 +282,7 @@ static void test_demo_small(void **state)
 static int setup(void **state)
 {
     (void)state;
-    return ta_cli_make_dir("ta_cli");
+    return ta_test_make_dir("ta_cli");
 }
 
 int main(void)
@@ -291,5 +292,5 @@ int main(void)
         cmocka_unit_test(test_demo_small),       cmocka_unit_test(test_einsum_fixtures),
         cmocka_unit_test(test_sdpa_fixtures),    cmocka_unit_test(test_mha_fixtures),
     };
-    return cmocka_run_group_tests_name("cli", tests, setup, ta_cli_teardown);
+    return cmocka_run_group_tests_name("cli", tests, setup, ta_test_teardown_dir);
 }

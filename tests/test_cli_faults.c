@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 /* a path in the test's private directory (tests/support/cli_run.h) */
-#define P(name) ta_cli_path(name)
+#define P(name) ta_test_path(name)
 
 static void write_bytes(const char *name, const void *data, size_t n)
 {
@@ -40,7 +40,7 @@ static void save(const char *name, int ndim, int64_t a, int64_t b, int64_t c, in
 static int setup(void **state)
 {
     (void)state;
-    if (ta_cli_make_dir("ta_cli_faults")) return 1;
+    if (ta_test_make_dir("ta_cli_faults")) return 1;
     save("q.npy", 4, 1, 2, 3, 4, 1);
     save("k.npy", 4, 1, 2, 5, 4, 2);
     save("v.npy", 4, 1, 2, 5, 4, 3);
@@ -86,7 +86,7 @@ static void expect_failure(int want, const char **argv)
     if (n != 17 || memcmp(buf, "precious contents", 17) != 0)
         fail_msg("'%s': the existing output file was changed", cmdline);
     if (access(P("new.npy"), F_OK) == 0) fail_msg("'%s': created an output file", cmdline);
-    DIR *d = opendir(ta_cli_dir);
+    DIR *d = opendir(ta_test_dir);
     struct dirent *e;
     while ((e = readdir(d)))
         if (strstr(e->d_name, ".tmp.")) fail_msg("'%s': left a temporary file %s", cmdline, e->d_name);
@@ -102,7 +102,7 @@ static void test_corrupt_npy(void **s)
                          "hugeshape.npy", "empty.npy", "magic.npy", "hdr.npy", "hdrlen.npy",
                          "missing.npy", "/"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        const char *p = bad[i][0] == '/' ? ta_cli_dir : P(bad[i]);
+        const char *p = bad[i][0] == '/' ? ta_test_dir : P(bad[i]);
         FAIL(1, "sdpa", "--q", p, "--k", P("k.npy"), "--v", P("v.npy"), "-o", P("keep.npy"));
         FAIL(1, "sdpa", "--q", P("q.npy"), "--k", P("k.npy"), "--v", p, "-o", P("new.npy"));
         FAIL(1, "einsum", "ij->ji", p, "-o", P("keep.npy"));
@@ -150,7 +150,7 @@ static void test_output_paths(void **s)
          P("no/such/dir/o.npy"));
     FAIL(1, "einsum", "ij->ji", P("mask_bad.npy"), "-o", P("missing_dir/o.npy"));
     /* output path that is a directory */
-    FAIL(1, "einsum", "ij->ji", P("mask_bad.npy"), "-o", ta_cli_dir);
+    FAIL(1, "einsum", "ij->ji", P("mask_bad.npy"), "-o", ta_test_dir);
     /* a successful run replaces an existing file whole */
     write_bytes("replace.npy", "old", 3);
     assert_int_equal(ta_cli_run((const char *[]){"", "einsum", "ij->ji", P("mask_bad.npy"), "-o",
@@ -193,5 +193,5 @@ int main(void)
         cmocka_unit_test(test_output_paths),
         cmocka_unit_test(test_usage_errors),
     };
-    return cmocka_run_group_tests(tests, setup, ta_cli_teardown);
+    return cmocka_run_group_tests(tests, setup, ta_test_teardown_dir);
 }

@@ -4,6 +4,7 @@
  * error for an incomplete flag set, and that a failed backward writes no file. */
 #include "ta_test.h"
 #include "cli_run.h"
+#include "io_files.h"
 #include "fixture_cases.h"
 
 #include <math.h>
@@ -12,24 +13,24 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The argv of one case (inputs written into ta_cli_dir); returns the argument count. */
+/* The argv of one case (inputs written into ta_test_dir); returns the argument count. */
 static int case_args(const ta_fixture_file *f, const char *name, const char **argv,
                      char *mode, char *causal, char *scale)
 {
     int a = 1;
     argv[a++] = "sdpa";
     a = ta_cli_sdpa_inputs(argv, a, f, name, causal, mode, scale);
-    ta_cli_save_record(ta_cli_path("dout.npy"), ta_fixture_case_record(f, name, "dout"));
+    ta_cli_save_record(ta_test_path("dout.npy"), ta_fixture_case_record(f, name, "dout"));
     argv[a++] = "--grad-out";
-    argv[a++] = ta_cli_path("dout.npy");
+    argv[a++] = ta_test_path("dout.npy");
     argv[a++] = "-o";
-    argv[a++] = ta_cli_path("o.npy");
+    argv[a++] = ta_test_path("o.npy");
     argv[a++] = "--dq";
-    argv[a++] = ta_cli_path("dq.npy");
+    argv[a++] = ta_test_path("dq.npy");
     argv[a++] = "--dk";
-    argv[a++] = ta_cli_path("dk.npy");
+    argv[a++] = ta_test_path("dk.npy");
     argv[a++] = "--dv";
-    argv[a++] = ta_cli_path("dv.npy");
+    argv[a++] = ta_test_path("dv.npy");
     return a;
 }
 
@@ -42,11 +43,11 @@ static void cli_grad_case(const ta_fixture_file *f, const char *name, void *ctx)
     case_args(f, name, argv, mode, causal, scale);
     int rc = ta_cli_run(argv);
     if (rc != 0) fail_msg("case %s: exit %d: %s", name, rc, ta_cli_err);
-    double d = ta_cli_compare_npy(ta_cli_path("o.npy"), ta_fixture_need(f, name, "out"));
+    double d = ta_cli_compare_npy(ta_test_path("o.npy"), ta_fixture_need(f, name, "out"));
     if (d > 1e-5) fail_msg("case %s: output differs by %g", name, d);
     const char *files[3] = {"dq.npy", "dk.npy", "dv.npy"}, *roles[3] = {"dq", "dk", "dv"};
     for (int r = 0; r < 3; r++) {
-        d = ta_cli_compare_npy(ta_cli_path(files[r]), ta_fixture_need(f, name, roles[r]));
+        d = ta_cli_compare_npy(ta_test_path(files[r]), ta_fixture_need(f, name, roles[r]));
         if (d > 1e-4) fail_msg("case %s: %s differs by %g", name, roles[r], d);
     }
 }
@@ -67,8 +68,8 @@ static void test_grad_errors(void **state)
     char mode[32], causal[32], scale[64];
     const char *argv[48] = {0};
     int a = case_args(f, name, argv, mode, causal, scale);
-    const char *o = ta_cli_path("o.npy"), *dq = ta_cli_path("dq.npy"), *dk = ta_cli_path("dk.npy"),
-               *dv = ta_cli_path("dv.npy");
+    const char *o = ta_test_path("o.npy"), *dq = ta_test_path("dq.npy"), *dk = ta_test_path("dk.npy"),
+               *dv = ta_test_path("dv.npy");
 
     /* all four flags or none */
     const char *partial[48];
@@ -81,19 +82,19 @@ static void test_grad_errors(void **state)
     const int64_t bad_shape[4] = {1, 1, 1, 1};
     ta_tensor bad;
     TA_CHECK_OK(ta_tensor_zeros(&bad, 4, bad_shape));
-    TA_CHECK_OK(ta_npy_save(ta_cli_path("bad.npy"), &bad));
+    TA_CHECK_OK(ta_npy_save(ta_test_path("bad.npy"), &bad));
     ta_tensor_free(&bad);
     for (int i = 0; i < a; i++)
-        if (argv[i] && !strcmp(argv[i], "--grad-out")) argv[i + 1] = ta_cli_path("bad.npy");
+        if (argv[i] && !strcmp(argv[i], "--grad-out")) argv[i + 1] = ta_test_path("bad.npy");
     ta_cli_expect_error(argv, 1, "ta_sdpa_backward: dO has shape [1, 1, 1, 1]");
-    assert_false(ta_cli_exists(o) || ta_cli_exists(dq) || ta_cli_exists(dk) || ta_cli_exists(dv));
+    assert_false(ta_test_file_exists(o) || ta_test_file_exists(dq) || ta_test_file_exists(dk) || ta_test_file_exists(dv));
     ta_fixture_close(f);
 }
 
 static int setup(void **state)
 {
     (void)state;
-    return ta_cli_make_dir("ta_cli_grad");
+    return ta_test_make_dir("ta_cli_grad");
 }
 
 int main(void)
@@ -102,5 +103,5 @@ int main(void)
         cmocka_unit_test(test_grad_fixtures),
         cmocka_unit_test(test_grad_errors),
     };
-    return cmocka_run_group_tests_name("cli_grad", tests, setup, ta_cli_teardown);
+    return cmocka_run_group_tests_name("cli_grad", tests, setup, ta_test_teardown_dir);
 }

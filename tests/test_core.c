@@ -1,32 +1,10 @@
 /* ta-test: all-isas -- Core services: threads, the allocation hook, CPU dispatch. */
 #include "ta_test.h"
 
+#include "alloc_hook.h"
+
 #include <stdlib.h>
 #include <string.h>
-
-static int allocs, frees;
-
-static void *counting_alloc(size_t bytes, size_t alignment, void *user)
-{
-    (void)user;
-    allocs++;
-    return aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
-}
-
-static void counting_free(void *p, void *user)
-{
-    (void)user;
-    frees++;
-    free(p);
-}
-
-static void *failing_alloc(size_t bytes, size_t alignment, void *user)
-{
-    (void)bytes;
-    (void)alignment;
-    (void)user;
-    return NULL;
-}
 
 static void test_threads(void **state)
 {
@@ -42,17 +20,18 @@ static void test_allocator_hook(void **state)
 {
     (void)state;
     ta_tensor t;
-    ta_set_allocator(counting_alloc, counting_free, NULL);
+    ta_test_count_allocations();
     TA_CHECK_OK(ta_tensor_zeros(&t, 2, (int64_t[]){3, 1000000})); /* > 2 MiB: huge-page path */
-    assert_int_equal(allocs, 1);
+    assert_int_equal(ta_test_alloc_count, 1);
     assert_int_equal((uintptr_t)t.data % (2u << 20), 0);
     ta_tensor_free(&t);
-    assert_int_equal(frees, 1);
-    ta_set_allocator(failing_alloc, counting_free, NULL);
+    assert_int_equal(ta_test_free_count, 1);
+    ta_test_fail_allocations();
     t.data = (void *)&t; /* outputs untouched on failure */
     TA_CHECK_ERR(ta_tensor_zeros(&t, 1, (int64_t[]){16}), TA_ENOMEM, "out of memory");
     assert_ptr_equal(t.data, (void *)&t);
-    ta_set_allocator(NULL, NULL, NULL);
+    assert_int_equal(ta_test_alloc_injected, 1);
+    ta_test_stop_counting();
     TA_CHECK_OK(ta_tensor_zeros(&t, 1, (int64_t[]){16}));
     assert_int_equal((uintptr_t)t.data % 64, 0);
     ta_tensor_free(&t);

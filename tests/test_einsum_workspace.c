@@ -6,8 +6,9 @@
  * one-operand sum, an empty result, an empty sum), pins down:
  *   - the size query is nonzero exactly when the plan needs scratch, and does not
  *     depend on where the data lives;
- *   - with a caller buffer (aligned or not) the result is bitwise the result of
- *     ta_einsum and the call makes no allocation (counted through ta_set_allocator,
+ *   - with a caller buffer (aligned or not, ending at a guard page: a call that uses a
+ *     byte more than the size query measured crashes) the result is bitwise the result
+ *     of ta_einsum and the call makes no allocation (counted through ta_set_allocator,
  *     after ta_scratch_cache_release so no kept block hides one);
  *   - a buffer one byte too small is TA_EINVAL naming ta_einsum_ext, with out untouched;
  *   - ta_einsum_scratch_bytes reads only layouts (views with NULL data) and gives what
@@ -16,6 +17,7 @@
  *     kept between calls), and ta_einsum_alloc allocates only its result. */
 #include "ta_test.h"
 #include "alloc_hook.h"
+#include "guard.h"
 #include "core/workspace.h"
 #include "ops/einsum.h"
 
@@ -194,10 +196,10 @@ static void caller_workspace(ws_run *r)
 {
     size_t bytes = workspace_size(r);
     if ((bytes > 0) != r->c->scratch) fail_msg("%s: workspace of %zu bytes", r->c->name, bytes);
-    unsigned char *mem = malloc(bytes + 64);
-    assert_non_null(mem);
-    for (size_t off = 0; off < 64; off += 21) { /* 0: malloc's alignment; 21, 42: odd */
-        ta_workspace ws = {.data = mem + off, .size = bytes};
+    for (size_t off = 0; bytes && off < 64; off += 21) { /* 0: aligned; 21, 42: odd */
+        ta_guard g;
+        ta_workspace ws = ta_guard_workspace(&g, bytes, off);
+        assert_non_null(ws.data);
         fill(r->omem, r->n, -3.0f);
         count_from_nothing();
         TA_CHECK_OK(ta_einsum_ext(&r->out, r->c->spec, &r->a, r->bp, &ws));
@@ -205,6 +207,7 @@ static void caller_workspace(ws_run *r)
             fail_msg("%s: %ld allocation(s) with a caller workspace", r->c->name, ta_test_alloc_count);
         expect_same(r, "caller workspace");
         expect_plan(r);
+        ta_guard_release(&g);
     }
     /* NULL and zeroed workspaces: the library's block, same result */
     ta_workspace zero = {0};
@@ -214,7 +217,6 @@ static void caller_workspace(ws_run *r)
     fill(r->omem, r->n, -3.0f);
     TA_CHECK_OK(ta_einsum_ext(&r->out, r->c->spec, &r->a, r->bp, NULL));
     expect_same(r, "no workspace");
-    free(mem);
 }
 
 /* One byte short: TA_EINVAL naming ta_einsum_ext, out untouched, nothing allocated. */
@@ -222,16 +224,17 @@ static void workspace_too_small(ws_run *r)
 {
     if (!r->c->scratch) return;
     size_t bytes = workspace_size(r);
-    unsigned char *mem = malloc(bytes);
-    assert_non_null(mem);
-    ta_workspace ws = {.data = mem, .size = bytes - 1};
+    ta_guard g;
+    ta_workspace ws = ta_guard_workspace(&g, bytes, 0);
+    assert_non_null(ws.data);
+    ws.size = bytes - 1;
     fill(r->omem, r->n, -3.0f);
     count_from_nothing();
     TA_CHECK_ERR(ta_einsum_ext(&r->out, r->c->spec, &r->a, r->bp, &ws), TA_EINVAL,
                  "ta_einsum_ext");
     assert_int_equal(ta_test_alloc_count, 0);
     assert_all(r->omem, r->n, -3.0f, r->c->name);
-    free(mem);
+    ta_guard_release(&g);
 }
 
 /* The size is a function of the layouts: operands elsewhere in memory (other data)
@@ -261,8 +264,10 @@ static void nested_run(ws_run *r)
     (void)TA_ARENA_TAKE(&m, float, 5);
     (void)ta_arena_sub(&m, raw);
     size_t total = ta_arena_bytes(&m);
-    unsigned char *mem = aligned_alloc(TA_ARENA_ALIGN, total);
+    ta_guard g; /* the sub-arena, the last piece, ends at the guard page */
+    unsigned char *mem = ta_guard_bytes(&g, total);
     assert_non_null(mem);
+    assert_int_equal((uintptr_t)mem % TA_ARENA_ALIGN, 0);
     ta_arena a = ta_arena_over(mem, total);
     float *mine = TA_ARENA_TAKE(&a, float, 5);
     ta_arena sub = ta_arena_sub(&a, raw);
@@ -275,7 +280,7 @@ static void nested_run(ws_run *r)
     assert_all(mine, 5, 1.5f, "the caller's piece of the arena");
     expect_same(r, "ta_einsum_run");
     expect_plan(r);
-    free(mem);
+    ta_guard_release(&g);
 }
 
 /* Without a workspace: the first call takes a block, the second reuses it; the

@@ -8,6 +8,7 @@
  * one element past the end crashes. */
 #include "ta_test.h"
 
+#include "alloc_hook.h"
 #include "guard.h"
 #include "kernels/kernels.h"
 #include "ops/gemm.h"
@@ -293,17 +294,6 @@ static void test_threads_bitwise_identical(void **state)
     }
 }
 
-static void *failing_alloc(size_t bytes, size_t alignment, void *user)
-{
-    (void)bytes, (void)alignment, (void)user;
-    return NULL;
-}
-static void plain_free(void *p, void *user)
-{
-    (void)user;
-    free(p);
-}
-
 static void test_errors(void **state)
 {
     (void)state;
@@ -343,10 +333,9 @@ static void test_errors(void **state)
     TA_CHECK_ERR(ta_sgemm_batched(c, 0, 4, 1, a, 0, 4, 1, b, 0, 4, 1, 2, 4, 4, 4, 1.0f, 0.0f),
                  TA_ESHAPE, "ta_sgemm_batched: C has a zero stride");
     /* Out of memory for the packing buffers (the cached block released first). */
-    ta_scratch_cache_release();
-    ta_set_allocator(failing_alloc, plain_free, NULL);
+    ta_test_fail_allocations();
     ta_status st = ta_sgemm(c, 4, 1, a, 4, 1, b, 4, 1, 4, 4, 4, 1.0f, 0.0f);
-    ta_set_allocator(NULL, NULL, NULL);
+    ta_test_stop_counting();
     assert_int_equal(st, TA_ENOMEM);
     assert_non_null(strstr(ta_last_error(), "ta_sgemm: cannot allocate"));
     /* Outputs untouched on every error. */

@@ -1,16 +1,35 @@
-/* Every ISA's micro-kernels against the scalar kernels (ta_kernels_for(TA_ISA_SCALAR)) on
- * odd sizes and every tail case, called directly through the tables (contracts:
- * docs/kernels.md). Not an all-isas test: it runs each ISA this CPU supports itself, the
- * scalar one included (its own tails against the guard pages; compared with itself it
- * must agree exactly). Every operand ends at an mprotect-ed guard page, so a tail that
- * reads or writes one element too far crashes; gaps between rows hold a sentinel that
- * must survive, so a store past a row's end inside the buffer fails too.
+/* ta-test: all-isas -- The micro-kernels of the table TA_ARCH selects
+ * (ta_kernels_active(); tests/run_isa runs this once per ISA of the table and reports an
+ * ISA the CPU lacks as skipped), called directly on odd sizes and every tail case
+ * (contracts: docs/kernels.md), against two references: a float64 oracle written here in
+ * plain loops (independent of the kernel templates, which the scalar kernels are
+ * instances of too: the scalar run checks them against it as well), and the scalar
+ * kernels (ta_kernels_for(TA_ISA_SCALAR)). Every operand ends at an mprotect-ed guard
+ * page, so a tail that reads or writes one element too far crashes; gaps between rows
+ * hold a sentinel that must survive, so a store past a row's end inside the buffer
+ * fails too.
  *
- * Error bounds (u = 2^-24, the float32 unit roundoff). The SIMD kernels fuse each
- * multiply-add (one rounding) where the scalar ones round the product and the sum; the
- * order of the terms is the same, so two results of k terms differ by at most about
- * 2 k u times the sum of the terms' magnitudes, and the exps differ by at most 2.6 ulp
- * (each is within 1.3 ulp of exp, docs/kernels.md):
+ * Bounds against the float64 oracle (u = 2^-24, the float32 unit roundoff). A float32
+ * sum of n products, in any order, with or without fused multiply-adds, is within
+ * gamma_n = n u / (1 - n u) <= (n + 1) u times the sum of the terms' magnitudes. An exp
+ * of the kernels is within 1.3 ulp <= 2.6 u |y| of exp where y is normal, 0.78 x 2^-149
+ * where it is denormal (docs/kernels.md); an argument x rounded once (|dx| <= u |x|)
+ * adds |x| u relative:
+ *   sgemm_ukr          (k + 4) u (|alpha| sum_p |a b| + |beta c|)
+ *   attn_qk            (d + 1) u sum_p |q k|; a score a rowk bound skips: as it was, or right
+ *   attn_softmax       m exactly; p, alpha: (|x| + 3) u y + 2^-148 (x = s - m', y = e^x);
+ *                      l: sum over its terms t (l alpha, every p) of (|x_t| + nk + 6) u t
+ *                      + (nk + 1) 2^-148
+ *   attn_pv            (nk + 2) u (|o alpha| + sum_j |p v|)
+ *   attn_exp           3 u exp(x) + 2^-149; -inf -> 0, NaN -> NaN, 0 -> 1 exactly
+ *   attn_bwd_gemm      (k + 2) u (|c| + sum_p |a b|)
+ *   attn_bwd_dsoftmax  x = s scale - lse: P: (|s scale| + |x| + 3) u P + 2^-148;
+ *                      dS: (|s scale| + |x| + 5) u |dS| + (1 + |dp - di|) 2^-148;
+ *                      lse = -inf rows exactly 0
+ * Bounds against the scalar kernels (the same terms in the same order; the SIMD kernels
+ * fuse each multiply-add where the scalar ones round twice, so two results of k terms
+ * differ by at most about 2 k u times the sum of the terms' magnitudes, and two exps by
+ * 2.6 ulp):
  *   sgemm_ukr          (2k + 6) u (|alpha| sum_p |a b| + |beta c|)
  *   attn_qk            (2d + 2) u sum_p |q k|
  *   attn_softmax       p, alpha: 6 u |p| + 2^-148 (denormals); m exactly; l (nk + 16) u l
@@ -79,50 +98,56 @@ static float *copy_of(const float *p, int64_t n)
     return c;
 }
 
-static void expect_near(const char *what, int64_t i, float got, float want, double bound)
+/* got against want: the float64 oracle's value or the scalar kernel's. */
+static void expect_near(const char *ref_name, const char *what, int64_t i, float got,
+                        double want, double bound)
 {
-    if (got == want || (isnan(got) && isnan(want))) return;
-    double d = fabs((double)got - (double)want);
+    if ((double)got == want || (isnan(got) && isnan(want))) return;
+    double d = fabs((double)got - want);
     if (!(d <= bound))
-        fail_msg("%s: %s[%lld] = %.9g, the scalar kernel gives %.9g (|diff| %.3g > bound %.3g)",
-                 where, what, (long long)i, (double)got, (double)want, d, bound);
+        fail_msg("%s: %s[%lld] = %.9g, the %s gives %.9g (|diff| %.3g > bound %.3g)", where,
+                 what, (long long)i, (double)got, ref_name, want, d, bound);
 }
+#define EXPECT_ORACLE(what, i, got, want, bound) expect_near("float64 oracle", what, i, got, want, bound)
+#define EXPECT_SCALAR(what, i, got, want, bound) expect_near("scalar kernel", what, i, got, want, bound)
 
-/* The tables to test: every ISA this CPU runs, the scalar one first. */
-static int tables(const ta_kernels **out)
+/* The bound on a float32 exp whose argument carried an error of arg_u u relative to
+ * the exp: (arg_u + 3) u y + 2^-148 for y = exp(x) exactly (2^-148 alone for y 0 or NaN). */
+static double exp_bound(double arg_u, double y)
 {
-    int n = 0;
-    for (int i = 0; i < TA_ISA_COUNT; i++) {
-        if (!ta_cpu_supports((ta_isa)i)) continue;
-        out[n] = ta_kernels_for((ta_isa)i);
-        if (!out[n])
-            fail_msg("this CPU runs %s but its kernel table is not used: %s",
-                     ta_isa_name((ta_isa)i), ta_kernels_init_error());
-        n++;
-    }
-    assert_true(n >= 1 && out[0]->isa == TA_ISA_SCALAR);
-    return n;
+    return y > 0.0 ? (arg_u + 3.0) * U * y + DENORMAL_SLACK : DENORMAL_SLACK;
 }
 
-/* Runs the statement after it once per table k, with ref the scalar table. */
-#define FOR_EACH_TABLE(k)                                                                    \
-    const ta_kernels *tables_[TA_ISA_COUNT], *ref = ta_kernels_for(TA_ISA_SCALAR);          \
-    const int ntables_ = tables(tables_);                                                    \
-    for (int t_ = 0; t_ < ntables_; t_++)                                                    \
-        for (const ta_kernels *k = tables_[t_]; k; k = NULL)
+/* The table under test (TA_ARCH's choice, or the best this CPU runs); *ref: the scalar
+ * one. Fails when TA_ARCH names an ISA and the library runs another. */
+static const ta_kernels *tested(const ta_kernels **ref)
+{
+    const ta_kernels *k = ta_kernels_active();
+    const char *arch = getenv("TA_ARCH");
+    assert_non_null(k);
+    if (arch && *arch && strcmp(arch, k->name) != 0)
+        fail_msg("TA_ARCH=%s, but the active kernel table is %s (%s)", arch, k->name,
+                 ta_kernels_init_error() ? ta_kernels_init_error() : "no init error");
+    *ref = ta_kernels_for(TA_ISA_SCALAR);
+    assert_non_null(*ref);
+    assert_int_equal((*ref)->isa, TA_ISA_SCALAR);
+    return k;
+}
 
 /* ---------------------------------------------------------------- tables */
 
-/* Each table is built and passes the limits; the check rejects a table over them. */
+/* The tested table and the scalar one are built and pass the limits (and no table
+ * failed them); the check rejects a table over them. */
 static void test_tables_meet_their_limits(void **state)
 {
     (void)state;
     const char *err = ta_kernels_init_error();
     if (err) fail_msg("%s", err);
     char why[160];
-    FOR_EACH_TABLE(k)
-    {
-        (void)ref;
+    const ta_kernels *both[2];
+    both[0] = tested(&both[1]);
+    for (int t = 0; t < 2; t++) {
+        const ta_kernels *k = both[t];
         assert_string_equal(k->name, ta_isa_name(k->isa));
         if (ta_kernels_check(k, why, sizeof why) != 0) fail_msg("%s: %s", k->name, why);
         ta_kernels bad = *k;
@@ -141,8 +166,8 @@ static void test_tables_meet_their_limits(void **state)
 
 /* ------------------------------------------------------------- sgemm_ukr */
 
-/* One MR x NR tile of k's kernel against the scalar kernel's tiles over the same
- * operands (A zero-padded and B repacked to the scalar tile). layout 0: A packed
+/* One MR x NR tile of k's kernel against the float64 oracle and the scalar kernel's
+ * tiles over the same operands (A zero-padded and B repacked to the scalar tile). layout 0: A packed
  * (1, MR); 1: rows in place (k + 2, 1); 2: both strides odd (3, 2 MR + 1). */
 static void sgemm_case(const ta_kernels *k, const ta_kernels *ref, int64_t K, float alpha,
                        float beta, int layout)
@@ -180,16 +205,21 @@ static void sgemm_case(const ta_kernels *k, const ta_kernels *ref, int64_t K, fl
             ref->sgemm_ukr(K, alpha, ra, 1, RM, rb, beta, rc, RN);
             for (int64_t i = i0; i < MR && i < i0 + RM; i++)
                 for (int64_t j = j0; j < NR && j < j0 + RN; j++) {
-                    double s = 0.0;
-                    for (int64_t p = 0; p < K; p++)
-                        s += fabs((double)a[i * rs_a + p * cs_a] * b[p * NR + j]);
-                    double cterm = beta == 0.0f ? 0.0 : fabs((double)beta * c0[i * rs_c + j]);
-                    expect_near("C", i * rs_c + j, c[i * rs_c + j], rc[(i - i0) * RN + j - j0],
-                                (2.0 * (double)K + 6.0) * U * (fabs(alpha) * s + cterm));
+                    double s = 0.0, e = 0.0; /* sum |a b|, sum a b */
+                    for (int64_t p = 0; p < K; p++) {
+                        double t = (double)a[i * rs_a + p * cs_a] * b[p * NR + j];
+                        s += fabs(t);
+                        e += t;
+                    }
+                    double bc = beta == 0.0f ? 0.0 : (double)beta * c0[i * rs_c + j];
+                    double mag = fabs(alpha) * s + fabs(bc);
+                    EXPECT_ORACLE("C", i * rs_c + j, c[i * rs_c + j], alpha * e + bc, ((double)K + 4.0) * U * mag);
+                    EXPECT_SCALAR("C", i * rs_c + j, c[i * rs_c + j], rc[(i - i0) * RN + j - j0],
+                                  (2.0 * (double)K + 6.0) * U * mag);
                 }
         }
     for (int64_t i = 0; i + 1 < MR; i++) /* the gap between rows: not C's */
-        for (int64_t j = NR; j < rs_c; j++) expect_near("gap", i * rs_c + j, c[i * rs_c + j], SENTINEL, 0.0);
+        for (int64_t j = NR; j < rs_c; j++) EXPECT_ORACLE("gap", i * rs_c + j, c[i * rs_c + j], SENTINEL, 0.0);
     free(ra);
     free(rb);
     free(rc);
@@ -204,7 +234,7 @@ static void test_sgemm_ukr(void **state)
     (void)state;
     const int64_t ks[] = {0, 1, 2, 3, 4, 5, 17, 129};
     const float ab[][2] = {{1.0f, 0.0f}, {-0.5f, 0.0f}, {1.0f, 1.0f}, {-0.5f, 0.25f}};
-    FOR_EACH_TABLE(k)
+    const ta_kernels *ref, *k = tested(&ref);
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
         for (size_t j = 0; j < sizeof ab / sizeof ab[0]; j++)
             for (int layout = 0; layout < 3; layout++) sgemm_case(k, ref, ks[i], ab[j][0], ab[j][1], layout);
@@ -237,11 +267,20 @@ static void qk_case(const ta_kernels *k, const ta_kernels *ref, int64_t d, int64
         ref->attn_qk(rs, rq, kk, ldk, nk, d, rowk ? rowk + b0 : NULL);
         for (int64_t j = 0; j < nk; j++)
             for (int64_t r = 0; r < RQ; r++) {
-                if (rowk && j >= rowk[b0 + r]) continue; /* a score the row does not need */
-                double sum = 0.0;
-                for (int64_t p = 0; p < d; p++) sum += fabs((double)rq[p * RQ + r] * kk[j * ldk + p]);
-                expect_near("s", j * MQ + b0 + r, s[j * MQ + b0 + r], rs[j * RQ + r],
-                            (2.0 * (double)d + 2.0) * U * sum);
+                const int64_t i = j * MQ + b0 + r;
+                double sum = 0.0, e = 0.0;
+                for (int64_t p = 0; p < d; p++) {
+                    double t = (double)rq[p * RQ + r] * kk[j * ldk + p];
+                    sum += fabs(t);
+                    e += t;
+                }
+                if (rowk && j >= rowk[b0 + r]) { /* a score the row does not need: */
+                    if (s[i] != SENTINEL) /* left as it was, or computed */
+                        EXPECT_ORACLE("unneeded s", i, s[i], e, ((double)d + 1.0) * U * sum);
+                    continue;
+                }
+                EXPECT_ORACLE("s", i, s[i], e, ((double)d + 1.0) * U * sum);
+                EXPECT_SCALAR("s", i, s[i], rs[j * RQ + r], (2.0 * (double)d + 2.0) * U * sum);
             }
     }
     free(rq);
@@ -255,7 +294,7 @@ static void test_attn_qk(void **state)
 {
     (void)state;
     const int64_t ds[] = {0, 1, 3, 17, 129};
-    FOR_EACH_TABLE(k)
+    const ta_kernels *ref, *k = tested(&ref);
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
         for (int64_t nk = 1; nk <= 18; nk++)
             for (int rk = 0; rk < 2; rk++) qk_case(k, ref, ds[i], nk == 18 ? 64 : nk, rk);
@@ -292,13 +331,29 @@ static void softmax_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk)
         memcpy(rl, l0 + b0, sizeof(float) * (size_t)RQ);
         ref->attn_softmax(rsb, rm, rl, ra, nk);
         for (int64_t r = 0; r < RQ; r++) {
-            expect_near("m", b0 + r, m[b0 + r], rm[r], 0.0);
-            expect_near("alpha", b0 + r, alpha[b0 + r], ra[r], 6 * U * fabs(ra[r]) + DENORMAL_SLACK);
-            expect_near("l", b0 + r, l[b0 + r], rl[r], ((double)nk + 16.0) * U * fabs(rl[r]));
+            EXPECT_SCALAR("m", b0 + r, m[b0 + r], rm[r], 0.0);
+            EXPECT_SCALAR("alpha", b0 + r, alpha[b0 + r], ra[r], 6 * U * fabs(ra[r]) + DENORMAL_SLACK);
+            EXPECT_SCALAR("l", b0 + r, l[b0 + r], rl[r], ((double)nk + 16.0) * U * fabs(rl[r]));
             for (int64_t j = 0; j < nk; j++)
-                expect_near("s", j * MQ + b0 + r, s[j * MQ + b0 + r], rsb[j * RQ + r],
-                            6 * U * fabs(rsb[j * RQ + r]) + DENORMAL_SLACK);
+                EXPECT_SCALAR("s", j * MQ + b0 + r, s[j * MQ + b0 + r], rsb[j * RQ + r],
+                              6 * U * fabs(rsb[j * RQ + r]) + DENORMAL_SLACK);
         }
+    }
+    for (int64_t r = 0; r < MQ; r++) { /* the float64 oracle */
+        double mx = m0[r];
+        for (int64_t j = 0; j < nk; j++) /* a NaN score does not enter the max */
+            if (s0[j * MQ + r] > mx) mx = s0[j * MQ + r];
+        const double sub = mx == -INFINITY ? 0.0 : mx, xa = m0[r] - sub, ea = exp(xa);
+        EXPECT_ORACLE("m", r, m[r], mx, 0.0);
+        EXPECT_ORACLE("alpha", r, alpha[r], ea, exp_bound(fabs(xa), ea));
+        double lo = l0[r] * ea, bl = lo > 0.0 ? (fabs(xa) + (double)nk + 6.0) * U * lo : 0.0;
+        for (int64_t j = 0; j < nk; j++) {
+            const double x = s0[j * MQ + r] - sub, p = exp(x);
+            EXPECT_ORACLE("s", j * MQ + r, s[j * MQ + r], p, exp_bound(fabs(x), p));
+            lo += p;
+            bl += p > 0.0 ? (fabs(x) + (double)nk + 6.0) * U * p : 0.0;
+        }
+        EXPECT_ORACLE("l", r, l[r], lo, bl + ((double)nk + 1.0) * DENORMAL_SLACK);
     }
     free(s0);
     free(m0);
@@ -309,14 +364,14 @@ static void softmax_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk)
 static void test_attn_softmax(void **state)
 {
     (void)state;
-    FOR_EACH_TABLE(k)
+    const ta_kernels *ref, *k = tested(&ref);
     for (int64_t nk = 1; nk <= 64; nk += nk < 8 ? 1 : 9) softmax_case(k, ref, nk);
 }
 
 /* --------------------------------------------------------------- attn_pv */
 
-/* o [mq rows, ldo = dv rounded up to attn_vl] against the scalar kernel per block of its
- * attn_mq rows. o holds exactly the row groups the kernel may write (round_up(mq,
+/* o [mq rows, ldo = dv rounded up to attn_vl] against the float64 oracle and the scalar
+ * kernel per block of its attn_mq rows. o holds exactly the row groups the kernel may write (round_up(mq,
  * attn_pr) rows) and v ends at its last row's column dv - 1, both at guard pages. */
 static void pv_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk, int64_t dv,
                     int64_t mq, int with_rowk)
@@ -347,10 +402,15 @@ static void pv_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk, int6
         ref->attn_pv(ro, dv, rp, alpha + b0, v, ldv, nk, dv, n, with_rowk ? rowk + b0 : NULL);
         for (int64_t r = 0; r < n; r++)
             for (int64_t c = 0; c < dv; c++) {
-                double sum = fabs((double)o0[(b0 + r) * ldo + c] * alpha[b0 + r]);
-                for (int64_t j = 0; j < nk; j++) sum += fabs((double)rp[j * RQ + r] * v[j * ldv + c]);
-                expect_near("o", (b0 + r) * ldo + c, o[(b0 + r) * ldo + c], ro[r * dv + c],
-                            (2.0 * (double)nk + 4.0) * U * sum);
+                const int64_t i = (b0 + r) * ldo + c;
+                double e = (double)o0[i] * alpha[b0 + r], sum = fabs(e);
+                for (int64_t j = 0; j < nk; j++) {
+                    double t = (double)rp[j * RQ + r] * v[j * ldv + c];
+                    sum += fabs(t);
+                    e += t;
+                }
+                EXPECT_ORACLE("o", i, o[i], e, ((double)nk + 2.0) * U * sum);
+                EXPECT_SCALAR("o", i, o[i], ro[r * dv + c], (2.0 * (double)nk + 4.0) * U * sum);
             }
     }
     free(ro);
@@ -364,16 +424,14 @@ static void pv_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk, int6
 static void test_attn_pv(void **state)
 {
     (void)state;
-    FOR_EACH_TABLE(k)
-    {
-        const int64_t PR = k->attn_pr, MQ = k->attn_mq, mqs[] = {1, PR - 1, PR, PR + 1, MQ};
-        const int64_t nks[] = {0, 1, 3, 17};
-        for (int64_t dv = 1; dv <= 81 || dv == 129; dv = dv == 81 ? 129 : dv + 1)
-            for (size_t i = 0; i < 5; i++)
-                for (size_t j = 0; j < 4; j++)
-                    if (mqs[i] >= 1 && mqs[i] <= MQ && (dv % 16 < 4 || j == 2))
-                        pv_case(k, ref, nks[j], dv, mqs[i], (int)(dv + i) % 2);
-    }
+    const ta_kernels *ref, *k = tested(&ref);
+    const int64_t PR = k->attn_pr, MQ = k->attn_mq, mqs[] = {1, PR - 1, PR, PR + 1, MQ};
+    const int64_t nks[] = {0, 1, 3, 17};
+    for (int64_t dv = 1; dv <= 81 || dv == 129; dv = dv == 81 ? 129 : dv + 1)
+        for (size_t i = 0; i < 5; i++)
+            for (size_t j = 0; j < 4; j++)
+                if (mqs[i] >= 1 && mqs[i] <= MQ && (dv % 16 < 4 || j == 2))
+                    pv_case(k, ref, nks[j], dv, mqs[i], (int)(dv + i) % 2);
 }
 
 /* -------------------------------------------------------------- attn_exp */
@@ -392,7 +450,9 @@ static void exp_case(const ta_kernels *k, const ta_kernels *ref, int64_t n, int 
     k->attn_exp(y, x, n);
     ref->attn_exp(want, x0, n);
     for (int64_t i = 0; i < n; i++) {
-        expect_near("y", i, y[i], want[i], 6 * U * fabs(want[i]) + DENORMAL_SLACK);
+        const double e = exp((double)x0[i]);
+        EXPECT_ORACLE("y", i, y[i], e, 3 * U * e + 0x1p-149);
+        EXPECT_SCALAR("y", i, y[i], want[i], 6 * U * fabs(want[i]) + DENORMAL_SLACK);
         if (x0[i] == -INFINITY) assert_true(y[i] == 0.0f);
         if (x0[i] == 0.0f) assert_true(y[i] == 1.0f);
         if (isnan(x0[i])) assert_true(isnan(y[i]));
@@ -406,7 +466,7 @@ static void exp_case(const ta_kernels *k, const ta_kernels *ref, int64_t n, int 
 static void test_attn_exp(void **state)
 {
     (void)state;
-    FOR_EACH_TABLE(k)
+    const ta_kernels *ref, *k = tested(&ref);
     for (int64_t n = 0; n <= 38; n++) /* 0 .. 2 VL + 6 for VL = 16, then 129, 1000 */
         for (int ip = 0; ip < 2; ip++) exp_case(k, ref, n == 37 ? 129 : n == 38 ? 1000 : n, ip);
 }
@@ -433,11 +493,16 @@ static void bwd_gemm_case(const ta_kernels *k, const ta_kernels *ref, int64_t m,
     ref->attn_bwd_gemm(want, ldc, a, rsa, csa, b, ldb, m, n, K, acc);
     for (int64_t i = 0; i < m; i++) {
         for (int64_t j = 0; j < n; j++) {
-            double sum = acc ? fabs((double)c0[i * ldc + j]) : 0.0;
-            for (int64_t p = 0; p < K; p++) sum += fabs((double)a[i * rsa + p * csa] * b[p * ldb + j]);
-            expect_near("C", i * ldc + j, c[i * ldc + j], want[i * ldc + j], (2.0 * (double)K + 2.0) * U * sum);
+            double e = acc ? (double)c0[i * ldc + j] : 0.0, sum = fabs(e);
+            for (int64_t p = 0; p < K; p++) {
+                double t = (double)a[i * rsa + p * csa] * b[p * ldb + j];
+                sum += fabs(t);
+                e += t;
+            }
+            EXPECT_ORACLE("C", i * ldc + j, c[i * ldc + j], e, ((double)K + 2.0) * U * sum);
+            EXPECT_SCALAR("C", i * ldc + j, c[i * ldc + j], want[i * ldc + j], (2.0 * (double)K + 2.0) * U * sum);
         }
-        for (int64_t j = n; j < ldc && i + 1 < m; j++) expect_near("gap", i * ldc + j, c[i * ldc + j], SENTINEL, 0.0);
+        for (int64_t j = n; j < ldc && i + 1 < m; j++) EXPECT_ORACLE("gap", i * ldc + j, c[i * ldc + j], SENTINEL, 0.0);
     }
     free(c0);
     free(want);
@@ -449,7 +514,7 @@ static void bwd_gemm_case(const ta_kernels *k, const ta_kernels *ref, int64_t m,
 static void test_attn_bwd_gemm(void **state)
 {
     (void)state;
-    FOR_EACH_TABLE(k)
+    const ta_kernels *ref, *k = tested(&ref);
     for (int64_t m = 1; m <= 13; m++)
         for (int64_t n = 1; n <= 81; n++)
             for (int64_t K = 0; K <= 17; K += K ? 16 : 1)
@@ -479,23 +544,30 @@ static void dsoftmax_case(const ta_kernels *k, const ta_kernels *ref, int64_t m,
             if (j % 5 == 4) s[r * ld + j] = -INFINITY; /* a masked score */
         }
     }
-    float *ws = copy_of(s, ns), *wdp = copy_of(dp, ns);
+    float *ws = copy_of(s, ns), *wdp = copy_of(dp, ns), *s0 = copy_of(s, ns), *dp0 = copy_of(dp, ns);
     k->attn_bwd_dsoftmax(s, dp, ld, lse, di, m, n, scale, k->attn_exp);
     ref->attn_bwd_dsoftmax(ws, wdp, ld, lse, di, m, n, scale, ref->attn_exp);
     for (int64_t r = 0; r < m; r++) {
         for (int64_t j = 0; j < n; j++) {
             int64_t i = r * ld + j;
             if (lse[r] == -INFINITY) assert_true(s[i] == 0.0f && dp[i] == 0.0f);
-            expect_near("P", i, s[i], ws[i], 6 * U * fabs(ws[i]) + DENORMAL_SLACK);
-            expect_near("dS", i, dp[i], wdp[i], 8 * U * fabs(wdp[i]) + DENORMAL_SLACK);
+            /* the float64 oracle: x = s scale - lse, P = e^x, dS = P (dp - di) */
+            const double sc = (double)s0[i] * scale, x = sc - lse[r], d = (double)dp0[i] - di[r];
+            const double P = lse[r] == -INFINITY ? 0.0 : exp(x), dS = P * d;
+            EXPECT_ORACLE("P", i, s[i], P, exp_bound(fabs(sc) + fabs(x), P));
+            EXPECT_ORACLE("dS", i, dp[i], dS, P > 0.0 ? (fabs(sc) + fabs(x) + 5.0) * U * fabs(dS) + (1.0 + fabs(d)) * DENORMAL_SLACK : 0.0);
+            EXPECT_SCALAR("P", i, s[i], ws[i], 6 * U * fabs(ws[i]) + DENORMAL_SLACK);
+            EXPECT_SCALAR("dS", i, dp[i], wdp[i], 8 * U * fabs(wdp[i]) + DENORMAL_SLACK);
         }
         for (int64_t j = n; j < ld && r + 1 < m; j++) {
-            expect_near("gap s", r * ld + j, s[r * ld + j], SENTINEL, 0.0);
-            expect_near("gap dp", r * ld + j, dp[r * ld + j], SENTINEL, 0.0);
+            EXPECT_ORACLE("gap s", r * ld + j, s[r * ld + j], SENTINEL, 0.0);
+            EXPECT_ORACLE("gap dp", r * ld + j, dp[r * ld + j], SENTINEL, 0.0);
         }
     }
     free(ws);
     free(wdp);
+    free(s0);
+    free(dp0);
     arena_release(&ar);
 }
 
@@ -503,7 +575,7 @@ static void test_attn_bwd_dsoftmax(void **state)
 {
     (void)state;
     const int64_t ms[] = {1, 3, 17};
-    FOR_EACH_TABLE(k)
+    const ta_kernels *ref, *k = tested(&ref);
     for (size_t i = 0; i < 3; i++)
         for (int64_t n = 1; n <= 35 || n == 129; n = n == 35 ? 129 : n + 1) dsoftmax_case(k, ref, ms[i], n);
 }
@@ -520,5 +592,7 @@ int main(void)
         cmocka_unit_test(test_attn_bwd_gemm),
         cmocka_unit_test(test_attn_bwd_dsoftmax),
     };
-    return cmocka_run_group_tests_name("kernels: every ISA against scalar", tests, NULL, NULL);
+    char group[96];
+    snprintf(group, sizeof group, "kernels (%s) against float64 and scalar", ta_isa_name(ta_active_isa()));
+    return cmocka_run_group_tests_name(group, tests, NULL, NULL);
 }

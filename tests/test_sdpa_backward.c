@@ -6,6 +6,9 @@
  *  - the float64 analytic backward: the fused path (TA_SDPA_AUTO / TA_SDPA_FUSED) and the
  *    reference path on every forward option, odd sizes, GQA, Dv != D, non-contiguous
  *    tensors, both of the fused path's plans, within 1e-4 absolute on unit-scale inputs;
+ *    the guard cases put every tensor (inputs, LSE, mask, dQ, dK, dV) at the end of
+ *    its own mapping, before a PROT_NONE page, so a read or write past any of them (a
+ *    tile copy, a dK / dV store) crashes;
  *  - NaN propagation, and bitwise identical results for 1, 2 and 3 threads.
  * The argument errors are in test_sdpa_backward_errors.c. */
 #include "ta_test.h"
@@ -141,6 +144,13 @@ static const cfg option_cases[] = {
     {"combined", 3, 2, 1, 17, 19, 24, 40, 0.2f, TA_CAUSAL_BOTTOM_RIGHT, MASK_B11LK, TA_MASK_ADDITIVE, {19, 7, 0}, 1, TA_TEST_BHLD, 0},
     {"no_keys", 2, 2, 1, 3, 0, 8, 8, 0, TA_CAUSAL_NONE, MASK_NONE, 0, {0}, 0, TA_TEST_BHLD, 0},
     {"no_queries", 2, 2, 1, 0, 5, 8, 8, 0, TA_CAUSAL_NONE, MASK_NONE, 0, {0}, 0, TA_TEST_BHLD, 0},
+    /* every tensor ending at a guard page, odd sizes, both fused plans */
+    {"guard_odd", 2, 3, 1, 17, 19, 17, 13, 0, TA_CAUSAL_NONE, MASK_LQLK, TA_MASK_KEEP, {0}, 0, TA_TEST_GUARD, 0},
+    {"guard_split", 1, 2, 1, 131, 133, 33, 31, 0, TA_CAUSAL_TOP_LEFT, MASK_NONE, 0, {0}, 0, TA_TEST_GUARD, 0},
+    {"guard_group", 3, 4, 4, 67, 131, 23, 9, 0, TA_CAUSAL_BOTTOM_RIGHT, MASK_B11LK, TA_MASK_ADDITIVE, {0}, 0, TA_TEST_GUARD, 0},
+    {"guard_lengths", 3, 2, 2, 9, 70, 5, 3, 0.5f, TA_CAUSAL_NONE, MASK_LK, TA_MASK_BLOCK, {70, 1, 33}, 1, TA_TEST_GUARD, 0},
+    {"guard_size1", 1, 1, 1, 1, 1, 1, 1, 0, TA_CAUSAL_NONE, MASK_NONE, 0, {0}, 0, TA_TEST_GUARD, 0},
+    {"guard_no_keys", 2, 2, 1, 3, 0, 7, 5, 0, TA_CAUSAL_NONE, MASK_NONE, 0, {0}, 0, TA_TEST_GUARD, 0},
 };
 
 static void test_fused_and_reference_match_float64(void **state)

@@ -3,10 +3,13 @@
  * (counted through the allocation hook), on every path and plan, and give bitwise the
  * results of the same call without a workspace; a buffer one byte too small is refused
  * before any output is written; any alignment works; without a workspace a repeated call
- * reuses the library's kept block and allocates nothing either. */
+ * reuses the library's kept block and allocates nothing either. Every workspace ends at
+ * a guard page (tests/support/guard.h), so a call that uses a byte more than its size
+ * query measured crashes. */
 #include "ta_test.h"
 
 #include "alloc_hook.h"
+#include "guard.h"
 #include "core/workspace.h" /* ta_scratch_cache_release: start from no kept block */
 
 #include <math.h>
@@ -114,12 +117,20 @@ static void assert_same(const ta_tensor *t, const float *ref, const char *what, 
         fail_msg("%s: %s differs with a workspace", name, what);
 }
 
-/* A caller buffer of `bytes` starting `skew` bytes past a 64-byte boundary. */
-static ta_workspace buffer(size_t bytes, size_t skew, void **owner)
+/* A caller buffer of `bytes` starting `skew` bytes past a 64-byte boundary, ending at
+ * a guard page (ta_guard_workspace). */
+static ta_workspace buffer(size_t bytes, size_t skew, ta_guard *g)
 {
-    *owner = malloc(bytes + 64 + skew);
-    uintptr_t p = ((uintptr_t)*owner + 63) & ~(uintptr_t)63;
-    return (ta_workspace){.data = (void *)(p + skew), .size = bytes};
+    ta_workspace ws = ta_guard_workspace(g, bytes, skew);
+    assert_non_null(ws.data);
+    return ws;
+}
+
+static void assert_all(const ta_tensor *t, float v, const char *what, const char *name)
+{
+    for (int64_t i = 0; i < ta_tensor_numel(t); i++)
+        if (((const float *)t->data)[i] != v)
+            fail_msg("%s: %s[%lld] was written by a refused call", name, what, (long long)i);
 }
 
 static void forward_case(const wcase *c)
@@ -137,8 +148,8 @@ static void forward_case(const wcase *c)
     size_t bytes = 0;
     TA_CHECK_OK(ta_sdpa_workspace_size(&bytes, &t.o, &t.q, &t.k, &t.v, &o));
     assert_true(bytes > 0);
-    void *owner;
-    o.workspace = buffer(bytes, 13, &owner); /* unaligned on purpose */
+    ta_guard g;
+    o.workspace = buffer(bytes, 13, &g); /* unaligned on purpose */
     TA_CHECK_OK(ta_tensor_fill(&t.o, NAN));
     ta_scratch_cache_release();
     ta_test_alloc_count = 0;
@@ -151,8 +162,8 @@ static void forward_case(const wcase *c)
     o.workspace.size = bytes - 1;
     TA_CHECK_OK(ta_tensor_fill(&t.o, 7.0f));
     TA_CHECK_ERR(ta_sdpa(&t.o, &t.q, &t.k, &t.v, &o), TA_EINVAL, "ta_sdpa: the workspace has");
-    for (int64_t i = 0; i < ta_tensor_numel(&t.o); i++) assert_true(((float *)t.o.data)[i] == 7.0f);
-    free(owner);
+    assert_all(&t.o, 7.0f, "O", c->name);
+    ta_guard_release(&g);
     free(o_ref);
     free(l_ref);
     release(&t);
@@ -173,8 +184,8 @@ static void backward_case(const wcase *c)
     TA_CHECK_OK(ta_sdpa_backward_workspace_size(&bytes, &t.dq, &t.dk, &t.dv, &t.dout, &t.q, &t.k,
                                                 &t.v, &t.o, &t.lse, &o));
     assert_true(bytes > 0);
-    void *owner;
-    o.workspace = buffer(bytes, 5, &owner);
+    ta_guard g;
+    o.workspace = buffer(bytes, 5, &g);
     TA_CHECK_OK(ta_tensor_fill(&t.dq, NAN));
     TA_CHECK_OK(ta_tensor_fill(&t.dk, NAN));
     TA_CHECK_OK(ta_tensor_fill(&t.dv, NAN));
@@ -185,10 +196,17 @@ static void backward_case(const wcase *c)
     assert_same(&t.dq, dq, "dQ", c->name);
     assert_same(&t.dk, dk, "dK", c->name);
     assert_same(&t.dv, dv, "dV", c->name);
+    /* one byte short: refused, dQ, dK, dV untouched */
     o.workspace.size = bytes - 1;
+    TA_CHECK_OK(ta_tensor_fill(&t.dq, 7.0f));
+    TA_CHECK_OK(ta_tensor_fill(&t.dk, 7.0f));
+    TA_CHECK_OK(ta_tensor_fill(&t.dv, 7.0f));
     TA_CHECK_ERR(ta_sdpa_backward(&t.dq, &t.dk, &t.dv, &t.dout, &t.q, &t.k, &t.v, &t.o, &t.lse, &o),
                  TA_EINVAL, "ta_sdpa_backward: the workspace has");
-    free(owner);
+    assert_all(&t.dq, 7.0f, "dQ", c->name);
+    assert_all(&t.dk, 7.0f, "dK", c->name);
+    assert_all(&t.dv, 7.0f, "dV", c->name);
+    ta_guard_release(&g);
     free(dq);
     free(dk);
     free(dv);
@@ -221,10 +239,10 @@ static void test_size_follows_threads(void **state)
     TA_CHECK_OK(ta_set_num_threads(2));
     TA_CHECK_OK(ta_sdpa_workspace_size(&two, &t.o, &t.q, &t.k, &t.v, &o));
     assert_true(two > one);
-    void *owner;
-    o.workspace = buffer(one, 0, &owner);
+    ta_guard g;
+    o.workspace = buffer(one, 0, &g);
     TA_CHECK_ERR(ta_sdpa(&t.o, &t.q, &t.k, &t.v, &o), TA_EINVAL, "for the current thread count");
-    free(owner);
+    ta_guard_release(&g);
     release(&t);
 }
 

@@ -26,7 +26,6 @@ static ta_tensor Q, K, V, O, W, LSE, OUT, MASK;
 static ta_tensor T; /* constructor output: must stay byte-identical on error */
 static ta_tensor T_before;
 static ta_attention *layer;
-static char tmpdir[64];
 
 static void fill_sentinels(void)
 {
@@ -80,19 +79,14 @@ static int setup(void **state)
     ta_randn(&V, 3);
     ta_tensor_fill(&MASK, 1.0f);
     assert_int_equal(ta_attention_create(&layer, TA_LAYOUT_TORCH, 8, 2, 7), TA_OK);
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ta_validation_XXXXXX");
-    assert_non_null(mkdtemp(tmpdir));
-    return 0;
+    return ta_test_make_dir("ta_validation");
 }
 
 static int teardown(void **state)
 {
     (void)state;
     ta_attention_free(layer);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    if (system(cmd) != 0) return 1;
-    return 0;
+    return ta_test_remove_dir();
 }
 
 /* ---------------------------------------------------- helpers for cases */
@@ -570,8 +564,7 @@ static void test_extreme_legal_calls(void **state)
 static void test_failed_save_keeps_file(void **state)
 {
     (void)state;
-    char path[128];
-    snprintf(path, sizeof path, "%s/keep.npy", tmpdir);
+    const char *path = ta_test_path("keep.npy");
     TA_CHECK_OK(ta_npy_save(path, &MASK));
     ta_tensor bad = with_dtype(OUT, TA_F64);
     assert_int_equal(ta_npy_save(path, &bad), TA_EUNSUPPORTED);

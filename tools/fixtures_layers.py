@@ -62,6 +62,59 @@ LAYER_CASES = [
 ]
 
 
+# ------------------------------------------ shared with fixtures_layers_grad.py
+
+
+def layer_inputs(opt, N, Lq, Lk, E, gen=torch.randn):
+    """queries, keys, values [N, L, E] drawn with gen: one tensor three times when
+    opt["self"] (Lq == Lk), else three."""
+    if opt.get("self"):
+        x = gen(N, Lq, E)
+        return x, x, x
+    return gen(N, Lq, E), gen(N, Lk, E), gen(N, Lk, E)
+
+
+def keep_lengths(lengths, Lk):
+    """A float keep mask [N, Lk]: key j of batch n is kept when j < lengths[n]."""
+    return (torch.arange(Lk)[None, :] < torch.tensor(lengths)[:, None]).float()
+
+
+def torch_mha(E, H):
+    """nn.MultiheadAttention(E, H, batch_first=True) with its biases (0 by default) drawn
+    from U(-0.5, 0.5), so that they are tested, in train mode (dropout is 0; train mode
+    keeps PyTorch off its fused fast path)."""
+    m = nn.MultiheadAttention(E, H, batch_first=True)
+    with torch.no_grad():
+        m.in_proj_bias.uniform_(-0.5, 0.5)
+        m.out_proj.bias.uniform_(-0.5, 0.5)
+    return m.train()
+
+
+def float64_copy(m, make):
+    """make() (a new module of m's kind) in float64, holding m's parameters."""
+    m64 = make().double()
+    m64.load_state_dict({kk: vv.double() for kk, vv in m.state_dict().items()})
+    return m64
+
+
+def add_layer_records(w, name, meta, q, k, v, m, mask=None, kpm=None):
+    """Writes a layer case's meta, inputs, mask and key padding mask (None: left out) and
+    the parameters of module m."""
+    w.add_case(name, meta)
+    w.add(f"{name}/queries", q)
+    w.add(f"{name}/keys", k)
+    w.add(f"{name}/values", v)
+    if mask is not None:
+        w.add(f"{name}/mask", mask)
+    if kpm is not None:
+        w.add(f"{name}/key_padding_mask", kpm)
+    for pname, p in m.state_dict().items():
+        w.add(f"{name}/p.{pname}", p)
+
+
+# ------------------------------------------------------------------ the set
+
+
 def _no_empty_rows(blocked):
     """Unblocks key 0 of any row blocked everywhere (PyTorch would give NaN)."""
     full = blocked.all(dim=-1)
@@ -72,50 +125,29 @@ def _no_empty_rows(blocked):
 def _seed_case(w, name, E, H, N, Lq, Lk, opt):
     gen = torch.rand if opt.get("rand") else torch.randn  # the seed's example uses rand
     m = SelfAttention(E, H)
-    if opt.get("self"):
-        x = gen(N, Lq, E)
-        q = k = v = x
-    else:
-        q, k, v = gen(N, Lq, E), gen(N, Lk, E), gen(N, Lk, E)
+    q, k, v = layer_inputs(opt, N, Lq, Lk, E, gen)
     mask = None
     meta = {"kind": "seed", "embed": E, "heads": H, "self": int(bool(opt.get("self"))),
             "weights": "none"}
     if opt.get("mask") == "tril":
         mask = torch.tril(torch.ones(Lq, Lk))
     elif opt.get("mask") == "pad":
-        lens = torch.tensor(opt["pad"])
-        mask = (torch.arange(Lk)[None, :] < lens[:, None]).float().reshape(N, 1, 1, Lk)
+        mask = keep_lengths(opt["pad"], Lk).reshape(N, 1, 1, Lk)
     if mask is not None:
         meta["mask_mode"] = "keep"
     with torch.no_grad():
         out = m(v, k, q, mask)  # the seed's forward takes (values, keys, queries, mask)
-        m64 = SelfAttention(E, H).double()
-        m64.load_state_dict({kk: vv.double() for kk, vv in m.state_dict().items()})
+        m64 = float64_copy(m, lambda: SelfAttention(E, H))
         out64 = m64(v.double(), k.double(), q.double(), None if mask is None else mask.double())
-    w.add_case(name, meta)
-    w.add(f"{name}/queries", q)
-    w.add(f"{name}/keys", k)
-    w.add(f"{name}/values", v)
-    if mask is not None:
-        w.add(f"{name}/mask", (mask != 0).to(torch.uint8))
-    for pname, p in m.state_dict().items():
-        w.add(f"{name}/p.{pname}", p)
+    add_layer_records(w, name, meta, q, k, v, m,
+                      mask=None if mask is None else (mask != 0).to(torch.uint8))
     w.add(f"{name}/out", out)
     w.add(f"{name}/out64", out64)
 
 
 def _torch_case(w, name, E, H, N, Lq, Lk, opt):
-    m = nn.MultiheadAttention(E, H, batch_first=True)
-    with torch.no_grad():
-        # The default biases are 0: give them values so that they are tested.
-        m.in_proj_bias.uniform_(-0.5, 0.5)
-        m.out_proj.bias.uniform_(-0.5, 0.5)
-    m.train()  # dropout is 0; train mode keeps PyTorch off its fused fast path
-    if opt.get("self"):
-        x = torch.randn(N, Lq, E)
-        q = k = v = x
-    else:
-        q, k, v = torch.randn(N, Lq, E), torch.randn(N, Lk, E), torch.randn(N, Lk, E)
+    m = torch_mha(E, H)
+    q, k, v = layer_inputs(opt, N, Lq, Lk, E)
     meta = {"kind": "torch", "embed": E, "heads": H, "self": int(bool(opt.get("self"))),
             "weights": opt.get("weights", "none")}
     attn_mask = kpm = None
@@ -158,23 +190,15 @@ def _torch_case(w, name, E, H, N, Lq, Lk, opt):
     with torch.no_grad():
         out, wts = m(q, k, v, key_padding_mask=kpm, need_weights=need, attn_mask=attn_mask,
                      average_attn_weights=avg)
-        m64 = nn.MultiheadAttention(E, H, batch_first=True).double()
-        m64.load_state_dict({kk: vv.double() for kk, vv in m.state_dict().items()})
+        m64 = float64_copy(m, lambda: nn.MultiheadAttention(E, H, batch_first=True))
         m64.train()
         dbl = lambda t: None if t is None else (t if t.dtype == torch.bool else t.double())
         out64, wts64 = m64(q.double(), k.double(), v.double(), key_padding_mask=dbl(kpm),
                            need_weights=need, attn_mask=dbl(attn_mask), average_attn_weights=avg)
     assert not torch.isnan(out).any(), name
-    w.add_case(name, meta)
-    w.add(f"{name}/queries", q)
-    w.add(f"{name}/keys", k)
-    w.add(f"{name}/values", v)
-    if attn_mask is not None and not (opt.get("causal") and kind is None):
-        w.add(f"{name}/mask", attn_mask)
-    if kpm is not None:
-        w.add(f"{name}/key_padding_mask", kpm)
-    for pname, p in m.state_dict().items():
-        w.add(f"{name}/p.{pname}", p)
+    # a mask that is only the causal limit is not written: C passes opts.causal
+    add_layer_records(w, name, meta, q, k, v, m, kpm=kpm,
+                      mask=None if opt.get("causal") and kind is None else attn_mask)
     w.add(f"{name}/out", out)
     w.add(f"{name}/out64", out64)
     if need:

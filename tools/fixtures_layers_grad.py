@@ -29,6 +29,8 @@ Seeds: case i runs under torch.manual_seed(3000 + i).
 import torch
 import torch.nn as nn
 
+from fixtures_layers import (add_layer_records, float64_copy, keep_lengths, layer_inputs,
+                             torch_mha)
 from seed_code import SelfAttention  # the second seed's class, verbatim
 
 # (name, kind, E, H, N, Lq, Lk, options)
@@ -59,13 +61,6 @@ OPTIM_CASES = [
 ]
 
 
-def _inputs(opt, N, Lq, Lk, E):
-    if opt.get("self"):
-        x = torch.randn(N, Lq, E)
-        return x, x, x
-    return torch.randn(N, Lq, E), torch.randn(N, Lk, E), torch.randn(N, Lk, E)
-
-
 def _record_grads(w, name, m64, q, k, v, self_attn, dout, pnames, call):
     """Runs call(module, q, k, v) in float64 with autograd and records the gradients."""
     if self_attn:
@@ -86,7 +81,7 @@ def _record_grads(w, name, m64, q, k, v, self_attn, dout, pnames, call):
 
 def _seed_case(w, name, E, H, N, Lq, Lk, opt):
     m = SelfAttention(E, H)
-    q, k, v = _inputs(opt, N, Lq, Lk, E)
+    q, k, v = layer_inputs(opt, N, Lq, Lk, E)
     meta = {"kind": "seed", "embed": E, "heads": H, "self": int(bool(opt.get("self")))}
     mask = kpm = None
     if opt.get("mask") in ("tril", "tril_uniform"):
@@ -95,35 +90,22 @@ def _seed_case(w, name, E, H, N, Lq, Lk, opt):
             mask[0, :] = 0  # the seed's -1e20 makes this row uniform
         meta["mask_mode"] = "keep"
     elif opt.get("mask") == "pad":
-        lens = torch.tensor(opt["pad"])
-        kpm = (torch.arange(Lk)[None, :] < lens[:, None]).float()
+        kpm = keep_lengths(opt["pad"], Lk)
         meta["kpm_mode"] = "keep"
     torch_mask = mask if kpm is None else kpm.reshape(N, 1, 1, Lk)
     dout = torch.randn(N, Lq, E)
-    w.add_case(name, meta)
-    w.add(f"{name}/queries", q)
-    w.add(f"{name}/keys", k)
-    w.add(f"{name}/values", v)
-    if mask is not None:
-        w.add(f"{name}/mask", (mask != 0).to(torch.uint8))
-    if kpm is not None:
-        w.add(f"{name}/key_padding_mask", (kpm != 0).to(torch.uint8))
-    for pname, p in m.state_dict().items():
-        w.add(f"{name}/p.{pname}", p)
+    u8 = lambda t: None if t is None else (t != 0).to(torch.uint8)
+    add_layer_records(w, name, meta, q, k, v, m, mask=u8(mask), kpm=u8(kpm))
     w.add(f"{name}/dout", dout)
-    m64 = SelfAttention(E, H).double()
-    m64.load_state_dict({kk: vv.double() for kk, vv in m.state_dict().items()})
+    m64 = float64_copy(m, lambda: SelfAttention(E, H))
     tm = None if torch_mask is None else torch_mask.double()
     _record_grads(w, name, m64, q, k, v, opt.get("self"), dout, list(m.state_dict()),
                   lambda mod, qd, kd, vd: mod(vd, kd, qd, tm))  # the seed takes (v, k, q, mask)
 
 
 def _torch_case(w, name, E, H, N, Lq, Lk, opt):
-    m = nn.MultiheadAttention(E, H, batch_first=True)
-    with torch.no_grad():
-        m.in_proj_bias.uniform_(-0.5, 0.5)
-        m.out_proj.bias.uniform_(-0.5, 0.5)
-    q, k, v = _inputs(opt, N, Lq, Lk, E)
+    m = torch_mha(E, H)
+    q, k, v = layer_inputs(opt, N, Lq, Lk, E)
     meta = {"kind": "torch", "embed": E, "heads": H, "self": int(bool(opt.get("self")))}
     attn_mask = kpm = None
     if opt.get("kpm") == "bool":
@@ -144,19 +126,10 @@ def _torch_case(w, name, E, H, N, Lq, Lk, opt):
         meta["causal"] = 1
         attn_mask = torch.ones(Lq, Lk, dtype=torch.bool).triu(1)
     dout = torch.randn(N, Lq, E)
-    w.add_case(name, meta)
-    w.add(f"{name}/queries", q)
-    w.add(f"{name}/keys", k)
-    w.add(f"{name}/values", v)
-    if attn_mask is not None and not opt.get("causal"):
-        w.add(f"{name}/mask", attn_mask)
-    if kpm is not None:
-        w.add(f"{name}/key_padding_mask", kpm)
-    for pname, p in m.state_dict().items():
-        w.add(f"{name}/p.{pname}", p)
+    add_layer_records(w, name, meta, q, k, v, m, kpm=kpm,
+                      mask=None if opt.get("causal") else attn_mask)
     w.add(f"{name}/dout", dout)
-    m64 = nn.MultiheadAttention(E, H, batch_first=True).double()
-    m64.load_state_dict({kk: vv.double() for kk, vv in m.state_dict().items()})
+    m64 = float64_copy(m, lambda: nn.MultiheadAttention(E, H, batch_first=True))
     m64.train()
     am = attn_mask if attn_mask is None or attn_mask.dtype == torch.bool else attn_mask.double()
 

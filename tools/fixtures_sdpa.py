@@ -145,16 +145,59 @@ CASES = [
 ]
 
 
-def _mask(kind, mode, B, H, Lq, Lk):
-    shapes = {"LqLk": (Lq, Lk), "B11Lk": (B, 1, 1, Lk), "1HLqLk": (1, H, Lq, Lk),
-              "BHLqLk": (B, H, Lq, Lk), "Lk": (Lk,), "H1Lk": (H, 1, Lk)}
-    shape = shapes[kind]
-    if mode == "additive":
-        m = torch.randn(*shape, dtype=torch.float32)
-        flat = m.view(-1)
-        flat[3::7] = float("-inf")  # some keys blocked additively
-        return m
-    return torch.rand(*shape) < (0.7 if mode == "keep" else 0.3)  # bool
+# ------------------------------------------- shared with fixtures_sdpa_grad.py
+
+
+def draw_qkv(seed, B, H, Hkv, Lq, Lk, D, Dv):
+    """Seeds torch with seed and draws float32 q, k, v (in that order)."""
+    torch.manual_seed(seed)
+    q = torch.randn(B, H, Lq, D, dtype=torch.float32)
+    k = torch.randn(B, Hkv, Lk, D, dtype=torch.float32)
+    v = torch.randn(B, Hkv, Lk, Dv, dtype=torch.float32)
+    return q, k, v
+
+
+def case_meta(opt, shape, seed):
+    """A case's meta from its shape (B, H, Hkv, Lq, Lk, D, Dv) and options."""
+    return {"shape": list(shape), "scale": opt.get("scale", 0.0),
+            "causal": opt.get("causal", "none"), "layout": opt.get("layout", "bhld"),
+            "tags": opt.get("tags", []), "seed": seed}
+
+
+def case_mask(opt, meta, B, H, Lq, Lk):
+    """The mask (drawn now, None without option mask) and key lengths (None without
+    option lengths) of a case's options; sets meta["mask_mode"] when there is a mask.
+    Mask shapes (broadcast to [B, H, Lq, Lk]): LqLk, B11Lk, 1HLqLk, BHLqLk, Lk, H1Lk;
+    keep/block masks are bool, additive ones float32 with every 7th element -inf."""
+    mask = lengths = None
+    if "mask" in opt:
+        kind, mode = opt["mask"]
+        shape = {"LqLk": (Lq, Lk), "B11Lk": (B, 1, 1, Lk), "1HLqLk": (1, H, Lq, Lk),
+                 "BHLqLk": (B, H, Lq, Lk), "Lk": (Lk,), "H1Lk": (H, 1, Lk)}[kind]
+        if mode == "additive":
+            mask = torch.randn(*shape, dtype=torch.float32)
+            mask.view(-1)[3::7] = float("-inf")  # some keys blocked additively
+        else:
+            mask = torch.rand(*shape) < (0.7 if mode == "keep" else 0.3)  # bool
+        if opt.get("empty_mask_rows"):
+            mask[1, :] = False  # query row 1 keeps no key
+            mask[4, :] = False
+        meta["mask_mode"] = mode
+    if "lengths" in opt:
+        lengths = torch.tensor(opt["lengths"], dtype=torch.int64)
+    return mask, lengths
+
+
+def add_records(w, case, meta, records):
+    """Writes a case: its meta, then each (name, tensor) of records in order, leaving
+    out those whose tensor is None."""
+    w.add_case(case, meta)
+    for name, t in records:
+        if t is not None:
+            w.add(f"{case}/{name}", t)
+
+
+# ------------------------------------------------------------------ the set
 
 
 def gen_sdpa(w):
@@ -162,15 +205,10 @@ def gen_sdpa(w):
     for idx, (kind, B, H, Hkv, Lq, Lk, D, Dv, opt) in enumerate(CASES):
         case = f"{kind}{idx:03d}"
         seed = 5000 + idx
-        torch.manual_seed(seed)
-        q = torch.randn(B, H, Lq, D, dtype=torch.float32)
-        k = torch.randn(B, Hkv, Lk, D, dtype=torch.float32)
-        v = torch.randn(B, Hkv, Lk, Dv, dtype=torch.float32)
+        q, k, v = draw_qkv(seed, B, H, Hkv, Lq, Lk, D, Dv)
         for name, index in opt.get("nan", []):
             {"q": q, "k": k, "v": v}[name][index] = float("nan")
-        meta = {"shape": [B, H, Hkv, Lq, Lk, D, Dv], "scale": opt.get("scale", 0.0),
-                "causal": opt.get("causal", "none"), "layout": opt.get("layout", "bhld"),
-                "tags": opt.get("tags", []), "seed": seed}
+        meta = case_meta(opt, (B, H, Hkv, Lq, Lk, D, Dv), seed)
         mask = lengths = None
         if opt.get("seed_fn"):
             # The seed builds its causal mask for square scores; it is a block mask.
@@ -189,15 +227,7 @@ def gen_sdpa(w):
             assert torch.allclose(out, o2, atol=1e-12) and torch.allclose(weights, w2, atol=1e-12)
             empty = 0
         else:
-            if "mask" in opt:
-                mkind, mode = opt["mask"]
-                mask = _mask(mkind, mode, B, H, Lq, Lk)
-                if opt.get("empty_mask_rows"):
-                    mask[1, :] = False  # query row 1 keeps no key
-                    mask[4, :] = False
-                meta["mask_mode"] = mode
-            if "lengths" in opt:
-                lengths = torch.tensor(opt["lengths"], dtype=torch.int64)
+            mask, lengths = case_mask(opt, meta, B, H, Lq, Lk)
             out, weights, lse, empty = sdpa_math64(
                 q, k, v, scale=opt.get("scale", 0.0), causal=meta["causal"], mask=mask,
                 mode=meta.get("mask_mode", "keep"), key_lengths=lengths)
@@ -211,15 +241,7 @@ def gen_sdpa(w):
             err = (o32.double() - out).abs().nan_to_num(0.0).max().item() if out.numel() else 0.0
             assert err <= 1e-5, f"{case}: torch float32 misses 1e-5 ({err:.3g})"
         meta["empty_rows"] = empty
-        w.add_case(case, meta)
-        w.add(f"{case}/q", q)
-        w.add(f"{case}/k", k)
-        w.add(f"{case}/v", v)
-        if mask is not None:
-            w.add(f"{case}/mask", mask)
-        if lengths is not None:
-            w.add(f"{case}/key_lengths", lengths)
-        w.add(f"{case}/out", out)
-        w.add(f"{case}/lse", lse)
-        if B * H * Lq * Lk <= WEIGHTS_MAX:
-            w.add(f"{case}/weights", weights)
+        add_records(w, case, meta, [
+            ("q", q), ("k", k), ("v", v), ("mask", mask), ("key_lengths", lengths),
+            ("out", out), ("lse", lse),
+            ("weights", weights if B * H * Lq * Lk <= WEIGHTS_MAX else None)])

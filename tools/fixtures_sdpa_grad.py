@@ -23,7 +23,7 @@ blhd: the C test passes [B, L, H, D] memory as permuted views), tags, seed, empt
 
 import torch
 
-from fixtures_sdpa import masked_scores
+from fixtures_sdpa import add_records, case_mask, case_meta, draw_qkv, masked_scores
 
 TOL = 1e-4
 
@@ -87,40 +87,15 @@ CASES = [
 ]
 
 
-def _mask(kind, mode, B, H, Lq, Lk):
-    shapes = {"LqLk": (Lq, Lk), "B11Lk": (B, 1, 1, Lk), "1HLqLk": (1, H, Lq, Lk),
-              "BHLqLk": (B, H, Lq, Lk), "Lk": (Lk,), "H1Lk": (H, 1, Lk)}
-    shape = shapes[kind]
-    if mode == "additive":
-        m = torch.randn(*shape, dtype=torch.float32)
-        m.view(-1)[3::7] = float("-inf")  # some keys blocked additively
-        return m
-    return torch.rand(*shape) < (0.7 if mode == "keep" else 0.3)  # bool
-
-
 def gen_sdpa_grad(w):
     """Writes every case of CASES into w (a gen_fixtures.TafxWriter)."""
     for idx, (B, H, Hkv, Lq, Lk, D, Dv, opt) in enumerate(CASES):
         case = f"grad{idx:03d}"
         seed = 7000 + idx
-        torch.manual_seed(seed)
-        q = torch.randn(B, H, Lq, D, dtype=torch.float32)
-        k = torch.randn(B, Hkv, Lk, D, dtype=torch.float32)
-        v = torch.randn(B, Hkv, Lk, Dv, dtype=torch.float32)
+        q, k, v = draw_qkv(seed, B, H, Hkv, Lq, Lk, D, Dv)
         dout = torch.randn(B, H, Lq, Dv, dtype=torch.float32)
-        meta = {"shape": [B, H, Hkv, Lq, Lk, D, Dv], "scale": opt.get("scale", 0.0),
-                "causal": opt.get("causal", "none"), "layout": opt.get("layout", "bhld"),
-                "tags": opt.get("tags", []), "seed": seed}
-        mask = lengths = None
-        if "mask" in opt:
-            mkind, mode = opt["mask"]
-            mask = _mask(mkind, mode, B, H, Lq, Lk)
-            if opt.get("empty_mask_rows"):
-                mask[1, :] = False  # query row 1 keeps no key
-                mask[4, :] = False
-            meta["mask_mode"] = mode
-        if "lengths" in opt:
-            lengths = torch.tensor(opt["lengths"], dtype=torch.int64)
+        meta = case_meta(opt, (B, H, Hkv, Lq, Lk, D, Dv), seed)
+        mask, lengths = case_mask(opt, meta, B, H, Lq, Lk)
         args = dict(scale=opt.get("scale", 0.0), causal=meta["causal"], mask=mask,
                     mode=meta.get("mask_mode", "keep"), key_lengths=lengths)
         out, lse, dq, dk, dv, empty = sdpa_grad_math(q, k, v, dout, **args)
@@ -129,17 +104,7 @@ def gen_sdpa_grad(w):
             err = (a - b.double()).abs().max().item() if a.numel() else 0.0
             assert err <= TOL / 2, f"{case}: torch float32 {name} misses {TOL / 2} ({err:.3g})"
         meta["empty_rows"] = empty
-        w.add_case(case, meta)
-        w.add(f"{case}/q", q)
-        w.add(f"{case}/k", k)
-        w.add(f"{case}/v", v)
-        w.add(f"{case}/dout", dout)
-        if mask is not None:
-            w.add(f"{case}/mask", mask)
-        if lengths is not None:
-            w.add(f"{case}/key_lengths", lengths)
-        w.add(f"{case}/out", out)
-        w.add(f"{case}/lse", lse)
-        w.add(f"{case}/dq", dq)
-        w.add(f"{case}/dk", dk)
-        w.add(f"{case}/dv", dv)
+        add_records(w, case, meta, [
+            ("q", q), ("k", k), ("v", v), ("dout", dout), ("mask", mask),
+            ("key_lengths", lengths), ("out", out), ("lse", lse), ("dq", dq), ("dk", dk),
+            ("dv", dv)])

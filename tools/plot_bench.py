@@ -7,7 +7,7 @@ Left panel: GFLOP/s (useful FLOPs: 4*B*H*D per unmasked query-key pair) of the s
 sweep cases (the L sweep at constant B*H*L^2 and the seed example) against L, one line
 per path (fused, reference) and head dim D; causal cases dashed; the FMA peak measured
 in the same run as a horizontal line. Right panel: the fused path's speed-up over the
-reference path on the same shape. Cases that did not run (unavailable, skipped, failed)
+reference path on the same shape. Cases that did not run (skipped, failed)
 are left out and listed under the plot. --torch adds the seed's PyTorch code as
 measured by `bench/peers/torch_seed.py --json` (its JSON lines).
 

@@ -7,31 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-char ta_cli_dir[64];
 char ta_cli_out[8192];
 char ta_cli_err[8192];
-
-int ta_cli_make_dir(const char *tag)
-{
-    if (ta_test_make_dir(tag) != 0) return -1;
-    memcpy(ta_cli_dir, ta_test_dir, sizeof ta_cli_dir);
-    return 0;
-}
-
-int ta_cli_remove_dir(void)
-{
-    return ta_test_remove_dir();
-}
-
-int ta_cli_teardown(void **state)
-{
-    (void)state;
-    return ta_cli_remove_dir();
-}
 
 static void slurp(const char *path, char *text, size_t size)
 {
@@ -44,8 +24,8 @@ static void slurp(const char *path, char *text, size_t size)
 int ta_cli_run(const char **argv)
 {
     char outp[128], errp[128];
-    snprintf(outp, sizeof outp, "%s/.stdout", ta_cli_dir);
-    snprintf(errp, sizeof errp, "%s/.stderr", ta_cli_dir);
+    snprintf(outp, sizeof outp, "%s/.stdout", ta_test_dir);
+    snprintf(errp, sizeof errp, "%s/.stderr", ta_test_dir);
     pid_t pid = fork();
     if (pid == 0) {
         int fo = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -79,17 +59,6 @@ void ta_cli_expect_error(const char **argv, int code, const char *needle)
     if (!nl || nl[1] != '\0') fail_msg("'%s': stderr is not exactly one line: %s", cmd, ta_cli_err);
     if (needle && !strstr(ta_cli_err, needle))
         fail_msg("'%s': stderr lacks '%s': %s", cmd, needle, ta_cli_err);
-}
-
-char *ta_cli_path(const char *name)
-{
-    return ta_test_path(name);
-}
-
-int ta_cli_exists(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0;
 }
 
 void ta_npy_write_raw(const char *path, const char *descr, const char *shape, const void *data,
@@ -134,7 +103,7 @@ double ta_cli_compare_npy(const char *path, const ta_fixture_record *ref)
     for (int d = 0; d < o.ndim; d++) assert_int_equal(o.shape[d], ref->shape[d]);
     double *want = malloc(sizeof(double) * (size_t)(ref->numel ? ref->numel : 1));
     TA_CHECK_OK(ta_fixture_to_f64(want, (size_t)ref->numel, ref));
-    double d = ta_test_max_abs_diff(o.data, want, (size_t)ref->numel);
+    double d = ta_test_max_err(&o, want, 0.0, 0, NULL);
     free(want);
     ta_tensor_free(&o);
     return d;
@@ -151,7 +120,7 @@ int ta_cli_sdpa_inputs(const char **argv, int a, const ta_fixture_file *f, const
     for (int r = 0; r < 3; r++) {
         char file[16];
         snprintf(file, sizeof file, "%s.npy", roles[r]);
-        char *p = ta_cli_path(file);
+        char *p = ta_test_path(file);
         ta_cli_save_record(p, ta_fixture_case_record(f, name, roles[r]));
         argv[a++] = flags[r];
         argv[a++] = p;
@@ -159,16 +128,16 @@ int ta_cli_sdpa_inputs(const char **argv, int a, const ta_fixture_file *f, const
     const ta_fixture_record *mask = ta_fixture_case_record(f, name, "mask");
     const ta_fixture_record *klen = ta_fixture_case_record(f, name, "key_lengths");
     if (mask) {
-        ta_cli_save_record(ta_cli_path("mask.npy"), mask);
+        ta_cli_save_record(ta_test_path("mask.npy"), mask);
         argv[a++] = "--mask";
-        argv[a++] = ta_cli_path("mask.npy");
+        argv[a++] = ta_test_path("mask.npy");
         argv[a++] = "--mask-mode";
         argv[a++] = has_mode ? mode : "keep";
     }
     if (klen) {
-        ta_cli_save_i64(ta_cli_path("klen.npy"), klen);
+        ta_cli_save_i64(ta_test_path("klen.npy"), klen);
         argv[a++] = "--key-lengths";
-        argv[a++] = ta_cli_path("klen.npy");
+        argv[a++] = ta_test_path("klen.npy");
     }
     bool seed_mask = mask && has_mode && strcmp(mode, "block") == 0 && strncmp(name, "seed", 4) == 0;
     if (strcmp(causal, "none") != 0 && !seed_mask) {

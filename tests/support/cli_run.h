@@ -1,5 +1,5 @@
-/* Running the tensorattn CLI from tests: a private temporary directory, a spawn that
- * captures stdout and stderr, paths in that directory, and a raw .npy writer. */
+/* Running the tensorattn CLI from tests: a spawn that captures stdout and stderr (in
+ * the test's private directory, ta_test_make_dir), and a raw .npy writer. */
 #ifndef TA_TEST_CLI_RUN_H
 #define TA_TEST_CLI_RUN_H
 
@@ -7,30 +7,19 @@
 
 #include "fixtures.h"
 
-extern char ta_cli_dir[64];     /* the directory, after ta_cli_make_dir */
 extern char ta_cli_out[8192];   /* the last run's stdout (truncated), terminated */
 extern char ta_cli_err[8192];   /* the last run's stderr (truncated), terminated */
 
-/* mkdtemp("/tmp/<tag>_XXXXXX") into ta_cli_dir; 0 on success (cmocka setup style). */
-int ta_cli_make_dir(const char *tag);
-/* rm -rf ta_cli_dir; 0 on success. */
-int ta_cli_remove_dir(void);
-
 /* Runs TA_CLI_PATH with argv (NULL-terminated; argv[0] is replaced), in this process's
- * working directory, stdout and stderr captured into ta_cli_out / ta_cli_err. Returns
- * the exit status, or 128 + the signal number if it was killed. */
+ * working directory, stdout and stderr captured into ta_cli_out / ta_cli_err (through
+ * files in ta_test_dir: call ta_test_make_dir first). Returns the exit status, or 128 +
+ * the signal number if it was killed. */
 int ta_cli_run(const char **argv);
 
 /* Runs argv (as ta_cli_run) and fails the test unless it exits with `code` and stderr is
  * exactly one line "tensorattn: error: ..." that contains needle (NULL: any line). */
 void ta_cli_expect_error(const char **argv, int code, const char *needle);
 
-/* cmocka group teardown: ta_cli_remove_dir. */
-int ta_cli_teardown(void **state);
-
-/* "<ta_cli_dir>/<name>" from a ring of 32 buffers: enough for one command line. */
-char *ta_cli_path(const char *name);
-int ta_cli_exists(const char *path);
 
 /* A .npy v1.0 file at path with this descr ("<f4"), shape text ("(2, 3)") and raw data
  * bytes (nbytes may disagree with the shape, to make broken files). */
@@ -44,7 +33,7 @@ void ta_cli_save_i64(const char *path, const ta_fixture_record *r);
 double ta_cli_compare_npy(const char *path, const ta_fixture_record *ref);
 
 /* The inputs of an sdpa fixture case (sdpa.tafx, sdpa_grad.tafx) on the command line:
- * writes q, k, v, the mask and the key lengths as .npy files into ta_cli_dir and appends
+ * writes q, k, v, the mask and the key lengths as .npy files into ta_test_dir and appends
  * --q/--k/--v, --mask/--mask-mode, --key-lengths, --causal and --scale to argv from
  * position a (the seed's own cases, whose triu block mask already is the causal limit,
  * get no --causal). causal, mode and scale (32, 32 and 64 chars) keep the strings argv

@@ -162,17 +162,17 @@ double ta_test_layer_check_at(int line, ta_attention *l, const ta_tensor *q, con
     double *ref = malloc(sizeof(double) * (size_t)(N * Lq * E + 1));
     double *att = malloc(sizeof(double) * (size_t)(N * H * Lq * Lk + 1));
     layer_ref(ref, att, l, &p);
-    double err = ta_test_max_abs_diff(out.data, ref, (size_t)(N * Lq * E));
+    double err = ta_test_max_err(&out, ref, 0.0, 0, NULL);
     if (!(err <= tol)) fail_msg("line %d: output differs from the float64 oracle by %g (tol %g)", line, err, tol);
     if (want_w == 1) {
-        double werr = ta_test_max_abs_diff(w.data, att, (size_t)(N * H * Lq * Lk));
+        double werr = ta_test_max_err(&w, att, 0.0, 0, NULL);
         if (!(werr <= tol)) fail_msg("line %d: weights differ by %g (tol %g)", line, werr, tol);
     } else if (want_w == 2) {
         double *avg = calloc((size_t)(N * Lq * Lk + 1), sizeof(double));
         for (int64_t n = 0; n < N; n++)
             for (int64_t h = 0; h < H; h++)
                 for (int64_t ij = 0; ij < Lq * Lk; ij++) avg[n * Lq * Lk + ij] += att[(n * H + h) * Lq * Lk + ij] / (double)H;
-        double werr = ta_test_max_abs_diff(w.data, avg, (size_t)(N * Lq * Lk));
+        double werr = ta_test_max_err(&w, avg, 0.0, 0, NULL);
         if (!(werr <= tol)) fail_msg("line %d: averaged weights differ by %g (tol %g)", line, werr, tol);
         free(avg);
     }

@@ -125,25 +125,44 @@ void ta_test_grad_backward64(const prob *p, const double *o, double *dq, double 
     free(lse);
 }
 
+/* A new float32 tensor *t of shape s: with TA_TEST_GUARD, contiguous floats ending at a
+ * guard page (one of p's mappings); else laid out as layout says in *store (4 dims), or
+ * (store NULL) contiguous and owning. */
+static void make(prob *p, ta_tensor *t, ta_tensor *store, int nd, const int64_t *s,
+                 ta_test_layout layout)
+{
+    if (layout != TA_TEST_GUARD) {
+        if (store) ta_test_tensor4(t, store, s, layout, NULL);
+        else TA_CHECK_OK(ta_tensor_empty(t, nd, s));
+        return;
+    }
+    int64_t n = 1;
+    for (int d = 0; d < nd; d++) n *= s[d];
+    assert_true(p->nguard < (int)(sizeof p->guard / sizeof *p->guard));
+    float *x = ta_guard_floats(&p->guard[p->nguard++], (size_t)(n ? n : 1));
+    assert_non_null(x);
+    TA_CHECK_OK(ta_tensor_from_buffer(t, n ? x : x + 1, nd, s, NULL));
+}
+
 void ta_test_grad_setup(prob *p, const cfg *c, uint64_t seed)
 {
     memset(p, 0, sizeof *p);
     p->c = *c;
     const int64_t qs[4] = {c->B, c->H, c->Lq, c->D}, ks[4] = {c->B, c->Hkv, c->Lk, c->D},
                   vs[4] = {c->B, c->Hkv, c->Lk, c->Dv}, os[4] = {c->B, c->H, c->Lq, c->Dv};
-    ta_test_tensor4(&p->Q, &p->sQ, qs, c->layout, NULL);
-    ta_test_tensor4(&p->K, &p->sK, ks, c->layout, NULL);
-    ta_test_tensor4(&p->V, &p->sV, vs, c->layout, NULL);
-    ta_test_tensor4(&p->dO, &p->sdO, os, c->layout, NULL);
-    ta_test_tensor4(&p->O, &p->sO, os, c->layout == TA_TEST_DLAST ? TA_TEST_BHLD : c->layout, NULL);
-    ta_test_tensor4(&p->dQ, &p->sdQ, qs, c->layout == TA_TEST_DLAST ? TA_TEST_BLHD : c->layout, NULL);
-    ta_test_tensor4(&p->dK, &p->sdK, ks, c->layout, NULL);
-    ta_test_tensor4(&p->dV, &p->sdV, vs, c->layout, NULL);
+    make(p, &p->Q, &p->sQ, 4, qs, c->layout);
+    make(p, &p->K, &p->sK, 4, ks, c->layout);
+    make(p, &p->V, &p->sV, 4, vs, c->layout);
+    make(p, &p->dO, &p->sdO, 4, os, c->layout);
+    make(p, &p->O, &p->sO, 4, os, c->layout == TA_TEST_DLAST ? TA_TEST_BHLD : c->layout);
+    make(p, &p->dQ, &p->sdQ, 4, qs, c->layout == TA_TEST_DLAST ? TA_TEST_BLHD : c->layout);
+    make(p, &p->dK, &p->sdK, 4, ks, c->layout);
+    make(p, &p->dV, &p->sdV, 4, vs, c->layout);
     TA_CHECK_OK(ta_randn(&p->Q, seed));
     TA_CHECK_OK(ta_randn(&p->K, seed + 1));
     TA_CHECK_OK(ta_randn(&p->V, seed + 2));
     TA_CHECK_OK(ta_randn(&p->dO, seed + 3));
-    TA_CHECK_OK(ta_tensor_empty(&p->L, 3, os));
+    make(p, &p->L, NULL, 3, os, c->layout);
     p->q = ta_test_to_f64(&p->Q);
     p->k = ta_test_to_f64(&p->K);
     p->v = ta_test_to_f64(&p->V);
@@ -162,7 +181,7 @@ void ta_test_grad_setup(prob *p, const cfg *c, uint64_t seed)
     default: break;
     }
     if (nd) {
-        TA_CHECK_OK(ta_tensor_empty(&p->M, nd, ms));
+        make(p, &p->M, NULL, nd, ms, c->layout);
         if (c->mode == TA_MASK_ADDITIVE) {
             TA_CHECK_OK(ta_randn(&p->M, seed + 4));
             float *m = p->M.data;
@@ -198,6 +217,7 @@ void ta_test_grad_teardown(prob *p)
                       &p->M};
     for (size_t i = 0; i < sizeof t / sizeof *t; i++) ta_tensor_free(t[i]);
     free(p->q); free(p->k); free(p->v); free(p->dout); free(p->m);
+    for (int i = 0; i < p->nguard; i++) ta_guard_release(&p->guard[i]);
 }
 
 ta_status ta_test_grad_run(prob *p, ta_sdpa_path path)

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "guard.h"
 #include "ta_test.h"
 
 enum { MASK_NONE, MASK_LQLK, MASK_B11LK, MASK_1HLQLK, MASK_BHLQLK, MASK_H1LK, MASK_LK };
@@ -19,7 +20,9 @@ typedef struct cfg {
     ta_mask_mode mode;
     int64_t kl[4]; /* key lengths, used when use_kl */
     int use_kl;
-    ta_test_layout layout; /* of Q, K, V, dO, dK, dV (O: BHLD, dQ: BLHD when DLAST) */
+    ta_test_layout layout; /* of Q, K, V, dO, dK, dV (O: BHLD, dQ: BLHD when DLAST);
+                              TA_TEST_GUARD: Q, K, V, dO, O, dQ, dK, dV, LSE and the
+                              mask contiguous, each ending at a guard page */
     int empty_rows; /* mask rows 1 and 3 keep nothing (keep mode) */
 } cfg;
 
@@ -32,6 +35,8 @@ typedef struct prob {
     double *q, *k, *v, *dout, *m;                   /* float32 values as doubles */
     int64_t mshape[4];                              /* the mask as [B?, H?, Lq?, Lk] (1 = bcast) */
     ta_sdpa_opts opts;
+    ta_guard guard[10];                             /* TA_TEST_GUARD: the mappings */
+    int nguard;
 } prob;
 
 /* Builds problem c: Q, K, V, dO random from seed .. seed + 3, the mask from seed + 4, O

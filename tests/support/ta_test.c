@@ -34,18 +34,6 @@ char *ta_test_path(const char *name)
     return p;
 }
 
-double ta_test_max_abs_diff(const float *a, const double *b, size_t n)
-{
-    double m = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        if (isnan(a[i]) && isnan(b[i])) continue;
-        double d = fabs((double)a[i] - b[i]);
-        if (isnan(d)) return INFINITY;
-        if (d > m) m = d;
-    }
-    return m;
-}
-
 void ta_test_next_index(int ndim, const int64_t *shape, int64_t *idx)
 {
     for (int d = ndim - 1; d >= 0; d--) {
@@ -96,6 +84,7 @@ void ta_test_from_f64(ta_tensor *t, const double *x)
 void ta_test_tensor4(ta_tensor *view, ta_tensor *store, const int64_t s[4],
                      ta_test_layout layout, const ta_tensor *src)
 {
+    assert_true(layout != TA_TEST_GUARD);
     if (layout == TA_TEST_BHLD) {
         TA_CHECK_OK(ta_tensor_empty(store, 4, s));
         *view = *store;

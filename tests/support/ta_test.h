@@ -42,9 +42,6 @@ int ta_test_teardown_dir(void **state);
 /* "<ta_test_dir>/<name>" from a ring of 32 buffers (enough for one command line). */
 char *ta_test_path(const char *name);
 
-/* max |a - b| over n floats (NaN anywhere -> +inf unless both NaN at that place). */
-double ta_test_max_abs_diff(const float *a, const double *b, size_t n);
-
 /* Advances idx over shape in C order (the last index fastest; wraps to all zeros). */
 void ta_test_next_index(int ndim, const int64_t *shape, int64_t *idx);
 /* Max over the elements of t (any strides, visited in C order) against C-order doubles
@@ -62,10 +59,13 @@ void ta_test_from_f64(ta_tensor *t, const double *x);
 typedef enum ta_test_layout {
     TA_TEST_BHLD,  /* contiguous */
     TA_TEST_BLHD,  /* [B, L, H, X] in memory (the second seed's head split) */
-    TA_TEST_DLAST  /* [B, H, X, L] in memory: the last dim strided */
+    TA_TEST_DLAST, /* [B, H, X, L] in memory: the last dim strided */
+    TA_TEST_GUARD  /* contiguous, each tensor ending exactly at a PROT_NONE page: only
+                      sdpa_grad_oracle's problems take it (they own the mappings) */
 } ta_test_layout;
-/* A new [s0, s1, s2, s3] float32 tensor stored as layout says in *store (owning);
- * *view is the [s0, s1, s2, s3] view of it; values copied from src when not NULL. */
+/* A new [s0, s1, s2, s3] float32 tensor stored as layout says (not TA_TEST_GUARD) in
+ * *store (owning); *view is the [s0, s1, s2, s3] view of it; values copied from src when
+ * not NULL. */
 void ta_test_tensor4(ta_tensor *view, ta_tensor *store, const int64_t s[4],
                      ta_test_layout layout, const ta_tensor *src);
 
