@@ -1,4 +1,4 @@
-/* --json FILE: the report as JSON (schema version 1, bench/README.md), written whole. */
+/* --json FILE: the report as JSON (schema version 2, bench/README.md), written whole. */
 #define _POSIX_C_SOURCE 200809L
 
 #include "bench_internal.h"
@@ -100,7 +100,7 @@ static cJSON *report_json(const bench_state *s)
     time_t now = time(NULL);
     struct tm tm;
     if (gmtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    cJSON_AddNumberToObject(root, "version", 1);
+    cJSON_AddNumberToObject(root, "version", 2);
     cJSON_AddStringToObject(root, "tensorattn", ta_version());
     cJSON_AddStringToObject(root, "created", when);
     cJSON_AddBoolToObject(root, "quick", s->cfg.quick);

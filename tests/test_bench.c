@@ -70,7 +70,7 @@ static void test_json_report_is_whole_and_consistent(void **state)
     (void)state;
     cJSON *root = BENCH_REPORT("--quick", "--threads", "1", "--filter", "sgemm_256");
 
-    assert_int_equal((int)num(root, "version"), 1);
+    assert_int_equal((int)num(root, "version"), 2);
     assert_string_equal(str(root, "tensorattn"), ta_version());
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "machine");
     assert_true(cJSON_IsObject(m));
