@@ -1,0 +1,290 @@
+#!/usr/bin/env bash
+# The kernels' inner loops under llvm-mca (docs/kernels.md, "Inner loops under llvm-mca").
+#
+#   tools/mca_loops.sh [-o DIR]       prints markdown (from any directory)
+#
+# Each vector ISA's kernel files (the rows of src/kernels/isa_table.def that have flags)
+# are compiled to assembly with the build's compiler and flags (CMakeLists.txt: the
+# Release flags, -fPIC, -fopenmp, -std=c11, -D_GNU_SOURCE, the row's cflags) plus -g,
+# which adds only debug directives: gcc emits the same instructions with and without it.
+# No source is changed or copied. A loop is found by its backward conditional branch: the
+# lines from the branch's target label down to the branch are one iteration of the hot
+# path (a block placed after the branch, like qk_micro's prefetches of every 16th step,
+# is not in it). Of the innermost loops of the kernel function whose lines carry a `.loc`
+# of the template line that names the loop (LOOPS below), the one with the most FMAs, then
+# the fewest masked instructions, is taken: the full micro-tile, not a tail instance.
+#
+# Its instructions go to llvm-mca for each model. Per iteration: the predicted cycles,
+# FMAs, loads, uops; the FMAs' share of the issue slots (FMAs / (cycles x dispatch width));
+# how busy the FMA pipes are (FMAs / (cycles x the model's FMA rate), the rate measured by
+# llvm-mca on independent FMAs of the loop's width and printed below the table; "hw" where
+# the hardware's rate differs, see hw_rate); and what bounds the loop: the FMA pipes when
+# >= 90% busy, else the dispatch width when uops / width is >= 80% of the cycles and at
+# least the busiest unit's pressure, else the busiest units (loads, stores, vector ports,
+# integer ports) when their pressure is >= 80% of the cycles, else a dependency chain
+# (the instruction llvm-mca's -bottleneck-analysis puts on the critical sequence).
+#
+# Environment: CC (default cc, as CMake; the legend "one iteration is" describes gcc's
+# code: another compiler may unroll, clang 14 does the softmax max loop by 4), BUILD (the
+# build directory checked against, default build), LLVM_MCA (default llvm-mca-14),
+# MCA_CPUS (default: sapphirerapids znver3 znver4, each if this llvm-mca knows it).
+# -o DIR keeps each loop's assembly (<loop>.<isa>.s) and llvm-mca's reports there.
+set -euo pipefail
+
+usage() { echo "usage: tools/mca_loops.sh [-o DIR]" >&2; exit 2; }
+keep=""
+while getopts "o:h" opt; do
+    case "$opt" in
+    o) keep="$OPTARG" ;;
+    *) usage ;;
+    esac
+done
+if [ -n "$keep" ]; then mkdir -p "$keep" && keep=$(cd "$keep" && pwd); fi
+cd "$(dirname "$0")/.."
+[ -f src/kernels/isa_table.def ] || { echo "mca_loops.sh: not in a tensorattn checkout" >&2; exit 2; }
+
+CC="${CC:-cc}"
+MCA="${LLVM_MCA:-llvm-mca-14}"
+command -v "$MCA" >/dev/null || {
+    echo "mca_loops.sh: $MCA not found (Debian: apt-get install llvm-14; or set LLVM_MCA)" >&2; exit 1; }
+command -v "$CC" >/dev/null || { echo "mca_loops.sh: compiler $CC not found" >&2; exit 1; }
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mca() { "$MCA" -mtriple=x86_64-unknown-linux-gnu -iterations=1000 "$@"; }
+
+# ---- the models this llvm-mca knows, and each one's FMA rate per vector width: 14
+# independent FMAs (no chain is latency-bound) per iteration, FMAs per cycle; "-" where
+# the model lacks the instructions (no AVX-512 on Zen 3)
+known=$("$MCA" -mtriple=x86_64-unknown-linux-gnu -mcpu=help 2>&1 || true)
+cpus=""
+for c in ${MCA_CPUS:-sapphirerapids znver3 znver4}; do
+    if grep -q "^ *$c " <<<"$known"; then cpus="$cpus $c"; else echo "mca_loops.sh: $MCA has no model '$c': left out" >&2; fi
+done
+[ -n "$cpus" ] || { echo "mca_loops.sh: no model to run" >&2; exit 1; }
+rates=""
+for c in $cpus; do
+    for w in ymm zmm; do
+        for i in $(seq 0 13); do echo "vfmadd231ps %${w}14, %${w}15, %${w}$i"; done >"$work/fma.$w.s"
+        if r=$(mca -mcpu="$c" "$work/fma.$w.s" 2>/dev/null |
+               awk '/^Iterations:/ { it = $2 } /^Instructions:/ { n = $2 } /^Total Cycles:/ { printf "%.2f", n / $3 }'); then
+            rates="$rates $c:$w:$r"
+        else
+            rates="$rates $c:$w:-"
+        fi
+    done
+done
+rate_of() { tr ' ' '\n' <<<"$rates" | sed -n "s/^$1:$2://p"; }
+# The hardware's FMA rate, where it differs from a model's: Sapphire Rapids two FMA ports
+# (p0 and p1 for 256 bits, p0 and p5 for 512), Zen 3 and Zen 4 two 256-bit FMA pipes (Zen 4
+# splits a 512-bit FMA into two halves). llvm-14's znver3 model issues one 256-bit FMA per
+# cycle (its FPP0/FPP1 each held 2 cycles).
+hw_rate() {
+    case "$1:$2" in
+    sapphirerapids:*|znver3:ymm|znver4:ymm) echo 2 ;;
+    znver4:zmm) echo 1 ;;
+    *) echo "$3" ;;
+    esac
+}
+
+# ---- the build's flags (CMakeLists.txt) and the vector ISAs (isa_table.def rows with cflags)
+release=$(sed -n 's/^set(CMAKE_C_FLAGS_RELEASE "\(.*\)")$/\1/p' CMakeLists.txt)
+base="$release -fPIC -fopenmp -std=c11 -D_GNU_SOURCE -Iinclude -Isrc"
+isas=$(sed -n 's/^TA_ISA([^,]*, *\([a-z0-9_]*\),.*"\(..*\)")$/\1/p' src/kernels/isa_table.def)
+isa_flags() { sed -n "s/^TA_ISA([^,]*, *$1,.*\"\(.*\)\")\$/\1/p" src/kernels/isa_table.def; }
+
+for isa in $isas; do
+    for f in gemm attn attn_bwd; do
+        src="src/kernels/${f}_${isa}.c"
+        [ -f "$src" ] || continue
+        # shellcheck disable=SC2046,SC2086
+        "$CC" $base $(isa_flags "$isa") -g -S -o "$work/${f}_${isa}.s" "$src" &
+    done
+done
+fail=0
+for job in $(jobs -p); do wait "$job" || fail=1; done
+[ "$fail" = 0 ] || { echo "mca_loops.sh: compiling the kernels failed" >&2; exit 1; }
+# Where a CMake build holds these objects, check that its code is this code (a build
+# older than the sources, or other flags, would differ): the instructions, not the debug
+# sections, of the assembled .s against the build's .o.
+objdir="${BUILD:-build}/CMakeFiles/tensorattn_objects.dir/src/kernels"
+if command -v objdump >/dev/null; then
+    for s in "$work"/*.s; do
+        o="$objdir/$(basename "$s" .s).c.o"
+        [ -f "$o" ] || continue
+        "$CC" -c -o "$work/check.o" "$s"
+        if ! cmp -s <(objdump -d --no-show-raw-insn "$work/check.o" | tail -n +4) \
+                    <(objdump -d --no-show-raw-insn "$o" | tail -n +4); then
+            echo "mca_loops.sh: note: $o differs from this compile (stale build or other flags)" >&2
+        fi
+    done
+fi
+
+# ---- the loops: name | kernel file | function (a regex; ISA stands for the ISA's name) |
+#      template | an extended regular expression matching exactly one line of the
+#      template, inside the loop | what one iteration does
+LOOPS='sgemm k loop|gemm|ta_sgemm_ISA_[0-9]+x[0-9]+|gemm_template.h|acc\[i\]\[v\] = V_FMA\(ai|one k step of the MR x NR tile
+qk_micro d loop|attn|ta_attn_qk_ISA_[0-9]+x[0-9]+|attn_template.h|acc\[j\]\[q\] = V_FMA\(kb|one step of p: QV query vectors x KJ keys
+qk_micro1 d loop|attn|ta_attn_qk_ISA_[0-9]+x[0-9]+|attn_template.h|acc\[j\] = V_FMA\(V_SET1\(kr|one step of p: 1 query vector x KJ keys
+softmax max loop|attn|ta_attn_softmax_ISA_[0-9]+|attn_template.h|mx = V_MAX\(V_LOADU|one key of one query vector
+softmax exp loop|attn|ta_attn_softmax_ISA_[0-9]+|attn_template.h|VT p1 = V_EXP|two keys of one query vector (two exps)
+pv_micro key loop|attn|ta_attn_pv_ISA_[0-9]+x[0-9]+|attn_template.h|acc\[r\]\[c\] = V_FMA\(pb|one key: PR rows x PC vectors
+attn_exp loop|attn|ta_expf_ISA|attn_template.h|V_STOREU\(y \+ i, V_EXP|one vector (one exp)
+bwd_gemm k loop|attn_bwd|ta_attn_bwd_gemm_ISA_[0-9]+x[0-9]+|attn_bwd_template.h|cr\[r\]\[v\] = V_FMA\(ab|one k step: MR rows x NV vectors
+dsoftmax scale loop|attn_bwd|ta_attn_bwd_dsoftmax_ISA|attn_bwd_template.h|V_STOREU\(sr \+ j, V_SUB\(V_MUL|one vector: s * scale - lse
+dsoftmax dS loop|attn_bwd|ta_attn_bwd_dsoftmax_ISA|attn_bwd_template.h|V_STOREU\(dr \+ j, V_MUL|one vector: P * (dP - di)'
+
+# Prints one iteration of the hot loop of function $2 in assembly $1 that carries a .loc of
+# line $4 of file $3 (basename): the innermost such loop with the most FMAs, then the
+# fewest masked instructions (a full tile rather than a tail), after a comment line.
+extract_loop() {
+    awk -v fn="$2" -v tfile="$3" -v tline="$4" '
+    function base(p) { sub(/.*\//, "", p); return p }
+    $1 == ".file" { f = ""; for (i = 3; i <= NF; i++) if ($i ~ /^"/) f = $i  # the last name
+                    gsub(/"/, "", f); fname[$2] = base(f); next }
+    $0 ~ "^" fn ":" { infn = 1; name = $0; sub(/:.*/, "", name); n = 0; next }
+    infn && $1 == ".size" && $2 ~ "^" fn "," { infn = 0 }
+    !infn { next }
+    { n++; L[n] = $0 }
+    /^\.L[0-9A-Za-z_]+:/ { l = $0; sub(/:.*/, "", l); lab[l] = n; next }
+    $1 == ".loc" { if (fname[$2] == tfile && $3 == tline) hit[n] = 1; next }
+    /^[ \t]+[a-z]/ && $1 ~ /^j/ && $1 != "jmp" && ($2 in lab) { nl++; ls[nl] = lab[$2]; le[nl] = n }
+    END {
+        best = 0
+        for (a = 1; a <= nl; a++) {
+            inner = 1
+            for (b = 1; b <= nl; b++)
+                if (b != a && ls[b] >= ls[a] && le[b] <= le[a] && (ls[b] != ls[a] || le[b] != le[a])) inner = 0
+            if (!inner) continue
+            h = 0; fma = 0; msk = 0
+            for (i = ls[a]; i <= le[a]; i++) {
+                if (i in hit) h = 1
+                if (L[i] !~ /^[ \t]+[a-z]/) continue
+                if (L[i] ~ /^[ \t]+vf(n)?m(add|sub)(sub|add)?[0-9]+[ps]s/) fma++
+                if (L[i] ~ /%k[1-7]/ || L[i] ~ /vmaskmov/) msk++
+            }
+            if (!h) continue
+            cands++
+            if (!best || fma > bf || (fma == bf && msk < bm)) { best = a; bf = fma; bm = msk }
+        }
+        if (!best) { print "no loop carries that line in " fn > "/dev/stderr"; exit 1 }
+        printf "# %s: the loop at %s, %d FMAs, %d masked (%d candidate loops)\n", name, L[ls[best]], bf, bm, cands
+        for (i = ls[best]; i <= le[best]; i++)
+            if (L[i] ~ /^[ \t]+[a-z]/) print L[i]
+    }' "$1"
+}
+
+# Reads llvm-mca's report on stdin; prints "cycles uops width loads busy rp dd dep": per
+# iteration; the busiest units (pressure within 5% of the top one), as "unit=pressure,..."
+# (short names: SKXPort0 -> p0, Zn3FPP0 -> FPP0); llvm-mca's shares of cycles with resource
+# pressure and with data dependencies; the instruction its critical sequence's dependency
+# runs through, or -.
+parse_report() {
+    awk '
+    function short(u) { sub(/^SKXPort/, "p", u); sub(/^Zn[0-9]+/, "", u); return u }
+    /^Iterations:/ { it = $2 }
+    /^Total Cycles:/ { cyc = $3 }
+    /^Total uOps:/ { uops = $3 }
+    /^Dispatch Width:/ { w = $3 }
+    /^  Resource Pressure/ { v = $0; gsub(/[^0-9.]/, "", v); rp = v }
+    /^  Data Dependencies:/ { v = $0; gsub(/[^0-9.]/, "", v); dd = v }
+    /## (REGISTER|MEMORY) dependency/ && dep == "" { dep = $3 }
+    /Instructions:$/ && /\[4\]/ { c4 = index($0, "[4]"); ii = 1; next }
+    ii && /^ *$/ { ii = 0 }
+    ii { if (substr($0, c4, 3) ~ /\*/) ld++ }
+    /^Resources:/ { rs = 1; nr = 0; next }
+    rs && /^\[/ { nr++; name[nr] = short($3); next }
+    rs { rs = 0 }
+    /^Resource pressure per iteration:/ { rpi = 1; next }
+    rpi == 1 { rpi = 2; next }
+    rpi == 2 {
+        for (i = 1; i <= nr; i++) { p[i] = ($i == "-") ? 0 : $i; if (p[i] > top) top = p[i] }
+        for (i = 1; i <= nr; i++) {
+            if (top == 0 || p[i] < 0.95 * top || index("," busy, "," name[i] "=")) continue
+            busy = busy (busy == "" ? "" : ",") name[i] "=" sprintf("%.2f", p[i])
+        }
+        rpi = 0
+    }
+    END {
+        if (!it) exit 1
+        printf "%.2f %.2f %d %d %s %s %s %s\n", cyc / it, uops / it, w, ld,
+               busy == "" ? "-" : busy, rp == "" ? 0 : rp, dd == "" ? 0 : dd, dep == "" ? "-" : dep
+    }'
+}
+
+# The verdict on one loop under one model (see the header): prints the table's row.
+verdict() {
+    awk -v c="$1" -v u="$2" -v w="$3" -v ld="$4" -v busy="$5" -v rp="$6" -v dd="$7" -v dep="$8" \
+        -v f="$9" -v r="${10}" -v hw="${11}" -v row="${12}" 'BEGIN {
+        n = split(busy, b, ",")
+        top = 0
+        for (i = 1; i <= n; i++) {
+            split(b[i], kv, "="); unit[i] = kv[1]; pr[i] = kv[2] + 0; if (pr[i] > top) top = pr[i]
+            k = unit[i] ~ /^(p[23]|Load|AGU|LSU)/ ? "loads" : unit[i] ~ /^(p[47]|Store|FPSt)/ ? "stores" : \
+                unit[i] ~ /^(p[015]|FP)/ ? "vector ports" : "integer ports"
+            if (!(k in seen)) { seen[k] = 1; kinds = kinds (kinds == "" ? "" : " + ") k }
+            units = units (units == "" ? "" : ", ") unit[i] " " sprintf("%.2f", pr[i])
+        }
+        fb = f / (c * r)
+        if (fb >= 0.9) bound = "FMA pipes (" units ")"
+        else if (u / w >= 0.8 * c && u / w >= top) bound = sprintf("dispatch: %.1f uops / %d", u, w)
+        else if (top >= 0.8 * c) bound = kinds ": " units
+        else bound = "dependency through " dep " (busiest: " units ")"
+        if (f == 0) busyhw = "-"
+        else if (hw == r) busyhw = sprintf("%.0f%%", 100 * fb)
+        else busyhw = sprintf("%.0f%% (hw %.0f%%)", 100 * fb, 100 * f / (c * hw))
+        printf "| %s | %.2f | %d | %d | %.1f | %.0f%% | %s | %s | %s%% / %s%% |\n",
+               row, c, f, ld, u, 100 * f / (c * w), busyhw, bound, rp, dd
+    }'
+}
+
+echo "| loop | isa | model | cycles/iter | FMAs/iter | loads/iter | uops/iter | FMA share of issue slots | FMA pipes busy (model) | bound by | llvm-mca: cycles with resource pressure / data dependency |"
+echo "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|"
+legend=""
+skipped=""
+while IFS='|' read -r lname file fnpat tmpl lre unit; do
+    tpath="src/kernels/$tmpl"
+    tl=$(grep -nE "$lre" "$tpath" | cut -d: -f1)
+    [ "$(wc -w <<<"$tl")" = 1 ] || {
+        echo "mca_loops.sh: '$lre' must match one line of $tpath (matches: ${tl:-none})" >&2; exit 1; }
+    legend="$legend
+- $lname: $unit (\`$tmpl\` line $tl)"
+    for isa in $isas; do
+        asm="$work/${file}_${isa}.s"
+        [ -f "$asm" ] || continue
+        slug="$(tr ' ' '_' <<<"$lname").$isa"
+        body="$work/$slug.s"
+        if ! extract_loop "$asm" "${fnpat//ISA/$isa}" "$tmpl" "$tl" >"$body" 2>"$work/err"; then
+            echo "mca_loops.sh: $lname ($isa): $(cat "$work/err")" >&2; exit 1
+        fi
+        fma=$(grep -cE '^[[:space:]]+vf(n)?m(add|sub)(sub|add)?[0-9]+[ps]s' "$body" || true)
+        width=ymm; grep -q '%zmm' "$body" && width=zmm
+        if grep -q prefetch "$body"; then echo "mca_loops.sh: note: $lname ($isa) has prefetches in its iteration" >&2; fi
+        if [ -n "$keep" ]; then cp "$body" "$keep/$slug.s"; fi
+        for cpu in $cpus; do
+            rate=$(rate_of "$cpu" "$width")
+            if [ "$rate" = "-" ]; then
+                case " $skipped " in *" $cpu/$width "*) ;; *) skipped="$skipped $cpu/$width" ;; esac
+                continue
+            fi
+            rep="$work/$slug.$cpu.txt"
+            mca -mcpu="$cpu" -bottleneck-analysis "$body" >"$rep" 2>&1 || {
+                echo "mca_loops.sh: llvm-mca failed on $lname ($isa, $cpu): $(head -3 "$rep")" >&2; exit 1; }
+            if [ -n "$keep" ]; then cp "$rep" "$keep/"; fi
+            read -r cyc uops w ld busy rp dd dep < <(parse_report <"$rep")
+            verdict "$cyc" "$uops" "$w" "$ld" "$busy" "$rp" "$dd" "$dep" "$fma" "$rate" \
+                "$(hw_rate "$cpu" "$width" "$rate")" "$lname | $isa | $cpu"
+        done
+    done
+done <<<"$LOOPS"
+
+echo
+printf "FMA rate of each model (independent FMAs per cycle, measured by %s):" "$MCA"
+for x in $rates; do
+    IFS=: read -r c w r <<<"$x"
+    [ "$r" = "-" ] || printf " %s %s %s;" "$c" "$w" "$r"
+done
+echo
+if [ -n "$skipped" ]; then echo "Not run (the model lacks the instructions):$skipped."; fi
+echo
+echo "One iteration is:$legend"
