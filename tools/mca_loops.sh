@@ -279,12 +279,13 @@ while IFS='|' read -r lname file fnpat tmpl lre unit; do
 done <<<"$LOOPS"
 
 echo
+sep=""
 printf "FMA rate of each model (independent FMAs per cycle, measured by %s):" "$MCA"
 for x in $rates; do
     IFS=: read -r c w r <<<"$x"
-    [ "$r" = "-" ] || printf " %s %s %s;" "$c" "$w" "$r"
+    [ "$r" = "-" ] || { printf "%s %s %s %s" "$sep" "$c" "$w" "$r"; sep=","; }
 done
-echo
+echo "."
 if [ -n "$skipped" ]; then echo "Not run (the model lacks the instructions):$skipped."; fi
 echo
 echo "One iteration is:$legend"
