@@ -6,8 +6,10 @@
  *   main.c                 the command line, ta_bench_main: the order of a run
  *   harness.c              a case's life: setup, cold call, check, timing, ratios
  *   alloc_count.c          the counting allocator behind extra_bytes
- *   machine.c              the machine section: the FMA peaks the ratios divide by
- *   peak.c, peak_<isa>.c   one FMA-peak measurement (peak.h), a loop per ISA of the table
+ *   machine.c              the machine section: the FMA peaks and the read bandwidth the
+ *                          ratios divide by
+ *   peak.c, peak_<isa>.c   one FMA-peak or read-bandwidth measurement (peak.h), loops per
+ *                          ISA of the table
  *   cases.c                the case table: which cases a run has
  *   cases_gemm.c           kinds "sgemm" and "sgemm_batched"
  *   cases_einsum.c         kind "einsum"
@@ -19,7 +21,8 @@
  *
  * A case is one row of the table: a name, a kind (its functions: setup, run, check,
  * and how to print its shape), the kind's own state (its shape and parameters), a
- * flop count, and the results the harness fills in. A new kind of case is a new
+ * flop count (and, for a memory-bound case, a byte count), and the results the harness
+ * fills in. A new kind of case is a new
  * cases_*.c with a builder that appends rows; the harness does not change. */
 #ifndef TA_BENCH_INTERNAL_H
 #define TA_BENCH_INTERNAL_H
@@ -36,6 +39,7 @@
 #define BENCH_MAX_RUNS 10000 /* a cap on timed runs of tiny cases */
 #define BENCH_TOLERANCE 1e-4
 #define BENCH_PYTHON "/usr/bin/python3" /* Debian's, with python3-torch: the torch peer */
+#define BENCH_SDPA_MAX_RAGGED 16                 /* batches of a decode case with key lengths */
 
 typedef struct bench_config {
     int quick;
@@ -48,6 +52,8 @@ typedef struct bench_config {
     double min_seconds;
     int warmup_runs;
     double peak_seconds;  /* per FMA peak measurement */
+    int64_t read_bytes;   /* the read-bandwidth buffer: far larger than the caches */
+    int read_runs;        /* passes over it (the median is kept) */
 } bench_config;
 
 typedef struct bench_case bench_case;
@@ -75,6 +81,8 @@ struct bench_case {
     const char *path; /* the code path timed: "gemm", "einsum", "reference", "fused" */
     void *state;      /* the kind's own: its shape and parameters (freed with the table) */
     double flops;     /* floating-point operations of one run */
+    double bytes;     /* > 0: a memory-bound case (decoding), the bytes one run must move
+                         at least; reported as GB/s against the read bandwidth */
     int threads;      /* threads the case runs on */
     double tolerance; /* largest accepted max_rel_err */
     /* Two paths of one shape (attention): the other path's case (-1: none); the
@@ -84,6 +92,9 @@ struct bench_case {
     int is_reference;
     const ta_tensor *ref_out;
     char skip_reason[160]; /* non-empty: not run, status "skipped" */
+    /* Non-empty: the shape whose same-path case does this case's work with opts.causal
+     * (this one passes the causal mask as a tensor); ratio_vs_causal is the time ratio. */
+    char vs_causal[48];
 
     /* Buffers: owned between setup and teardown (t[] are freed by the harness). */
     ta_tensor t[BENCH_MAX_TENSORS];
@@ -101,6 +112,10 @@ struct bench_case {
      * timed call (largest over the timed runs) and during the cold call; -1: unknown. */
     double extra_bytes, extra_bytes_cold;
     double speedup_vs_torch; /* sdpa: the torch peer's median / this median (NaN: unknown) */
+    /* bytes > 0: bytes / median_s in GB/s, the read bandwidth measured on the case's
+     * thread count (0: not measured), and their ratio (NaN: unknown). */
+    double gbs, read_gbs, bandwidth_fraction;
+    double ratio_vs_causal; /* vs_causal: this median / that case's median (NaN: unknown) */
 };
 
 typedef struct bench_peak {
@@ -116,6 +131,8 @@ typedef struct bench_state {
     bench_peak peaks[16];
     int npeaks;
     double peak_spread; /* largest relative change of a peak between its two measurements */
+    double read_gbs, read_gbs_1thread; /* read bandwidth, bench threads and 1 (0: unknown) */
+    double read_spread; /* largest relative change of a bandwidth between its two measurements */
     bench_case cases[BENCH_MAX_CASES];
     int ncases;
     double *times; /* BENCH_MAX_RUNS timings, allocated once */
@@ -191,12 +208,13 @@ void bench_install_counting_allocator(void);
 size_t bench_mem_mark(void);             /* bytes outstanding now; resets the peak to it */
 double bench_mem_extra_since(size_t base); /* peak above base since the mark; -1: unknown */
 
-/* ---- machine.c: the FMA peaks */
+/* ---- machine.c: the FMA peaks and the read bandwidth */
 
 int bench_measure_machine(bench_state *s); /* every supported ISA, 1 and bench threads */
 int bench_peak_for(bench_state *s, ta_isa isa, int threads, double *gflops);
-int bench_recheck_peaks(bench_state *s);
+int bench_recheck_peaks(bench_state *s); /* and the read bandwidth */
 double bench_known_peak(const bench_state *s, ta_isa isa, int threads); /* 0: not measured */
+double bench_known_bandwidth(const bench_state *s, int threads);        /* 0: not measured */
 
 /* ---- cases.c and the builders of each kind */
 
@@ -208,6 +226,15 @@ void bench_add_einsum(bench_state *s, const char *name, const char *spec, const 
                       int64_t B, int64_t H, int64_t L, int64_t D);
 void bench_add_sdpa(bench_state *s, const char *name, int64_t B, int64_t H, int64_t Hkv,
                     int64_t Lq, int64_t Lk, int64_t D, ta_causal causal);
+/* One new token (Lq = 1, bottom-right) against a cache of Lk keys; key_lengths: NULL,
+ * or B (<= BENCH_SDPA_MAX_RAGGED) lengths passed as opts.key_lengths. Memory-bound: bytes
+ * count the keys and values each sequence reads, Q and O. */
+void bench_add_sdpa_decode(bench_state *s, const char *name, int64_t B, int64_t H, int64_t Hkv,
+                           int64_t Lk, int64_t D, const int64_t *key_lengths);
+/* The seed's causal mask triu(ones(L, L), 1) passed as a [L, L] TA_MASK_BLOCK tensor, on
+ * the shape of the case `causal_name` (its opts.causal twin): the same flops. */
+void bench_add_sdpa_causal_mask(bench_state *s, const char *name, const char *causal_name,
+                                int64_t B, int64_t H, int64_t L, int64_t D);
 void bench_add_sdpa_backward(bench_state *s, const char *name, int64_t B, int64_t H,
                              int64_t L, int64_t D, ta_causal causal);
 

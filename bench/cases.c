@@ -5,8 +5,9 @@
 
 #include <stdio.h>
 
-/* The attention shapes: the seed's, a sweep of L at constant work, GQA, decoding, and a
- * long causal sequence only the fused path can hold. */
+/* The attention shapes: the seed's (its causal mask also as a tensor), a sweep of L at
+ * constant work, GQA, decoding (one sequence, and a batch of ragged lengths), and a long
+ * causal sequence only the fused path can hold. */
 static void build_sdpa_cases(bench_state *s)
 {
     int q = s->cfg.quick;
@@ -16,6 +17,9 @@ static void build_sdpa_cases(bench_state *s)
     int64_t L0 = q ? 128 : 512;
     bench_add_sdpa(s, "sdpa_seed", 32, 8, 8, L0, L0, 64, TA_CAUSAL_NONE);
     bench_add_sdpa(s, "sdpa_seed_causal", 32, 8, 8, L0, L0, 64, TA_CAUSAL_TOP_LEFT);
+    /* The same mask as the seed passes it: a [L, L] tensor, triu(ones, 1), blocked where
+     * nonzero. The same work as opts.causal, timed against it (ratio_vs_causal). */
+    bench_add_sdpa_causal_mask(s, "sdpa_seed_causal_mask", "sdpa_seed_causal", 32, 8, L0, 64);
     /* L at constant B*H*L^2 (2^26; --quick: 2^20): the same flops per call at every L,
      * so the curve shows how each path scales with the sequence alone. H = 8 heads
      * while B*H allows. The seed is the D=64 point at L=512. */
@@ -37,7 +41,14 @@ static void build_sdpa_cases(bench_state *s)
     /* Grouped-query attention: 32 query heads over 8 key/value heads. */
     bench_add_sdpa(s, "sdpa_gqa", 1, 32, 8, q ? 256 : 1024, q ? 256 : 1024, 128, TA_CAUSAL_NONE);
     /* Decoding one token against a KV cache: Lq = 1 sees every key (bottom-right). */
-    bench_add_sdpa(s, "sdpa_decode", 1, 32, 32, 1, q ? 1024 : 4096, 128, TA_CAUSAL_BOTTOM_RIGHT);
+    int64_t Lk = q ? 1024 : 4096;
+    bench_add_sdpa_decode(s, "sdpa_decode", 1, 32, 32, Lk, 128, NULL);
+    /* A batch of 8 sequences at different lengths, 100 .. Lk spread evenly, through
+     * opts.key_lengths: each reads only its own keys. (--quick: 8 heads, as filling
+     * 32 heads of N(0,1) keys takes seconds.) */
+    int64_t lens[8];
+    for (int b = 0; b < 8; b++) lens[b] = 100 + (Lk - 100) * b / 7;
+    bench_add_sdpa_decode(s, "sdpa_decode_ragged", 8, q ? 8 : 32, q ? 8 : 32, Lk, 128, lens);
     /* The memory goal's shape: B=1, H=8, L=8192, D=64 (extra memory under 8 MiB). */
     if (!q) bench_add_sdpa(s, "sdpa_L8192_H8_causal", 1, 8, 8, 8192, 8192, 64, TA_CAUSAL_TOP_LEFT);
     /* A long causal sequence: the reference's scratch would be 8 GiB. */

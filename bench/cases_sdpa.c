@@ -2,12 +2,15 @@
  * shape a pair of cases (reference first). Checked on sampled query rows against
  * float64 from the definition, and, for the fused case, element by element against the
  * reference output on the same inputs. Errors are absolute: the outputs are weighted
- * means of N(0,1) values, of order 1. */
+ * means of N(0,1) values, of order 1. The causal limit goes as opts.causal or as the
+ * seed's mask tensor; decoding cases may pass per-batch key lengths, and count the bytes
+ * they must read. */
 #include "cases_sdpa.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define BENCH_SDPA_RUN_ROWS 8 /* and a run of consecutive rows, with the first and the last */
 #define BENCH_REF_SCRATCH_MAX ((double)(4LL << 30)) /* the reference's [B,H,Lq,Lk] floats */
@@ -19,13 +22,31 @@ int64_t bench_sdpa_visible(ta_causal causal, int64_t i, int64_t Lq, int64_t Lk)
     return n < 0 ? 0 : n > Lk ? Lk : n;
 }
 
-/* The unmasked (query, key) pairs of one (batch, head): the work a path that skips
+int64_t bench_sdpa_keys(const bench_sdpa *a, int64_t b, int64_t i)
+{
+    int64_t n = bench_sdpa_visible(a->causal, i, a->Lq, a->Lk);
+    return a->ragged && a->key_lengths[b] < n ? a->key_lengths[b] : n;
+}
+
+/* The unmasked (query, key) pairs of all batches and heads: the work a path that skips
  * masked keys does, and the only work GFLOP/s counts. */
-static double sdpa_pairs(ta_causal causal, int64_t Lq, int64_t Lk)
+static double sdpa_pairs(const bench_sdpa *a)
 {
     double pairs = 0.0;
-    for (int64_t i = 0; i < Lq; i++) pairs += (double)bench_sdpa_visible(causal, i, Lq, Lk);
-    return pairs;
+    for (int64_t b = 0; b < (a->ragged ? a->B : 1); b++)
+        for (int64_t i = 0; i < a->Lq; i++) pairs += (double)bench_sdpa_keys(a, b, i);
+    return (double)a->H * (a->ragged ? 1.0 : (double)a->B) * pairs;
+}
+
+/* The bytes a call must move at least: each key and value row that some query row of
+ * its (batch, kv head) sees, read once (the last row sees the most), Q read, O written. */
+static double sdpa_bytes(const bench_sdpa *a)
+{
+    double kv_rows = 0.0;
+    for (int64_t b = 0; b < a->B; b++)
+        kv_rows += (double)a->Hkv * (double)bench_sdpa_keys(a, b, a->Lq - 1);
+    double q_rows = (double)a->B * (double)a->H * (double)a->Lq;
+    return sizeof(float) * (double)a->D * (2.0 * kv_rows + 2.0 * q_rows);
 }
 
 const char *bench_causal_name(ta_causal causal)
@@ -45,14 +66,25 @@ int bench_sdpa_setup(bench_case *c)
         st = ta_randn(&c->t[i], (uint64_t)i + 11); /* as the seed's torch.randn */
         if (st != TA_OK) return bench_lib_fail(c, "ta_randn", st);
     }
+    if (a->mask_tensor) { /* the seed's mask: torch.triu(torch.ones(L, L), diagonal=1) */
+        const int64_t m[2] = {a->Lq, a->Lk};
+        ta_status st = ta_tensor_full(&c->t[4], 2, m, 1.0f);
+        if (st == TA_OK) st = ta_tensor_triu(&c->t[4], 1);
+        if (st != TA_OK) return bench_lib_fail(c, "the mask tensor", st);
+    }
     return bench_new_output(c, &c->t[3], 4, q);
 }
 
 static int sdpa_run(bench_case *c)
 {
     const bench_sdpa *a = c->state;
-    ta_sdpa_opts opts = {0}; /* scale 1/sqrt(D), no mask tensor, no weights */
-    opts.causal = a->causal;
+    ta_sdpa_opts opts = {0}; /* scale 1/sqrt(D), no weights */
+    opts.causal = a->mask_tensor ? TA_CAUSAL_NONE : a->causal;
+    if (a->mask_tensor) {
+        opts.mask = &c->t[4];
+        opts.mask_mode = TA_MASK_BLOCK; /* nonzero = blocked: masked_fill_(mask, -inf) */
+    }
+    if (a->ragged) opts.key_lengths = a->key_lengths;
     opts.path = a->path;
     ta_status st = ta_sdpa(&c->t[3], &c->t[0], &c->t[1], &c->t[2], &opts);
     if (st != TA_OK) return bench_lib_fail(c, "ta_sdpa", st);
@@ -66,7 +98,7 @@ double bench_sdpa_exp_row(const bench_case *c, int64_t b, int64_t h, int64_t i, 
     int64_t D = a->D, kvh = h / (a->H / a->Hkv);
     const float *q = (const float *)c->t[0].data + ((b * a->H + h) * a->Lq + i) * D;
     const float *k = (const float *)c->t[1].data + (b * a->Hkv + kvh) * a->Lk * D;
-    *n = bench_sdpa_visible(a->causal, i, a->Lq, a->Lk);
+    *n = bench_sdpa_keys(a, b, i);
     double scale = 1.0 / sqrt((double)D), top = -INFINITY, sum = 0.0;
     for (int64_t j = 0; j < *n; j++) {
         double dot = 0.0;
@@ -86,8 +118,9 @@ const float *bench_sdpa_value_row(const bench_case *c, int64_t b, int64_t h, int
 }
 
 /* Row (b, h, i) of softmax(Q K^T / sqrt(D)) V in float64, straight from the
- * definition, over the keys the causal alignment lets it see (none: zeros, as ta_sdpa
- * gives). w: Lk doubles of scratch. Returns the largest |O[b,h,i,d] - exact|. */
+ * definition, over the keys the causal alignment and the batch's key length let it see
+ * (none: zeros, as ta_sdpa gives). w: Lk doubles of scratch. Returns the largest
+ * |O[b,h,i,d] - exact|. */
 static double sdpa_row_error(const bench_case *c, int64_t b, int64_t h, int64_t i, double *w)
 {
     const bench_sdpa *a = c->state;
@@ -140,8 +173,13 @@ void bench_sdpa_shape_text(const bench_case *c, char *buf, size_t n)
     else snprintf(heads, sizeof heads, "H%lld", (long long)a->H);
     if (a->Lq != a->Lk) snprintf(lens, sizeof lens, "Lq%lld Lk%lld", (long long)a->Lq, (long long)a->Lk);
     else snprintf(lens, sizeof lens, "L%lld", (long long)a->Lq);
-    snprintf(buf, n, "B%lld %s %s D%lld%s%s", (long long)a->B, heads, lens, (long long)a->D,
-             a->causal ? " " : "", a->causal ? bench_causal_name(a->causal) : "");
+    const char *causal = a->mask_tensor ? " triu mask" : a->causal ? " " : "";
+    int w = snprintf(buf, n, "B%lld %s %s D%lld%s%s", (long long)a->B, heads, lens,
+                     (long long)a->D, causal,
+                     a->causal && !a->mask_tensor ? bench_causal_name(a->causal) : "");
+    if (a->ragged && w > 0 && (size_t)w < n) /* the lengths run from first to last */
+        snprintf(buf + w, n - (size_t)w, " len%lld..%lld", (long long)a->key_lengths[0],
+                 (long long)a->key_lengths[a->B - 1]);
 }
 
 void bench_sdpa_shape_json(const bench_case *c, cJSON *o)
@@ -149,7 +187,16 @@ void bench_sdpa_shape_json(const bench_case *c, cJSON *o)
     const bench_sdpa *a = c->state;
     static const char *const keys[6] = {"B", "H", "Hkv", "Lq", "Lk", "D"};
     bench_json_ints(o, 6, keys, (const int64_t[6]){a->B, a->H, a->Hkv, a->Lq, a->Lk, a->D});
-    cJSON_AddStringToObject(o, "causal", bench_causal_name(a->causal));
+    /* what ta_sdpa is given: opts.causal, and the mask tensor ("triu": the seed's
+     * [Lq, Lk] block mask triu(ones, 1), the top-left causal limit) */
+    cJSON_AddStringToObject(o, "causal", bench_causal_name(a->mask_tensor ? TA_CAUSAL_NONE
+                                                                        : a->causal));
+    cJSON_AddStringToObject(o, "mask", a->mask_tensor ? "triu" : "none");
+    if (a->ragged) {
+        cJSON *lens = cJSON_AddArrayToObject(o, "key_lengths");
+        for (int64_t b = 0; b < a->B && lens; b++)
+            cJSON_AddItemToArray(lens, cJSON_CreateNumber((double)a->key_lengths[b]));
+    }
     cJSON_AddNumberToObject(o, "pairs", a->pairs);
 }
 
@@ -164,7 +211,7 @@ const bench_sdpa *bench_sdpa_of(const bench_case *c)
 }
 
 void bench_add_sdpa_pair(bench_state *s, const bench_kind *kind, const char *name,
-                         const bench_sdpa *shape, double flops, int output,
+                         const bench_sdpa *shape, const bench_case *proto,
                          const char *ref_skip)
 {
     static const struct {
@@ -176,10 +223,12 @@ void bench_add_sdpa_pair(bench_state *s, const bench_kind *kind, const char *nam
         bench_sdpa a = *shape;
         a.path = paths[p].path;
         bench_case c = {.kind = kind, .path = paths[p].name,
-                        .state = bench_state_dup(&a, sizeof a), .flops = flops,
-                        .threads = s->cfg.threads, .tolerance = BENCH_TOLERANCE,
-                        .twin = first + 1 - p, .is_reference = p == 0, .output = output};
+                        .state = bench_state_dup(&a, sizeof a), .flops = proto->flops,
+                        .bytes = proto->bytes, .threads = s->cfg.threads,
+                        .tolerance = BENCH_TOLERANCE, .twin = first + 1 - p,
+                        .is_reference = p == 0, .output = proto->output};
         snprintf(c.name, sizeof c.name, "%s_%s", name, paths[p].name);
+        memcpy(c.vs_causal, proto->vs_causal, sizeof c.vs_causal);
         if (p == 0) snprintf(c.skip_reason, sizeof c.skip_reason, "%s", ref_skip);
         bench_add_case(s, &c);
     }
@@ -188,22 +237,57 @@ void bench_add_sdpa_pair(bench_state *s, const bench_kind *kind, const char *nam
 bench_sdpa bench_sdpa_shape(int64_t B, int64_t H, int64_t Hkv, int64_t Lq, int64_t Lk,
                             int64_t D, ta_causal causal)
 {
-    return (bench_sdpa){.B = B, .H = H, .Hkv = Hkv, .Lq = Lq, .Lk = Lk, .D = D,
-                        .causal = causal,
-                        .pairs = (double)B * (double)H * sdpa_pairs(causal, Lq, Lk)};
+    bench_sdpa a = {.B = B, .H = H, .Hkv = Hkv, .Lq = Lq, .Lk = Lk, .D = D, .causal = causal};
+    a.pairs = sdpa_pairs(&a);
+    return a;
 }
 
-/* The reference path is skipped where its [B, H, Lq, Lk] scratch would exceed 4 GiB. */
-void bench_add_sdpa(bench_state *s, const char *name, int64_t B, int64_t H, int64_t Hkv,
-                    int64_t Lq, int64_t Lk, int64_t D, ta_causal causal)
+/* Appends the pair of a forward shape: flops are two multiply-adds (Q K^T and P V) per
+ * unmasked pair and d; memory-bound shapes count their bytes. The reference path is
+ * skipped where its [B, H, Lq, Lk] scratch would exceed 4 GiB. */
+static void add_forward(bench_state *s, const char *name, const bench_sdpa *a, int memory_bound,
+                        const char *vs_causal)
 {
-    bench_sdpa a = bench_sdpa_shape(B, H, Hkv, Lq, Lk, D, causal);
-    double scratch = (double)B * (double)H * (double)Lq * (double)Lk * sizeof(float);
+    double scratch = (double)a->B * (double)a->H * (double)a->Lq * (double)a->Lk * sizeof(float);
     char skip[160] = "";
     if (scratch > BENCH_REF_SCRATCH_MAX)
         snprintf(skip, sizeof skip,
                  "the reference path's [B, H, Lq, Lk] scratch would take %.1f GiB (> 4 GiB)",
                  scratch / (double)(1LL << 30));
-    /* Q K^T and P V: two multiply-adds per (pair, d) */
-    bench_add_sdpa_pair(s, &sdpa_kind, name, &a, 4.0 * a.pairs * (double)D, 3, skip);
+    bench_case proto = {.flops = 4.0 * a->pairs * (double)a->D, .output = 3,
+                        .bytes = memory_bound ? sdpa_bytes(a) : 0.0};
+    snprintf(proto.vs_causal, sizeof proto.vs_causal, "%s", vs_causal ? vs_causal : "");
+    bench_add_sdpa_pair(s, &sdpa_kind, name, a, &proto, skip);
+}
+
+void bench_add_sdpa(bench_state *s, const char *name, int64_t B, int64_t H, int64_t Hkv,
+                    int64_t Lq, int64_t Lk, int64_t D, ta_causal causal)
+{
+    bench_sdpa a = bench_sdpa_shape(B, H, Hkv, Lq, Lk, D, causal);
+    add_forward(s, name, &a, 0, NULL);
+}
+
+void bench_add_sdpa_decode(bench_state *s, const char *name, int64_t B, int64_t H, int64_t Hkv,
+                           int64_t Lk, int64_t D, const int64_t *key_lengths)
+{
+    bench_sdpa a = bench_sdpa_shape(B, H, Hkv, 1, Lk, D, TA_CAUSAL_BOTTOM_RIGHT);
+    if (key_lengths) {
+        if (B > BENCH_SDPA_MAX_RAGGED) {
+            fprintf(stderr, "bench: warning: %s has more than %d batches; it is left out\n",
+                    name, BENCH_SDPA_MAX_RAGGED);
+            return;
+        }
+        a.ragged = 1;
+        for (int64_t b = 0; b < B; b++) a.key_lengths[b] = key_lengths[b];
+        a.pairs = sdpa_pairs(&a);
+    }
+    add_forward(s, name, &a, 1, NULL);
+}
+
+void bench_add_sdpa_causal_mask(bench_state *s, const char *name, const char *causal_name,
+                                int64_t B, int64_t H, int64_t L, int64_t D)
+{
+    bench_sdpa a = bench_sdpa_shape(B, H, H, L, L, D, TA_CAUSAL_TOP_LEFT);
+    a.mask_tensor = 1;
+    add_forward(s, name, &a, 0, causal_name);
 }

@@ -9,11 +9,16 @@
 #define BENCH_SDPA_ROWS 14 /* random query rows checked in float64 per call */
 
 /* An attention case: Q [B,H,Lq,D], K and V [B,Hkv,Lk,D], O [B,H,Lq,D]; the causal
- * alignment, the ta_sdpa path, and the unmasked (query, key) pairs of all batches and
- * heads. */
+ * alignment, how it reaches ta_sdpa (opts.causal, or the seed's mask as a tensor), the
+ * key lengths of each batch (ragged: opts.key_lengths), the ta_sdpa path, and the
+ * unmasked (query, key) pairs of all batches and heads. */
 typedef struct bench_sdpa {
     int64_t B, H, Hkv, Lq, Lk, D;
     ta_causal causal;
+    int mask_tensor; /* the (top-left) causal limit goes as the seed's mask, a [Lq, Lk]
+                        tensor triu(ones, 1) with TA_MASK_BLOCK, not as opts.causal */
+    int ragged;      /* key_lengths[b] (B <= BENCH_SDPA_MAX_RAGGED) go as opts.key_lengths */
+    int64_t key_lengths[BENCH_SDPA_MAX_RAGGED];
     ta_sdpa_path path;
     double pairs;
 } bench_sdpa;
@@ -24,12 +29,14 @@ bench_sdpa bench_sdpa_shape(int64_t B, int64_t H, int64_t Hkv, int64_t Lq, int64
 /* A forward sdpa case's state; NULL for any other case. */
 const bench_sdpa *bench_sdpa_of(const bench_case *c);
 
-/* The keys query row i may see: a prefix [0, n) of the Lk keys. */
+/* The keys query row i may see under the causal alignment: a prefix [0, n) of Lk. */
 int64_t bench_sdpa_visible(ta_causal causal, int64_t i, int64_t Lq, int64_t Lk);
+/* The keys row i of batch b sees: the causal prefix, cut at the batch's key length. */
+int64_t bench_sdpa_keys(const bench_sdpa *a, int64_t b, int64_t i);
 const char *bench_causal_name(ta_causal causal); /* "none", "top_left", "bottom_right" */
 
 /* t[0] = Q, t[1] = K, t[2] = V: N(0,1) from fixed seeds (both paths of a shape see the
- * same inputs); t[3] = O, NaN. */
+ * same inputs); t[3] = O, NaN; t[4] = the mask tensor when mask_tensor. */
 int bench_sdpa_setup(bench_case *c);
 /* Row (b, h, i) of the softmax in float64, from t[0] and t[1], not yet normalised:
  * w[j] = exp(s_j - max s) for the *n keys the row sees (a prefix of Lk; w holds Lk
@@ -42,10 +49,11 @@ void bench_sdpa_shape_text(const bench_case *c, char *buf, size_t n);
 void bench_sdpa_shape_json(const bench_case *c, cJSON *o);
 
 /* Appends the two cases of one shape, the reference path first (its twin is checked
- * against its output), both of `kind`, with `flops` per call and the output at
- * t[output]. ref_skip non-empty: the reference is not run, for that reason. */
+ * against its output), both of `kind`, with proto's flops, bytes, output index and
+ * vs_causal (the rest of proto is ignored). ref_skip non-empty: the reference is not
+ * run, for that reason. */
 void bench_add_sdpa_pair(bench_state *s, const bench_kind *kind, const char *name,
-                         const bench_sdpa *shape, double flops, int output,
+                         const bench_sdpa *shape, const bench_case *proto,
                          const char *ref_skip);
 
 #endif

@@ -137,6 +137,7 @@ void bench_add_sdpa_backward(bench_state *s, const char *name, int64_t B, int64_
         snprintf(skip, sizeof skip,
                  "the reference backward's P and dP would take %.1f GiB (> 1 GiB)",
                  scratch / (double)(1LL << 30));
-    bench_add_sdpa_pair(s, &sdpa_backward_kind, name, &a, 2.5 * (4.0 * a.pairs * (double)D), 6,
+    bench_add_sdpa_pair(s, &sdpa_backward_kind, name, &a,
+                        &(bench_case){.flops = 2.5 * (4.0 * a.pairs * (double)D), .output = 6},
                         skip);
 }

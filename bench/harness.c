@@ -297,6 +297,7 @@ int bench_run_cases(bench_state *s)
         c->max_abs_diff_ref = NAN;
         c->speedup_vs_reference = NAN;
         c->speedup_vs_torch = NAN;
+        c->bandwidth_fraction = c->ratio_vs_causal = NAN;
         c->extra_bytes = c->extra_bytes_cold = -1.0;
         if (c->skip_reason[0]) { /* decided when the case was built */
             c->status = "skipped";
@@ -328,8 +329,21 @@ int bench_run_cases(bench_state *s)
     return failed ? -1 : 0;
 }
 
-/* Denominator: the active ISA's peak on the case's thread count. A case with a twin
- * is also set against the reference path on the same shape, when both ran. */
+/* The case named "<shape>_<path>" with c's path that ran, or NULL. */
+static const bench_case *same_path_case(const bench_state *s, const bench_case *c,
+                                        const char *shape)
+{
+    char name[sizeof c->name];
+    snprintf(name, sizeof name, "%s_%s", shape, c->path);
+    for (int i = 0; i < s->ncases; i++)
+        if (bench_case_ok(&s->cases[i]) && !strcmp(s->cases[i].name, name)) return &s->cases[i];
+    return NULL;
+}
+
+/* Denominators: the active ISA's peak on the case's thread count, and for a
+ * memory-bound case the read bandwidth on it. A case with a twin is also set against
+ * the reference path on the same shape, when both ran; a causal-mask-tensor case
+ * against its opts.causal case. */
 void bench_finish_ratios(bench_state *s)
 {
     int above = 0;
@@ -339,15 +353,25 @@ void bench_finish_ratios(bench_state *s)
         c->peak_gflops = bench_known_peak(s, ta_active_isa(), c->threads);
         c->peak_fraction = c->peak_gflops > 0.0 ? c->gflops / c->peak_gflops : 0.0;
         above |= c->peak_fraction > 1.0;
+        if (c->bytes > 0.0) {
+            c->gbs = c->median_s > 0.0 ? c->bytes / c->median_s * 1e-9 : 0.0;
+            c->read_gbs = bench_known_bandwidth(s, c->threads);
+            if (c->read_gbs > 0.0) c->bandwidth_fraction = c->gbs / c->read_gbs;
+            above |= c->bandwidth_fraction > 1.0;
+        }
         if (c->twin >= 0) {
             const bench_case *ref = c->is_reference ? c : &s->cases[c->twin];
             if (bench_case_ok(ref) && c->median_s > 0.0)
                 c->speedup_vs_reference = ref->median_s / c->median_s;
         }
+        const bench_case *causal = c->vs_causal[0] ? same_path_case(s, c, c->vs_causal) : NULL;
+        if (causal && causal->median_s > 0.0) c->ratio_vs_causal = c->median_s / causal->median_s;
     }
-    if (s->peak_spread > 0.1 || above)
+    if (s->peak_spread > 0.1 || s->read_spread > 0.1 || above)
         fprintf(stderr,
-                "bench: warning: the machine looks busy (an FMA peak moved by %.0f%% between "
-                "the start and the end of the run%s); read the ratios with care\n",
-                100.0 * s->peak_spread, above ? ", and a case ran above the peak" : "");
+                "bench: warning: the machine looks busy (an FMA peak moved by %.0f%% and the "
+                "read bandwidth by %.0f%% between the start and the end of the run%s); read "
+                "the ratios with care\n",
+                100.0 * s->peak_spread, 100.0 * s->read_spread,
+                above ? ", and a case ran above the peak or the read bandwidth" : "");
 }

@@ -1,7 +1,8 @@
 /* The machine section: the FMA peaks the ratios divide by, for every ISA of the
- * library's table that the CPU supports, on 1 thread and on the bench thread count,
- * measured before the cases and again after them (the larger value is kept). The
- * measurement itself is bench_fma_peak (peak.c). */
+ * library's table that the CPU supports, and the read bandwidth that memory-bound cases
+ * (decoding) are set against, each on 1 thread and on the bench thread count, measured
+ * before the cases and again after them (the larger value is kept). The measurements
+ * themselves are bench_fma_peak and bench_read_bandwidth (peak.c). */
 #include "bench_internal.h"
 #include "peak.h"
 
@@ -46,6 +47,45 @@ int bench_peak_for(bench_state *s, ta_isa isa, int threads, double *gflops)
     return 0;
 }
 
+/* The read bandwidth on 1 thread and on the bench threads: a streaming read (the active
+ * ISA's vector loads) of a buffer far larger than the caches (1 GiB; --quick: 256 MiB)
+ * from the library allocator (huge pages advised, as the cases' buffers), touched
+ * before timing. Measured before and after the cases, like the peaks: the larger value
+ * is kept, the change goes to read_spread. Without the memory the bandwidth stays
+ * unknown (0: reported as null) and the run goes on. */
+static void measure_bandwidth(bench_state *s)
+{
+    const int64_t n = s->cfg.read_bytes / (int64_t)sizeof(float);
+    ta_tensor buf = {0};
+    ta_status st = ta_tensor_full(&buf, 1, &n, 1.0f);
+    const char *why = st == TA_OK ? NULL : ta_last_error();
+    int counts[2] = {1, s->cfg.threads};
+    double got[2] = {0.0, 0.0}, *have[2] = {&s->read_gbs_1thread, &s->read_gbs};
+    for (int k = 0; k < 2 && !why; k++) {
+        if (k == 1 && counts[1] == 1) { /* one measurement serves both */
+            got[1] = got[0];
+            break;
+        }
+        bench_progress(s, "measuring the read bandwidth%s: %d thread%s ...",
+                       *have[k] > 0.0 ? " again" : "", counts[k], counts[k] == 1 ? "" : "s");
+        why = bench_read_bandwidth(&got[k], ta_active_isa(), counts[k], buf.data, n,
+                                   s->cfg.read_runs);
+    }
+    ta_tensor_free(&buf);
+    if (why) {
+        bench_progress_clear(s);
+        fprintf(stderr, "bench: warning: the read bandwidth is not measured: %s\n", why);
+        return;
+    }
+    for (int k = 0; k < 2; k++) {
+        if (*have[k] > 0.0) {
+            double d = fabs(got[k] - *have[k]) / fmax(got[k], *have[k]);
+            if (d > s->read_spread) s->read_spread = d;
+        }
+        if (got[k] > *have[k]) *have[k] = got[k];
+    }
+}
+
 int bench_measure_machine(bench_state *s)
 {
     for (int i = 0; i < TA_ISA_COUNT; i++) {
@@ -54,13 +94,14 @@ int bench_measure_machine(bench_state *s)
         if (bench_peak_for(s, (ta_isa)i, 1, &g) || bench_peak_for(s, (ta_isa)i, s->cfg.threads, &g))
             return -1;
     }
+    measure_bandwidth(s);
     return 0;
 }
 
 /* The peak is what the hardware can do, and a measurement that shares the cores with
- * another process reads low (then fractions above 1 appear). So every peak is measured
- * again after the cases; the larger value is kept and the spread reported as a sign
- * of a busy machine. */
+ * another process reads low (then fractions above 1 appear). So every peak, and the
+ * read bandwidth, is measured again after the cases; the larger value is kept and the
+ * spread reported as a sign of a busy machine. */
 int bench_recheck_peaks(bench_state *s)
 {
     for (int i = 0; i < s->npeaks; i++) {
@@ -73,6 +114,7 @@ int bench_recheck_peaks(bench_state *s)
         if (d > s->peak_spread) s->peak_spread = d;
         if (g > p->gflops) p->gflops = g;
     }
+    measure_bandwidth(s);
     bench_progress_clear(s);
     return 0;
 }
@@ -82,4 +124,9 @@ double bench_known_peak(const bench_state *s, ta_isa isa, int threads)
     for (int i = 0; i < s->npeaks; i++)
         if (s->peaks[i].isa == isa && s->peaks[i].threads == threads) return s->peaks[i].gflops;
     return 0.0;
+}
+
+double bench_known_bandwidth(const bench_state *s, int threads)
+{
+    return threads == s->cfg.threads ? s->read_gbs : threads == 1 ? s->read_gbs_1thread : 0.0;
 }

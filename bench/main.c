@@ -31,22 +31,25 @@ static void print_help(void)
     printf("usage: tensorattn bench [--quick] [--json FILE] [--threads N] [--filter SUBSTRING]\n"
            "                        [--list] [--peers]\n"
            "\n"
-           "Measures the float32 FMA peak of this machine for every ISA it supports, then\n"
-           "times SGEMM (square 256..2048 and the seed's batched attention shapes), the\n"
-           "seed's four einsums (B=32 H=8 L=512 D=64) and scaled dot-product attention\n"
-           "(ta_sdpa, reference and fused paths: the seed example, an L sweep at constant\n"
-           "work with D=64 and 128, GQA, decoding, a long causal sequence). Each case is\n"
-           "checked before it is timed (against a float64 oracle; a fused case also against\n"
-           "the reference output on the same inputs), warmed up, and run >= 5 times and\n"
-           ">= 0.5 s (slow cases: 2 or 3 runs); the table gives the median, the minimum, the\n"
-           "first (cold) call, GFLOP/s, the fraction of the active ISA's measured peak on the\n"
-           "case's thread count, the speed-up over the reference path and the extra memory\n"
-           "the call allocated. A reference whose [B,H,Lq,Lk] scratch would exceed 4 GiB\n"
-           "reads \"skipped\"; every other case must run.\n"
+           "Measures the float32 FMA peak of this machine for every ISA it supports and its\n"
+           "read bandwidth (a streaming read of 1 GiB), then times SGEMM (square 256..2048 and\n"
+           "the seed's batched attention shapes), the seed's four einsums (B=32 H=8 L=512 D=64)\n"
+           "and scaled dot-product attention (ta_sdpa, reference and fused paths: the seed\n"
+           "example, its causal mask as opts.causal and as a tensor, an L sweep at constant work\n"
+           "with D=64 and 128, GQA, decoding, batched decoding with ragged key lengths, a long\n"
+           "causal sequence). Each case is checked before it is timed (against a float64 oracle;\n"
+           "a fused case also against the reference output on the same inputs), warmed up, and\n"
+           "run >= 5 times and >= 0.5 s (slow cases: 2 or 3 runs); the table gives the median,\n"
+           "the minimum, the first (cold) call, GFLOP/s, the fraction of the active ISA's\n"
+           "measured peak on the case's thread count, for decoding cases the GB/s of K, V, Q and\n"
+           "O and its fraction of the read bandwidth, the speed-up over the reference path and\n"
+           "the extra memory the call allocated. A reference whose [B,H,Lq,Lk] scratch would\n"
+           "exceed 4 GiB reads \"skipped\"; every other case must run.\n"
            "\n"
            "  --quick            2 timed runs, smaller sizes (no 2048, L<=256)\n"
            "  --json FILE        also write the results as JSON (schema: bench/README.md)\n"
-           "  --threads N        threads for the library and the peak (default: all cores)\n"
+           "  --threads N        threads for the library, the peak and the read bandwidth\n"
+           "                     (default: all cores)\n"
            "  --filter SUBSTRING run only the cases whose name contains SUBSTRING\n"
            "                     (e.g. sdpa_, _fused, sgemm_)\n"
            "  --list             print the case names and exit\n"
@@ -117,6 +120,8 @@ static int configure(bench_config *cfg)
     cfg->min_seconds = cfg->quick ? 0.0 : 0.5;
     cfg->warmup_runs = cfg->quick ? 1 : 2;
     cfg->peak_seconds = cfg->quick ? 0.1 : 0.3;
+    cfg->read_bytes = (int64_t)(cfg->quick ? 256 : 1024) << 20;
+    cfg->read_runs = cfg->quick ? 3 : 5;
     return 0;
 }
 

@@ -1,9 +1,11 @@
-/* The FMA peak measurement (peak.h). Built without vector flags: it calls an ISA's loop
- * (bench/peak_<isa>.c) only after ta_cpu_supports says the CPU runs that ISA. */
+/* The FMA peak and read-bandwidth measurements (peak.h). Built without vector flags: it
+ * calls an ISA's loops (bench/peak_<isa>.c) only after ta_cpu_supports says the CPU runs
+ * that ISA. */
 #define _POSIX_C_SOURCE 200809L
 
 #include "peak.h"
 
+#include <omp.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -11,13 +13,21 @@
  * of rows and arch macros, no code), so that the bench keeps no ISA list of its own;
  * a row of another target (TA_ON_<arch>) has no loop here, as its file is not built. */
 #define TA_ISA(isa, name, parent, supported, fill, arch, cflags)                              \
-    double bench_peak_loop_##name(int64_t iters);
+    double bench_peak_loop_##name(int64_t iters);                                             \
+    double bench_read_loop_##name(const float *p, int64_t n);
 #include "kernels/isa_table.def"
 #undef TA_ISA
 
 static double (*const loops[TA_ISA_COUNT])(int64_t iters) = {
 #define TA_ISA(isa, name, parent, supported, fill, arch, cflags)                              \
     [isa] = TA_ON_##arch(bench_peak_loop_##name),
+#include "kernels/isa_table.def"
+#undef TA_ISA
+};
+
+static double (*const read_loops[TA_ISA_COUNT])(const float *p, int64_t n) = {
+#define TA_ISA(isa, name, parent, supported, fill, arch, cflags)                              \
+    [isa] = TA_ON_##arch(bench_read_loop_##name),
 #include "kernels/isa_table.def"
 #undef TA_ISA
 };
@@ -56,5 +66,45 @@ const char *bench_fma_peak(double *gflops, ta_isa isa, int threads, double secon
         if (flops / dt > best) best = flops / dt;
     } while (seconds_now() < end);
     *gflops = best * 1e-9;
+    return NULL;
+}
+
+const char *bench_read_bandwidth(double *gbs, ta_isa isa, int threads, const float *p, int64_t n,
+                                 int runs)
+{
+    if (!gbs || !p) return "gbs or p is NULL";
+    if (n < 1) return "n must be positive";
+    if (runs < 1 || runs > BENCH_READ_MAX_RUNS) return "runs out of range";
+    if (threads < 0) return "threads is negative";
+    if ((int)isa < 0 || (int)isa >= TA_ISA_COUNT) return "no such ISA";
+    if (!ta_cpu_supports(isa) || !read_loops[isa]) return "this CPU cannot run that ISA";
+    double (*loop)(const float *, int64_t) = read_loops[isa];
+    int nt = threads ? threads : ta_get_num_threads();
+    double t[BENCH_READ_MAX_RUNS];
+    volatile double sink = 0.0;
+    for (int r = 0; r < runs; r++) {
+        double sum = 0.0, t0 = seconds_now();
+        /* Each thread reads one contiguous share, cut at 64-float (256-byte) bounds. */
+#pragma omp parallel num_threads(nt) reduction(+ : sum)
+        {
+            int64_t id = omp_get_thread_num(), k = omp_get_num_threads();
+            int64_t lo = id ? n * id / k / 64 * 64 : 0;
+            int64_t hi = id + 1 < k ? n * (id + 1) / k / 64 * 64 : n;
+            if (hi > lo) sum += loop(p + lo, hi - lo);
+        }
+        t[r] = seconds_now() - t0;
+        sink += sum;
+    }
+    (void)sink;
+    /* The median: the rate the machine sustains, not its luckiest pass. */
+    for (int i = 1; i < runs; i++)
+        for (int j = i; j > 0 && t[j - 1] > t[j]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    double median = runs % 2 ? t[runs / 2] : 0.5 * (t[runs / 2 - 1] + t[runs / 2]);
+    if (!(median > 0.0)) return "the clock did not advance";
+    *gbs = (double)n * sizeof(float) / median * 1e-9;
     return NULL;
 }

@@ -1,9 +1,14 @@
-/* The FMA peak, measured on the spot: the yardstick every benchmark ratio uses
- * (bench/README.md). One loop per ISA, bench/peak_<isa>.c (bench/peak_template.h). */
+/* The FMA peak and the read bandwidth, measured on the spot: the yardsticks every
+ * benchmark ratio uses (bench/README.md). One loop of each per ISA, bench/peak_<isa>.c
+ * (bench/peak_template.h). */
 #ifndef TA_BENCH_PEAK_H
 #define TA_BENCH_PEAK_H
 
 #include "tensorattn.h"
+
+#include <stdint.h>
+
+#define BENCH_READ_MAX_RUNS 32
 
 /* This machine's float32 FMA peak in GFLOP/s with the given ISA's widest FMA
  * (independent chains, no memory traffic) on `threads` threads (0 = the library's
@@ -11,5 +16,14 @@
  * repeated parallel runs, each calibrated to >= 20 ms. Runs an ISA's loop only when
  * ta_cpu_supports(isa). Returns NULL, or why nothing was measured (*gflops untouched). */
 const char *bench_fma_peak(double *gflops, ta_isa isa, int threads, double seconds);
+
+/* The rate in GB/s (1e9 bytes/s) at which `threads` threads (0 = the library's thread
+ * count) read the n floats at p with the given ISA's vector loads, each thread one
+ * contiguous share, summed into independent accumulators: the median of `runs` (1 ..
+ * BENCH_READ_MAX_RUNS) passes over the whole buffer. The caller allocates and touches p
+ * (so no page fault is timed) and makes it far larger than the caches. Returns NULL, or
+ * why nothing was measured (*gbs untouched). */
+const char *bench_read_bandwidth(double *gbs, ta_isa isa, int threads, const float *p, int64_t n,
+                                 int runs);
 
 #endif

@@ -4,5 +4,6 @@
 
 #define CHAINS 12
 #define NAME_PEAK bench_peak_loop_avx512
+#define NAME_READ bench_read_loop_avx512
 
 #include "peak_template.h"

@@ -4,5 +4,6 @@
 
 #define CHAINS 8
 #define NAME_PEAK bench_peak_loop_scalar
+#define NAME_READ bench_read_loop_scalar
 
 #include "peak_template.h"

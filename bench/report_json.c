@@ -1,4 +1,4 @@
-/* --json FILE: the report as JSON (schema version 2, bench/README.md), written whole. */
+/* --json FILE: the report as JSON (schema version 3, bench/README.md), written whole. */
 #define _POSIX_C_SOURCE 200809L
 
 #include "bench_internal.h"
@@ -49,13 +49,21 @@ static cJSON *case_json(const bench_case *c)
         NUM("speedup_vs_reference", c->speedup_vs_reference, isfinite(c->speedup_vs_reference));
         NUM("speedup_vs_torch", c->speedup_vs_torch, isfinite(c->speedup_vs_torch));
     }
+    if (c->bytes > 0.0) { /* a memory-bound case: bytes moved against the read bandwidth */
+        NUM("bytes", c->bytes, 1);
+        NUM("gbs", c->gbs, ok);
+        NUM("read_bandwidth_gbs", c->read_gbs, c->read_gbs > 0.0);
+        NUM("bandwidth_fraction", c->bandwidth_fraction, ok && isfinite(c->bandwidth_fraction));
+    }
+    if (c->vs_causal[0]) NUM("ratio_vs_causal", c->ratio_vs_causal, isfinite(c->ratio_vs_causal));
     NUM("extra_bytes", c->extra_bytes, ok && c->extra_bytes >= 0.0);
     NUM("extra_bytes_cold", c->extra_bytes_cold, c->cold_s > 0.0 && c->extra_bytes_cold >= 0.0);
 #undef NUM
     return o;
 }
 
-/* "machine": the active ISA, the thread count and every peak measured. */
+/* "machine": the active ISA, the thread count, every peak measured and the read
+ * bandwidth (null when it could not be measured). */
 static void machine_json(const bench_state *s, cJSON *m)
 {
     ta_isa act = ta_active_isa();
@@ -64,6 +72,12 @@ static void machine_json(const bench_state *s, cJSON *m)
     cJSON_AddNumberToObject(m, "fma_peak_gflops", bench_known_peak(s, act, s->cfg.threads));
     cJSON_AddNumberToObject(m, "fma_peak_gflops_1thread", bench_known_peak(s, act, 1));
     cJSON_AddNumberToObject(m, "peak_spread", s->peak_spread);
+    if (s->read_gbs > 0.0) cJSON_AddNumberToObject(m, "read_bandwidth_gbs", s->read_gbs);
+    else cJSON_AddNullToObject(m, "read_bandwidth_gbs");
+    if (s->read_gbs_1thread > 0.0)
+        cJSON_AddNumberToObject(m, "read_bandwidth_gbs_1thread", s->read_gbs_1thread);
+    else cJSON_AddNullToObject(m, "read_bandwidth_gbs_1thread");
+    cJSON_AddNumberToObject(m, "read_bandwidth_spread", s->read_spread);
     cJSON *peaks = cJSON_AddObjectToObject(m, "peaks");
     cJSON *peaks1 = cJSON_AddObjectToObject(m, "peaks_1thread");
     for (int i = 0; i < TA_ISA_COUNT && peaks && peaks1; i++) {
@@ -100,7 +114,7 @@ static cJSON *report_json(const bench_state *s)
     time_t now = time(NULL);
     struct tm tm;
     if (gmtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    cJSON_AddNumberToObject(root, "version", 2);
+    cJSON_AddNumberToObject(root, "version", 3);
     cJSON_AddStringToObject(root, "tensorattn", ta_version());
     cJSON_AddStringToObject(root, "created", when);
     cJSON_AddBoolToObject(root, "quick", s->cfg.quick);

@@ -9,25 +9,30 @@
 
 static void print_header(void)
 {
-    printf("%-32s %-34s %3s %5s %10s %10s %10s %9s %6s %9s %7s %9s\n", "case", "shape", "thr",
-           "runs", "median ms", "min ms", "cold ms", "GFLOP/s", "%peak", "err", "x ref",
-           "scratch MiB");
+    printf("%-32s %-34s %3s %5s %10s %10s %10s %9s %6s %7s %6s %9s %7s %9s\n", "case", "shape",
+           "thr", "runs", "median ms", "min ms", "cold ms", "GFLOP/s", "%peak", "GB/s", "%bw",
+           "err", "x ref", "scratch MiB");
 }
 
 static void print_row(const bench_case *c)
 {
-    char shape[160], speedup[16] = "-", extra[16] = "?";
+    char shape[160], speedup[16] = "-", extra[16] = "?", gbs[16] = "-", bw[16] = "-";
     c->kind->shape_text(c, shape, sizeof shape);
     if (isfinite(c->speedup_vs_reference))
         snprintf(speedup, sizeof speedup, "%.2f", c->speedup_vs_reference);
     /* the cold call's: each case starts with no scratch kept, warm calls reuse it */
     if (c->extra_bytes_cold >= 0.0)
         snprintf(extra, sizeof extra, "%.1f", c->extra_bytes_cold / (1 << 20));
+    /* memory-bound cases: bytes moved per second, and that as a share of the read
+     * bandwidth measured on the case's thread count */
+    if (c->bytes > 0.0) snprintf(gbs, sizeof gbs, "%.1f", c->gbs);
+    if (isfinite(c->bandwidth_fraction))
+        snprintf(bw, sizeof bw, "%.1f%%", 100.0 * c->bandwidth_fraction);
     if (strcmp(c->status, "ok") == 0)
-        printf("%-32s %-34s %3d %5d %10.3f %10.3f %10.3f %9.1f %5.1f%% %9.2e %7s %9s\n",
+        printf("%-32s %-34s %3d %5d %10.3f %10.3f %10.3f %9.1f %5.1f%% %7s %6s %9.2e %7s %9s\n",
                c->name, shape, c->threads, c->runs, c->median_s * 1e3, c->min_s * 1e3,
-               c->cold_s * 1e3, c->gflops, 100.0 * c->peak_fraction, c->max_rel_err, speedup,
-               extra);
+               c->cold_s * 1e3, c->gflops, 100.0 * c->peak_fraction, gbs, bw, c->max_rel_err,
+               speedup, extra);
     else if (!strcmp(c->status, "skipped"))
         printf("%-32s %-34s %3d  %s: %s\n", c->name, shape, c->threads, c->status, c->error);
     else
@@ -41,6 +46,12 @@ void bench_print_table(const bench_state *s)
     print_header();
     for (int i = 0; i < s->ncases; i++)
         if (s->cases[i].status) print_row(&s->cases[i]);
+    for (int i = 0; i < s->ncases; i++) {
+        const bench_case *c = &s->cases[i];
+        if (c->status && isfinite(c->ratio_vs_causal))
+            printf("%s takes %.2fx the time of %s_%s (the same mask as opts.causal)\n", c->name,
+                   c->ratio_vs_causal, c->vs_causal, c->path);
+    }
     fflush(stdout);
 }
 
@@ -61,6 +72,15 @@ void bench_print_machine(const bench_state *s)
         printf("%s\n", (ta_isa)i == act ? "   <- ratios use this" : "");
     }
     printf("  (best of two measurements, before and after the cases; they differed by up to "
-           "%.0f%%)\n\n", 100.0 * s->peak_spread);
+           "%.0f%%)\n", 100.0 * s->peak_spread);
+    printf("read bandwidth (GB/s, streaming read of %lld MiB, median of %d passes, measured "
+           "now):\n", (long long)(s->cfg.read_bytes >> 20), s->cfg.read_runs);
+    if (s->read_gbs_1thread > 0.0) printf("  %-8s %9.1f on 1 thread", "read", s->read_gbs_1thread);
+    else printf("  not measured");
+    if (s->cfg.threads != 1 && s->read_gbs > 0.0)
+        printf(", %9.1f on %d threads", s->read_gbs, s->cfg.threads);
+    printf("   <- %%bw of memory-bound cases (decoding) uses this\n");
+    printf("  (best of two measurements, before and after the cases; they differed by up to "
+           "%.0f%%)\n\n", 100.0 * s->read_spread);
     fflush(stdout);
 }

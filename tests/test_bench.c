@@ -1,10 +1,14 @@
 /* tensorattn bench: the command line and the JSON report (schema: bench/README.md).
  * Runs the real CLI on small cases (--quick --threads 1 --filter sgemm_256, then the
- * decode attention case on both paths; about a second each, most of it the FMA peak
- * measurements) and checks that the report is whole and self-consistent, that the
- * reference path's extra memory covers its [B, H, Lq, Lk] scratch, and that the fused
- * path runs and matches the reference on the same inputs. A CLI without `bench`, or a
- * case whose status is not "ok" (a TA_EUNSUPPORTED is an "error", exit 1), fails. */
+ * decode attention cases on both paths, then the seed's causal shape with opts.causal
+ * and with its mask as a tensor; a few seconds each, much of it the FMA peak and
+ * read-bandwidth measurements) and checks that the report is whole and
+ * self-consistent, that the reference path's extra memory covers its [B, H, Lq, Lk]
+ * scratch, that the fused path runs and matches the reference on the same inputs, that
+ * decode cases count the bytes of the keys each sequence reads and set them against the
+ * read bandwidth, and that the mask-tensor case does the causal case's work and is
+ * timed against it. A CLI without `bench`, or a case whose status is not "ok" (a
+ * TA_EUNSUPPORTED is an "error", exit 1), fails. */
 #include "ta_test.h"
 
 #include "cli_run.h"
@@ -70,7 +74,7 @@ static void test_json_report_is_whole_and_consistent(void **state)
     (void)state;
     cJSON *root = BENCH_REPORT("--quick", "--threads", "1", "--filter", "sgemm_256");
 
-    assert_int_equal((int)num(root, "version"), 2);
+    assert_int_equal((int)num(root, "version"), 3);
     assert_string_equal(str(root, "tensorattn"), ta_version());
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "machine");
     assert_true(cJSON_IsObject(m));
@@ -86,6 +90,11 @@ static void test_json_report_is_whole_and_consistent(void **state)
     assert_true(cJSON_IsObject(peaks));
     assert_close(num(peaks, isa), peak, 1e-12);
     assert_true(num(peaks, "scalar") > 0.0);
+    /* The read bandwidth: measured, and on one thread one measurement serves both. */
+    double bw = num(m, "read_bandwidth_gbs"), bw1 = num(m, "read_bandwidth_gbs_1thread");
+    assert_true(bw > 0.0 && bw1 > 0.0);
+    assert_close(bw, bw1, 1e-12);
+    assert_true(num(m, "read_bandwidth_spread") >= 0.0);
 
     const cJSON *cases = cJSON_GetObjectItemCaseSensitive(root, "cases");
     assert_true(cJSON_IsArray(cases));
@@ -111,6 +120,10 @@ static void test_json_report_is_whole_and_consistent(void **state)
     assert_close(num(c, "peak_fraction"), gflops / peak, 1e-9);
     double err = num(c, "max_rel_err");
     assert_true(err >= 0.0 && err <= num(c, "tolerance"));
+    /* Not memory-bound, not a mask case: no bandwidth or causal-ratio fields. */
+    assert_null(cJSON_GetObjectItemCaseSensitive(c, "bytes"));
+    assert_null(cJSON_GetObjectItemCaseSensitive(c, "bandwidth_fraction"));
+    assert_null(cJSON_GetObjectItemCaseSensitive(c, "ratio_vs_causal"));
     cJSON_Delete(root);
 }
 
@@ -123,11 +136,24 @@ static const cJSON *find_case(const cJSON *root, const char *name)
     return NULL;
 }
 
+/* A memory-bound row: its bytes, and GB/s against the read bandwidth of the run. */
+static void check_bandwidth(const cJSON *c, const cJSON *machine, double bytes)
+{
+    assert_close(num(c, "bytes"), bytes, 0.0);
+    double gbs = num(c, "gbs"), bw = num(machine, "read_bandwidth_gbs");
+    assert_close(gbs, bytes / num(c, "median_s") * 1e-9, 1e-9);
+    assert_close(num(c, "read_bandwidth_gbs"), bw, 1e-12); /* one thread: the bench's */
+    assert_close(num(c, "bandwidth_fraction"), gbs / bw, 1e-9);
+    assert_true(gbs > 0.0);
+}
+
 /* The fields every attention row carries, and its flop count from the shape. */
 static void check_sdpa_shape(const cJSON *c, const char *path)
 {
     assert_string_equal(str(c, "kind"), "sdpa");
     assert_string_equal(str(c, "path"), path);
+    assert_string_equal(str(c, "mask"), "none");
+    assert_null(cJSON_GetObjectItemCaseSensitive(c, "key_lengths"));
     assert_int_equal((int64_t)num(c, "B"), 1);
     assert_int_equal((int64_t)num(c, "H"), 32);
     assert_int_equal((int64_t)num(c, "Hkv"), 32);
@@ -141,13 +167,43 @@ static void check_sdpa_shape(const cJSON *c, const char *path)
     assert_close(num(c, "tolerance"), 1e-4, 0.0);
 }
 
+/* The batched decode case with ragged key lengths (--quick: B 8, H 8, Lk 1024, lengths
+ * 100 .. 1024 spread evenly): pairs, flops and bytes count only each sequence's keys,
+ * and both paths pass the float64 check that respects the lengths. */
+static void check_ragged_decode(const cJSON *root, const cJSON *m)
+{
+    const int64_t B = 8, H = 8, Lk = 1024, D = 128;
+    double keys = 0.0;
+    for (int64_t b = 0; b < B; b++) keys += (double)(100 + (Lk - 100) * b / (B - 1));
+    const char *names[2] = {"sdpa_decode_ragged_reference", "sdpa_decode_ragged_fused"};
+    for (int p = 0; p < 2; p++) {
+        const cJSON *c = find_case(root, names[p]);
+        assert_string_equal(str(c, "status"), "ok");
+        assert_int_equal((int64_t)num(c, "B"), B);
+        assert_int_equal((int64_t)num(c, "H"), H);
+        assert_int_equal((int64_t)num(c, "Lq"), 1);
+        assert_int_equal((int64_t)num(c, "Lk"), Lk);
+        const cJSON *lens = cJSON_GetObjectItemCaseSensitive(c, "key_lengths");
+        assert_int_equal(cJSON_GetArraySize(lens), (int)B);
+        assert_int_equal((int64_t)cJSON_GetArrayItem(lens, 0)->valuedouble, 100);
+        assert_int_equal((int64_t)cJSON_GetArrayItem(lens, (int)B - 1)->valuedouble, Lk);
+        assert_close(num(c, "pairs"), (double)H * keys, 0.0);
+        assert_close(num(c, "flops"), 4.0 * (double)H * keys * (double)D, 0.0);
+        check_bandwidth(c, m, 4.0 * (double)D * (2.0 * (double)H * keys + 2.0 * (double)(B * H)));
+        assert_true(num(c, "max_abs_err") <= 1e-4);
+    }
+    double diff = num(find_case(root, names[1]), "max_abs_diff_vs_reference");
+    assert_true(diff >= 0.0 && diff <= 1e-4);
+}
+
 static void test_attention_cases_report_both_paths(void **state)
 {
     (void)state;
     cJSON *root = BENCH_REPORT("--quick", "--threads", "1", "--filter", "sdpa_decode");
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "machine");
     double peak = num(m, "fma_peak_gflops");
-    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "cases")), 2);
+    /* sdpa_decode and sdpa_decode_ragged, each on both paths */
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "cases")), 4);
 
     const cJSON *ref = find_case(root, "sdpa_decode_reference");
     check_sdpa_shape(ref, "reference");
@@ -184,6 +240,47 @@ static void test_attention_cases_report_both_paths(void **state)
     if (!(fextra == 0.0 && fcold > 0.0 && fcold < cold))
         fail_msg("fused: extra_bytes %.0f, extra_bytes_cold %.0f: expected 0 and in (0, %.0f), "
                  "the reference's cold scratch", fextra, fcold, cold);
+    /* Decoding reads every key and value once: 32 heads x 1024 keys x 128 floats each,
+     * plus one query row read and one output row written per head. */
+    double bytes = 4.0 * 128 * (2.0 * 32 * 1024 + 2.0 * 32);
+    check_bandwidth(ref, m, bytes);
+    check_bandwidth(fused, m, bytes);
+    check_ragged_decode(root, m); /* the filter kept it too: one bench run for both */
+    cJSON_Delete(root);
+}
+
+/* The seed's causal mask as a tensor: the same pairs and flops as opts.causal, checked
+ * like it, and timed against the opts.causal case of the same path. */
+static void test_causal_mask_tensor_is_set_against_opts_causal(void **state)
+{
+    (void)state;
+    cJSON *root = BENCH_REPORT("--quick", "--threads", "1", "--filter", "sdpa_seed_causal");
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "cases")), 4);
+    const char *paths[2] = {"reference", "fused"};
+    for (int p = 0; p < 2; p++) {
+        char name[64];
+        snprintf(name, sizeof name, "sdpa_seed_causal_%s", paths[p]);
+        const cJSON *causal = find_case(root, name);
+        snprintf(name, sizeof name, "sdpa_seed_causal_mask_%s", paths[p]);
+        const cJSON *mask = find_case(root, name);
+        assert_string_equal(str(causal, "status"), "ok");
+        assert_string_equal(str(mask, "status"), "ok");
+        assert_string_equal(str(causal, "causal"), "top_left");
+        assert_string_equal(str(causal, "mask"), "none");
+        assert_string_equal(str(mask, "causal"), "none"); /* the tensor does it */
+        assert_string_equal(str(mask, "mask"), "triu");
+        /* --quick: L = 128; row i sees i + 1 keys */
+        assert_close(num(mask, "pairs"), 32.0 * 8 * (128.0 * 129 / 2), 0.0);
+        assert_close(num(mask, "pairs"), num(causal, "pairs"), 0.0);
+        assert_close(num(mask, "flops"), num(causal, "flops"), 0.0);
+        assert_true(num(mask, "max_abs_err") <= 1e-4);
+        assert_close(num(mask, "ratio_vs_causal"),
+                     num(mask, "median_s") / num(causal, "median_s"), 1e-9);
+        assert_true(num(mask, "ratio_vs_causal") > 0.0);
+        assert_null(cJSON_GetObjectItemCaseSensitive(causal, "ratio_vs_causal"));
+    }
+    double diff = num(find_case(root, "sdpa_seed_causal_mask_fused"), "max_abs_diff_vs_reference");
+    assert_true(diff >= 0.0 && diff <= 1e-4);
     cJSON_Delete(root);
 }
 
@@ -234,6 +331,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_report_is_whole_and_consistent),
         cmocka_unit_test(test_attention_cases_report_both_paths),
+        cmocka_unit_test(test_causal_mask_tensor_is_set_against_opts_causal),
         cmocka_unit_test(test_reference_too_big_is_skipped),
         cmocka_unit_test(test_bad_command_lines_exit_2_with_one_error_line),
         cmocka_unit_test(test_unwritable_json_path_fails_with_1),
