@@ -580,6 +580,44 @@ static void test_attn_bwd_dsoftmax(void **state)
         for (int64_t n = 1; n <= 35 || n == 129; n = n == 35 ? 129 : n + 1) dsoftmax_case(k, ref, ms[i], n);
 }
 
+/* ------------------------------------------------------------ attn_pack_q */
+
+/* qp[p * MQ + r] = scale * q[qoff[r] + p * s3] exactly (one multiply each), 0 on the rows
+ * past mq, nothing written past the tile; the rows come from anywhere in q (reversed and
+ * shuffled offsets), unit and strided columns. */
+static void pack_q_case(const ta_kernels *k, int64_t mq, int64_t d, int64_t s3)
+{
+    const int64_t MQ = k->attn_mq, rows = MQ + 3;
+    snprintf(where, sizeof where, "%s attn_pack_q mq=%lld d=%lld s3=%lld", k->name,
+             (long long)mq, (long long)d, (long long)s3);
+    arena ar = {0};
+    const int64_t ld = d * s3 + 5;
+    float *q = gfloats(&ar, rows * ld, NAN), *qp = gfloats(&ar, d * MQ, SENTINEL);
+    int64_t qoff[64];
+    for (int64_t r = 0; r < mq; r++) qoff[r] = ((rows - 1 - r) * 7 % rows) * ld + (r % 2);
+    const float scale = 0.37f;
+    k->attn_pack_q(qp, q, qoff, s3, mq, d, scale);
+    for (int64_t p = 0; p < d; p++)
+        for (int64_t r = 0; r < MQ; r++) {
+            const float want = r < mq ? q[qoff[r] + p * s3] * scale : 0.0f;
+            if (qp[p * MQ + r] != want)
+                fail_msg("%s: qp[%lld, %lld] = %g, want %g", where, (long long)p, (long long)r,
+                         (double)qp[p * MQ + r], (double)want);
+        }
+    arena_release(&ar);
+}
+
+static void test_attn_pack_q(void **state)
+{
+    (void)state;
+    const ta_kernels *ref, *k = tested(&ref);
+    (void)ref;
+    const int64_t ds[] = {1, 7, 8, 9, 16, 17, 64, 129};
+    for (int64_t mq = 1; mq <= k->attn_mq; mq++)
+        for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
+            for (int64_t s3 = 1; s3 <= 2; s3++) pack_q_case(k, mq, ds[i], s3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -589,6 +627,7 @@ int main(void)
         cmocka_unit_test(test_attn_softmax),
         cmocka_unit_test(test_attn_pv),
         cmocka_unit_test(test_attn_exp),
+        cmocka_unit_test(test_attn_pack_q),
         cmocka_unit_test(test_attn_bwd_gemm),
         cmocka_unit_test(test_attn_bwd_dsoftmax),
     };
