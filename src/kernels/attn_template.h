@@ -245,12 +245,12 @@ void NAME_EXP(float *y, const float *x, int64_t n)
     if (i < n) V_STOREN(y + i, V_EXP(V_LOADN(x + i, (int)(n - i))), (int)(n - i));
 }
 
-/* qp[p * MQ + r] = scale * q[qoff[r] + p * s3] for p < d and r < mq; 0 for mq <= r < MQ
- * (one rounding per element, the same in every ISA). x86 vocabularies define
+/* qp[p * ld + r] = scale * q[qoff[r] + p * s3] for p < d and r < mq; 0 for mq <= r < ld
+ * (one rounding per element, the same in every ISA; scale 1 copies exactly). x86 vocabularies define
  * V_TRANSPOSE8_SCALED (an 8 x 8 block through registers) for unit-stride rows; every
  * element the blocks leave is copied one by one. */
-void NAME_PACKQ(float *qp, const float *q, const int64_t *qoff, int64_t s3, int64_t mq,
-                int64_t d, float scale)
+void NAME_PACKQ(float *qp, int64_t ld, const float *q, const int64_t *qoff, int64_t s3,
+                int64_t mq, int64_t d, float scale)
 {
     int64_t r0 = 0, p0 = 0;
 #ifdef V_TRANSPOSE8_SCALED
@@ -258,17 +258,17 @@ void NAME_PACKQ(float *qp, const float *q, const int64_t *qoff, int64_t s3, int6
         for (; r0 + 8 <= mq; r0 += 8) {
             const float *rows[8];
             for (int r = 0; r < 8; r++) rows[r] = q + qoff[r0 + r];
-            for (p0 = 0; p0 + 8 <= d; p0 += 8) V_TRANSPOSE8_SCALED(qp + p0 * MQ + r0, MQ, rows, p0, scale);
+            for (p0 = 0; p0 + 8 <= d; p0 += 8) V_TRANSPOSE8_SCALED(qp + p0 * ld + r0, ld, rows, p0, scale);
             for (int64_t p = p0; p < d; p++)
-                for (int r = 0; r < 8; r++) qp[p * MQ + r0 + r] = rows[r][p] * scale;
+                for (int r = 0; r < 8; r++) qp[p * ld + r0 + r] = rows[r][p] * scale;
         }
     }
 #endif
     (void)p0;
     for (int64_t p = 0; p < d; p++) {
-        float *dst = qp + p * MQ;
+        float *dst = qp + p * ld;
         for (int64_t r = r0; r < mq; r++) dst[r] = q[qoff[r] + p * s3] * scale;
-        for (int64_t r = mq; r < MQ; r++) dst[r] = 0.0f;
+        for (int64_t r = mq; r < ld; r++) dst[r] = 0.0f;
     }
 }
 
@@ -281,5 +281,5 @@ void FILL_FN(ta_kernels *k)
     k->attn_softmax = NAME_SOFTMAX;
     k->attn_pv = NAME_PV;
     k->attn_exp = NAME_EXP;
-    k->attn_pack_q = NAME_PACKQ;
+    k->attn_pack_t = NAME_PACKQ;
 }

@@ -120,8 +120,8 @@ static void pack_q(const fused_plan *f, const fused_item *it, float *qp, int64_t
 {
     const ta_sdpa_problem *p = f->p;
     for (int64_t r = 0; r < it->mq; r++) qoff[r] = q_offset(f, it, r);
-    f->k->attn_pack_q(qp, (const float *)p->Q->data, qoff, p->Q->stride[3], it->mq, p->D,
-                      p->scale);
+    f->k->attn_pack_t(qp, f->mq_max, (const float *)p->Q->data, qoff, p->Q->stride[3], it->mq,
+                      p->D, p->scale);
 }
 
 /* Rows [n0, n0 + n) x columns [0, cols) of a [*, L, cols] slice into dst [n, cols]. */
