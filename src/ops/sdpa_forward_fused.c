@@ -293,8 +293,6 @@ static void run_item(const fused_plan *f, const fused_item *it, const fused_ws *
      * every kernel's key block), so the keys a bound cuts (the causal diagonal) share as
      * few tiles as they can. */
     const int64_t cut_start = clean_end < it->jhi ? TA_MAX(it->jlo, clean_end / 16 * 16) : it->jhi;
-    /* Scores a kernel skips stay as they are: keep the padding lanes defined. */
-    memset(w->s, 0, sizeof(float) * (size_t)(MQ * TA_FUSED_NK));
     const ta_tensor *K = p->K, *V = p->V;
     const float *kb = (const float *)K->data + it->b * K->stride[0] + it->hkv * K->stride[1];
     const float *vb = (const float *)V->data + it->b * V->stride[0] + it->hkv * V->stride[1];
@@ -602,6 +600,9 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
         fused_ws w;
         ta_arena mine = ta_arena_over(m.ws + (size_t)omp_get_thread_num() * f.ws_bytes, f.ws_bytes);
         ws_layout(&mine, &w, &f);
+        /* Scores a kernel skips stay as they were (the caller masks those of real rows):
+         * the padding lanes hold a previous item's values, finite or not, after this. */
+        memset(w.s, 0, sizeof(float) * (size_t)(f.mq_max * TA_FUSED_NK));
 #pragma omp for schedule(dynamic, grab)
         for (int64_t n = 0; n < nitems; n++) {
             const fused_item *it = &m.items[n];
