@@ -580,6 +580,46 @@ static void test_attn_bwd_dsoftmax(void **state)
         for (int64_t n = 1; n <= 35 || n == 129; n = n == 35 ? 129 : n + 1) dsoftmax_case(k, ref, ms[i], n);
 }
 
+/* ------------------------------------------------------------ attn_pack_t */
+
+/* dst[p * ld + r] = scale * src[off[r] + p * s3] exactly (one multiply each; scale 1 an
+ * exact copy), 0 on the rows past n, nothing written past the tile; the rows come from
+ * anywhere in src (reversed and shuffled offsets), unit and strided columns. */
+static void pack_t_case(const ta_kernels *k, int64_t ld, int64_t mq, int64_t d, int64_t s3)
+{
+    const int64_t rows = ld + 3;
+    snprintf(where, sizeof where, "%s attn_pack_t ld=%lld n=%lld d=%lld s3=%lld", k->name,
+             (long long)ld, (long long)mq, (long long)d, (long long)s3);
+    arena ar = {0};
+    const int64_t lds = d * s3 + 5;
+    float *q = gfloats(&ar, rows * lds, NAN), *qp = gfloats(&ar, d * ld, SENTINEL);
+    int64_t qoff[64];
+    for (int64_t r = 0; r < mq; r++) qoff[r] = ((rows - 1 - r) * 7 % rows) * lds + (r % 2);
+    const float scale = mq % 2 ? 0.37f : 1.0f;
+    k->attn_pack_t(qp, ld, q, qoff, s3, mq, d, scale);
+    for (int64_t p = 0; p < d; p++)
+        for (int64_t r = 0; r < ld; r++) {
+            const float want = r < mq ? q[qoff[r] + p * s3] * scale : 0.0f;
+            if (qp[p * ld + r] != want)
+                fail_msg("%s: dst[%lld, %lld] = %g, want %g", where, (long long)p, (long long)r,
+                         (double)qp[p * ld + r], (double)want);
+        }
+    arena_release(&ar);
+}
+
+static void test_attn_pack_t(void **state)
+{
+    (void)state;
+    const ta_kernels *ref, *k = tested(&ref);
+    (void)ref;
+    const int64_t ds[] = {1, 7, 8, 9, 16, 17, 64, 129};
+    const int64_t lds[] = {k->attn_mq, 64}; /* the forward's Q tile, the backward's K, V */
+    for (size_t l = 0; l < 2; l++)
+        for (int64_t mq = 1; mq <= lds[l]; mq += mq < 20 ? 1 : 7)
+            for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
+                for (int64_t s3 = 1; s3 <= 2; s3++) pack_t_case(k, lds[l], mq, ds[i], s3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -589,6 +629,7 @@ int main(void)
         cmocka_unit_test(test_attn_softmax),
         cmocka_unit_test(test_attn_pv),
         cmocka_unit_test(test_attn_exp),
+        cmocka_unit_test(test_attn_pack_t),
         cmocka_unit_test(test_attn_bwd_gemm),
         cmocka_unit_test(test_attn_bwd_dsoftmax),
     };

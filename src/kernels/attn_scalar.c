@@ -13,6 +13,7 @@
 #define NAME_SOFTMAX ta_attn_softmax_scalar_4
 #define NAME_PV ta_attn_pv_scalar_4x4
 #define NAME_EXP ta_expf_scalar
+#define NAME_PACKQ ta_attn_pack_t_scalar
 #define FILL_FN ta_attn_fill_scalar
 
 #include "kernels/attn_template.h"

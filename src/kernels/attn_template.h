@@ -10,7 +10,9 @@
  *   V_ZERO() V_SET1(x) V_LOADU(p) V_STOREU(p, v) V_LOADN(p, n) (lanes >= n read as 0,
  *   memory past them untouched) V_STOREN(p, v, n) V_ADD V_SUB V_MUL V_FMA(a, b, c) = a*b+c
  *   V_MAX(s, m) (m when s is NaN) V_NEGINF_TO_ZERO(v) V_EXP(v);
- *   NAME_QK, NAME_SOFTMAX, NAME_PV, NAME_EXP, FILL_FN: the exported names.
+ *   V_TRANSPOSE8_SCALED(dst, ld, rows, p0, scale) (optional: dst[i * ld + r] =
+ *   scale * rows[r][p0 + i] for an 8 x 8 block);
+ *   NAME_QK, NAME_SOFTMAX, NAME_PV, NAME_EXP, NAME_PACKQ, FILL_FN: the exported names.
  *
  * Layout (lanes are queries, so the online softmax is vertical, never a horizontal
  * reduction): the query tile is packed transposed, qp[p * MQ + r] = Q[row r, p] * scale;
@@ -25,13 +27,14 @@
 /* The limits of the switches below (a tile over them would silently compute nothing). */
 _Static_assert(KJ >= 1 && KJ <= 12, "attn_template.h: QK_SWITCH has cases for 1..12 keys");
 _Static_assert(PC >= 1 && PC <= 8, "attn_template.h: PV_TAIL has cases for 1..8 vectors");
-_Static_assert(QV >= 1 && QV <= 16 && PR >= 1 && PR <= 16,
-               "attn_template.h: QV and PR in 1..16 (the loops unroll 16)");
+_Static_assert(QV >= 1 && QV <= 4 && PR >= 1 && PR <= 16,
+               "attn_template.h: QV in 1..4 (qk_block's cases), PR in 1..16 (the loops unroll 16)");
 _Static_assert(MQ % PR == 0, "attn_template.h: attn_mq must be a multiple of attn_pr");
 
-/* s[j, :] = qp^T k_j for nj keys (nj a constant after inlining). */
+/* s[j, q * VL ..] = qp^T k_j for nj keys and the NQ query vectors from q0 (nj and NQ
+ * constants after inlining; q0 any): NQ * KJ accumulators held across the d loop. */
 ATTN_INLINE void qk_micro(float *s, const float *qp, const float *k, int64_t ldk, int64_t d,
-                          const int nj)
+                          const int nj, const int NQ)
 {
     VT acc[KJ][QV];
     const float *kr[KJ];
@@ -47,49 +50,23 @@ ATTN_INLINE void qk_micro(float *s, const float *qp, const float *k, int64_t ldk
             for (int j = 0; j < KJ; j++) __builtin_prefetch(kr[j] + KJ * ldk + p);
         VT qv[QV];
 #pragma GCC unroll 16
-        for (int q = 0; q < QV; q++) qv[q] = V_LOADU(qp + p * MQ + q * VL);
+        for (int q = 0; q < QV; q++)
+            if (q < NQ) qv[q] = V_LOADU(qp + p * MQ + q * VL);
 #pragma GCC unroll 16
         for (int j = 0; j < KJ; j++) {
             if (j >= nj) break;
             VT kb = V_SET1(kr[j][p]);
 #pragma GCC unroll 16
-            for (int q = 0; q < QV; q++) acc[j][q] = V_FMA(kb, qv[q], acc[j][q]);
+            for (int q = 0; q < QV; q++)
+                if (q < NQ) acc[j][q] = V_FMA(kb, qv[q], acc[j][q]);
         }
     }
 #pragma GCC unroll 16
     for (int j = 0; j < KJ; j++) {
         if (j >= nj) break;
 #pragma GCC unroll 16
-        for (int q = 0; q < QV; q++) V_STOREU(s + j * MQ + q * VL, acc[j][q]);
-    }
-}
-
-/* One query vector (VL rows) of qk_micro: for tiles a row bound cuts. */
-ATTN_INLINE void qk_micro1(float *s, const float *qp, const float *k, int64_t ldk, int64_t d,
-                           const int nj)
-{
-    VT acc[KJ];
-    const float *kr[KJ];
-#pragma GCC unroll 16
-    for (int j = 0; j < KJ; j++) {
-        kr[j] = k + (j < nj ? j : 0) * ldk;
-        acc[j] = V_ZERO();
-    }
-    for (int64_t p = 0; p < d; p++) {
-        if ((p & 15) == 0)
-#pragma GCC unroll 16
-            for (int j = 0; j < KJ; j++) __builtin_prefetch(kr[j] + KJ * ldk + p);
-        VT qv = V_LOADU(qp + p * MQ);
-#pragma GCC unroll 16
-        for (int j = 0; j < KJ; j++) {
-            if (j >= nj) break;
-            acc[j] = V_FMA(V_SET1(kr[j][p]), qv, acc[j]);
-        }
-    }
-#pragma GCC unroll 16
-    for (int j = 0; j < KJ; j++) {
-        if (j >= nj) break;
-        V_STOREU(s + j * MQ, acc[j]);
+        for (int q = 0; q < QV; q++)
+            if (q < NQ) V_STOREU(s + j * MQ + q * VL, acc[j][q]);
     }
 }
 
@@ -102,10 +79,37 @@ ATTN_INLINE void qk_micro1(float *s, const float *qp, const float *k, int64_t ld
     default: break;                                                                        \
     }
 
+/* nj keys (<= KJ) for the query vectors q0 .. q0 + nq - 1 (nq <= QV). */
+ATTN_INLINE void qk_block(float *s, const float *qp, const float *k, int64_t ldk, int64_t d,
+                          int nj, int q0, int nq)
+{
+    float *sq = s + q0 * VL;
+    const float *qq = qp + q0 * VL;
+#define QK_NQ(nq_, n) if (n <= KJ && nq_ <= QV) qk_micro(sq, qq, k, ldk, d, n, nq_)
+#define QK_NQ1(n) QK_NQ(1, n)
+#define QK_NQ2(n) QK_NQ(2, n)
+#define QK_NQ3(n) QK_NQ(3, n)
+#define QK_NQ4(n) QK_NQ(4, n)
+    switch (nq) {
+    case 1: QK_SWITCH(QK_NQ1, nj) break;
+    case 2: QK_SWITCH(QK_NQ2, nj) break;
+    case 3: QK_SWITCH(QK_NQ3, nj) break;
+    case 4: QK_SWITCH(QK_NQ4, nj) break;
+    default: break;
+    }
+#undef QK_NQ
+#undef QK_NQ1
+#undef QK_NQ2
+#undef QK_NQ3
+#undef QK_NQ4
+}
+
 /* s [nk, MQ] = (qp [d, MQ])^T-contract k [nk rows of d, row stride ldk]. rowk NULL: every
- * row needs all nk keys; else row r needs keys < rowk[r] only, and a query vector whose
- * rows all need fewer keys than a micro-tile starts at skips it (those scores are left
- * as they were: the caller masks them). */
+ * row needs all nk keys; else row r needs keys < rowk[r] only, and each block of KJ keys
+ * is computed for the query vectors from the first to the last one that holds a row
+ * needing it, in one micro-tile (the scores of other vectors are left as they were: the
+ * caller masks them; a vector in that range that needs none of the block gets scores it
+ * will mask). */
 void NAME_QK(float *s, const float *qp, const float *k, int64_t ldk, int64_t nk, int64_t d,
              const int32_t *rowk)
 {
@@ -116,22 +120,13 @@ void NAME_QK(float *s, const float *qp, const float *k, int64_t ldk, int64_t nk,
             if (rowk[q * VL + r] > need[q]) need[q] = rowk[q * VL + r];
     }
     for (int64_t j = 0; j < nk; j += KJ) {
-        int nj = (int)(nk - j < KJ ? nk - j : KJ), all = 1;
-        for (int q = 0; q < QV; q++) all &= need[q] > j;
-        float *sj = s + j * MQ;
-        const float *kj = k + j * ldk;
-        if (all) {
-#define QK_FULL(n) if (n <= KJ) qk_micro(sj, qp, kj, ldk, d, n)
-            QK_SWITCH(QK_FULL, nj)
-#undef QK_FULL
-        } else {
-            for (int q = 0; q < QV; q++) {
-                if (need[q] <= j) continue;
-#define QK_ONE(n) if (n <= KJ) qk_micro1(sj + q * VL, qp + q * VL, kj, ldk, d, n)
-                QK_SWITCH(QK_ONE, nj)
-#undef QK_ONE
+        int nj = (int)(nk - j < KJ ? nk - j : KJ), q0 = QV, q1 = -1;
+        for (int q = 0; q < QV; q++)
+            if (need[q] > j) {
+                if (q < q0) q0 = q;
+                q1 = q;
             }
-        }
+        if (q1 >= q0) qk_block(s + j * MQ, qp, k + j * ldk, ldk, d, nj, q0, q1 - q0 + 1);
     }
 }
 
@@ -250,6 +245,33 @@ void NAME_EXP(float *y, const float *x, int64_t n)
     if (i < n) V_STOREN(y + i, V_EXP(V_LOADN(x + i, (int)(n - i))), (int)(n - i));
 }
 
+/* qp[p * ld + r] = scale * q[qoff[r] + p * s3] for p < d and r < mq; 0 for mq <= r < ld
+ * (one rounding per element, the same in every ISA; scale 1 copies exactly). x86 vocabularies define
+ * V_TRANSPOSE8_SCALED (an 8 x 8 block through registers) for unit-stride rows; every
+ * element the blocks leave is copied one by one. */
+void NAME_PACKQ(float *qp, int64_t ld, const float *q, const int64_t *qoff, int64_t s3,
+                int64_t mq, int64_t d, float scale)
+{
+    int64_t r0 = 0, p0 = 0;
+#ifdef V_TRANSPOSE8_SCALED
+    if (s3 == 1) {
+        for (; r0 + 8 <= mq; r0 += 8) {
+            const float *rows[8];
+            for (int r = 0; r < 8; r++) rows[r] = q + qoff[r0 + r];
+            for (p0 = 0; p0 + 8 <= d; p0 += 8) V_TRANSPOSE8_SCALED(qp + p0 * ld + r0, ld, rows, p0, scale);
+            for (int64_t p = p0; p < d; p++)
+                for (int r = 0; r < 8; r++) qp[p * ld + r0 + r] = rows[r][p] * scale;
+        }
+    }
+#endif
+    (void)p0;
+    for (int64_t p = 0; p < d; p++) {
+        float *dst = qp + p * ld;
+        for (int64_t r = r0; r < mq; r++) dst[r] = q[qoff[r] + p * s3] * scale;
+        for (int64_t r = mq; r < ld; r++) dst[r] = 0.0f;
+    }
+}
+
 void FILL_FN(ta_kernels *k)
 {
     k->attn_mq = MQ;
@@ -259,4 +281,5 @@ void FILL_FN(ta_kernels *k)
     k->attn_softmax = NAME_SOFTMAX;
     k->attn_pv = NAME_PV;
     k->attn_exp = NAME_EXP;
+    k->attn_pack_t = NAME_PACKQ;
 }

@@ -69,7 +69,7 @@ const char *ta_isa_name(ta_isa isa)
 
 int ta_kernels_check(const ta_kernels *k, char *why, size_t n)
 {
-    CHECK(k->sgemm_ukr && k->attn_qk && k->attn_softmax && k->attn_pv && k->attn_exp &&
+    CHECK(k->sgemm_ukr && k->attn_qk && k->attn_softmax && k->attn_pv && k->attn_exp && k->attn_pack_t &&
               k->attn_bwd_gemm && k->attn_bwd_dsoftmax,
           "a kernel entry is not set");
     CHECK(k->sgemm_mr >= 1 && k->sgemm_nr >= 1 &&

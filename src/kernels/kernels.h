@@ -52,6 +52,11 @@ typedef struct ta_kernels {
                     const int32_t *rowk);
     /* y[i] = expf(x[i]), i < n (the exp the softmax step uses; accuracy in docs). */
     void (*attn_exp)(float *y, const float *x, int64_t n);
+    /* A transposed, scaled copy of n rows (the query tile for attn_qk with ld = attn_mq;
+     * the backward's K^T and V^T tiles): dst[p * ld + r] = scale * src[off[r] + p * s3]
+     * for p < d, r < n (<= ld); dst[p * ld + r] = 0 for n <= r < ld. */
+    void (*attn_pack_t)(float *dst, int64_t ld, const float *src, const int64_t *off,
+                        int64_t s3, int64_t n, int64_t d, float scale);
 
     /* ---- attention backward (FlashAttention-2 backward, src/ops/sdpa_backward_fused.c;
      * filled by ta_attn_bwd_fill_<isa> in src/kernels/attn_bwd_<isa>.c; docs/kernels.md,

@@ -53,6 +53,7 @@ ta_status ta_mask_plan_init(ta_mask_plan *p, const char *fn, int64_t B, int64_t 
                             ta_shape_str(s2, sizeof s2, 4, full));
         }
         q.mask = mask->data;
+        q.has_mask = true;
     }
     if (key_lengths) {
         for (int64_t b = 0; check_data && b < B; b++)

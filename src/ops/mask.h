@@ -27,7 +27,8 @@ typedef struct ta_mask_plan {
     int64_t B, H, Lq, Lk;
     bool causal;
     int64_t causal_shift;        /* causal: key j allowed only if j <= i + causal_shift */
-    const float *mask;           /* NULL: no mask tensor */
+    const float *mask;           /* NULL: no mask tensor (or its data not given yet) */
+    bool has_mask;               /* a mask tensor was given (its data may be absent) */
     int64_t mstride[4];          /* mask element strides over (b, h, i, j); 0 = broadcast */
     ta_mask_mode mode;
     const int64_t *key_lengths;  /* NULL, or B values in [0, Lk] */

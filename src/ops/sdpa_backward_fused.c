@@ -39,6 +39,7 @@
  * 32 x 64, 128 x 64 and 64 x 128 measured the same within noise (B=32, H=8, L=512, D=64). */
 #define BWD_NK 64                  /* keys per tile */
 #define BWD_MQ 64                  /* query rows per tile */
+#define BWD_SUB 32                 /* sub-blocks of a block a bound cuts */
 #define BWD_GROUP_MIN 8            /* plan "group" needs this many (batch, kv head) groups */
 #define BWD_GROUP_DQ_MAX (4 << 20) /* ... and a group dQ buffer of at most 4 MiB */
 
@@ -86,16 +87,17 @@ static inline const float *at(const bwd_view *v, int64_t b, int64_t h, int64_t i
     return v->data + b * v->s[0] + h * v->s[1] + i * v->s[2];
 }
 
-/* K_t^T and V_t^T of keys [j0, j0 + nk) of group (b, hkv), row stride BWD_NK. */
+/* K_t^T and V_t^T of keys [j0, j0 + nk) of group (b, hkv), row stride BWD_NK (columns
+ * nk .. BWD_NK-1 zero). */
 static void pack_kv(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, int64_t j0, int64_t nk)
 {
-    const float *kr = at(&f->k_, b, hkv, j0), *vr = at(&f->v, b, hkv, j0);
-    for (int64_t j = 0; j < nk; j++)
-        for (int64_t d = 0; d < f->D; d++)
-            w->kt[d * BWD_NK + j] = kr[j * f->k_.s[2] + d * f->k_.s[3]];
-    for (int64_t j = 0; j < nk; j++)
-        for (int64_t d = 0; d < f->Dv; d++)
-            w->vt[d * BWD_NK + j] = vr[j * f->v.s[2] + d * f->v.s[3]];
+    int64_t koff[BWD_NK], voff[BWD_NK];
+    for (int64_t j = 0; j < nk; j++) {
+        koff[j] = j * f->k_.s[2];
+        voff[j] = j * f->v.s[2];
+    }
+    f->k->attn_pack_t(w->kt, BWD_NK, at(&f->k_, b, hkv, j0), koff, f->k_.s[3], nk, f->D, 1.0f);
+    f->k->attn_pack_t(w->vt, BWD_NK, at(&f->v, b, hkv, j0), voff, f->v.s[3], nk, f->Dv, 1.0f);
 }
 
 /* The largest and smallest key bound of query rows [i0, i0 + mq) of batch b. */
@@ -113,11 +115,12 @@ static void row_bounds(const bwd_plan *f, int64_t b, int64_t i0, int64_t mq, int
     *hi = mx;
 }
 
-/* One block: query rows [i0, i0 + mq) of head h against keys [j0, j0 + nk) (K_t^T and
- * V_t^T already in w). kv: accumulate dV_t, dK_t in w; dq: NULL or the block's dQ rows
- * (row stride D) to accumulate into. */
+/* One block: query rows [i0, i0 + mq) of head h against keys [j0 + jj, j0 + jj + nk),
+ * columns jj .. of the key tile j0 whose K_t^T and V_t^T are in w. kv: accumulate rows
+ * jj .. of dV_t, dK_t in w; dq: NULL or the block's dQ rows (row stride D) to accumulate
+ * into. */
 static void run_block(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, int64_t i0,
-                      int64_t mq, int64_t j0, int64_t nk, bool kv, float *dq)
+                      int64_t mq, int64_t j0, int64_t jj, int64_t nk, bool kv, float *dq)
 {
     const ta_sdpa_problem *p = f->p;
     const ta_kernels *k = f->k;
@@ -126,7 +129,8 @@ static void run_block(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, int64_
     int64_t qs = f->q.s[2], dos = f->dout.s[2];
     int64_t row0 = (b * f->H + h) * f->Lq + i0;
 
-    k->attn_bwd_gemm(w->s, NK, q, qs, 1, w->kt, NK, mq, nk, D, 0); /* S = Q K^T */
+    k->attn_bwd_gemm(w->s, NK, q, qs, 1, w->kt + jj, NK, mq, nk, D, 0); /* S = Q K^T */
+    j0 += jj;
     float sc = p->scale;
     int64_t lo, hi;
     row_bounds(f, b, i0, mq, &lo, &hi);
@@ -135,11 +139,11 @@ static void run_block(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, int64_
             ta_mask_apply(&p->mask, b, h, i0 + r, j0, nk, p->scale, w->s + r * NK, 1);
         sc = 1.0f;
     }
-    k->attn_bwd_gemm(w->dp, NK, dout, dos, 1, w->vt, NK, mq, nk, Dv, 0); /* dP = dO V^T */
+    k->attn_bwd_gemm(w->dp, NK, dout, dos, 1, w->vt + jj, NK, mq, nk, Dv, 0); /* dP = dO V^T */
     k->attn_bwd_dsoftmax(w->s, w->dp, NK, f->lse + row0, f->di + row0, mq, nk, sc, k->attn_exp);
     if (kv) {
-        k->attn_bwd_gemm(w->dv, Dv, w->s, 1, NK, dout, dos, nk, Dv, mq, 1); /* dV += P^T dO */
-        k->attn_bwd_gemm(w->dk, D, w->dp, 1, NK, q, qs, nk, D, mq, 1);      /* dK += dS^T Q */
+        k->attn_bwd_gemm(w->dv + jj * Dv, Dv, w->s, 1, NK, dout, dos, nk, Dv, mq, 1); /* dV += P^T dO */
+        k->attn_bwd_gemm(w->dk + jj * D, D, w->dp, 1, NK, q, qs, nk, D, mq, 1);      /* dK += dS^T Q */
     }
     if (dq) /* dQ += dS K */
         k->attn_bwd_gemm(dq, D, w->dp, NK, 1, at(&f->k_, b, h / f->G, j0), f->k_.s[2], mq, D,
@@ -171,8 +175,20 @@ static void run_key_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, i
             int64_t mq = TA_MIN(BWD_MQ, f->Lq - i0), lo, hi;
             row_bounds(f, b, i0, mq, &lo, &hi);
             if (hi <= j0) continue; /* every row of the tile ends before these keys */
-            run_block(f, w, b, h, i0, mq, j0, nk, true,
-                      dq ? dq + (gi * f->Lq + i0) * f->D : NULL);
+            float *dqb = dq ? dq + (gi * f->Lq + i0) * f->D : NULL;
+            if (j0 + nk <= lo) {
+                run_block(f, w, b, h, i0, mq, j0, 0, nk, true, dqb);
+                continue;
+            }
+            /* A block that a bound cuts (the causal diagonal): in sub-blocks, skipping
+             * those whose rows all end before their keys. Every sum keeps its order. */
+            for (int64_t ii = 0; ii < mq; ii += BWD_SUB) {
+                int64_t ms = TA_MIN(BWD_SUB, mq - ii), lo2, hi2;
+                row_bounds(f, b, i0 + ii, ms, &lo2, &hi2);
+                for (int64_t jj = 0; jj < nk && j0 + jj < hi2; jj += BWD_SUB)
+                    run_block(f, w, b, h, i0 + ii, ms, j0, jj, TA_MIN(BWD_SUB, nk - jj), true,
+                              dqb ? dqb + ii * f->D : NULL);
+            }
         }
     }
     store_rows(p->dK, b, hkv, j0, nk, f->D, w->dk, p->scale);
@@ -200,7 +216,7 @@ static void run_query_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, i
     for (int64_t j0 = 0; j0 < hi; j0 += BWD_NK) {
         int64_t nk = TA_MIN(BWD_NK, f->Lk - j0);
         pack_kv(f, w, b, h / f->G, j0, nk);
-        run_block(f, w, b, h, i0, mq, j0, nk, false, w->dq);
+        run_block(f, w, b, h, i0, mq, j0, 0, nk, false, w->dq);
     }
     store_rows(f->p->dQ, b, h, i0, mq, f->D, w->dq, f->p->scale);
 }

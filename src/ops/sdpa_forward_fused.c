@@ -59,7 +59,8 @@ typedef struct fused_item {
 /* A thread's scratch, sized once per call. */
 typedef struct fused_ws {
     float *qp, *s, *o, *m, *l, *alpha, *kp, *vp;
-    int64_t *end;  /* per row: ta_mask_row_end */
+    int64_t *end;  /* per row: the keys it may see (ta_mask_row_end, or the mask's bound) */
+    int64_t *qoff; /* per row: its Q row's offset in elements */
     int32_t *rowk; /* per row: keys of the current tile it needs */
 } fused_ws;
 
@@ -72,6 +73,8 @@ typedef struct fused_plan {
     bool split;          /* the keys are cut into chunks merged by LSE (decode) */
     bool too_big;        /* D or Dv above TA_FUSED_DIM_MAX: the scratch cannot fit */
     bool pack_k, pack_v; /* K or V not unit-stride along D: copy each key tile */
+    int64_t mrows;       /* rows of the mask's bound table (0: none) */
+    const int64_t *mt;   /* the table, once laid out (mask_bounds) */
     size_t ws_bytes;     /* per thread (SIZE_MAX: does not fit) */
     int nt;              /* threads */
 } fused_plan;
@@ -97,28 +100,28 @@ static void ws_layout(ta_arena *a, fused_ws *w, const fused_plan *f)
     w->l = TA_ARENA_TAKE(a, float, mq);
     w->alpha = TA_ARENA_TAKE(a, float, mq);
     w->end = TA_ARENA_TAKE(a, int64_t, mq);
+    w->qoff = TA_ARENA_TAKE(a, int64_t, mq);
     w->rowk = TA_ARENA_TAKE(a, int32_t, mq);
     w->kp = f->pack_k ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK, p->D) : NULL;
     w->vp = f->pack_v ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK, p->Dv) : NULL;
 }
 
+/* The offset (elements) of Q's row r of a tile. */
+static int64_t q_offset(const fused_plan *f, const fused_item *it, int64_t r)
+{
+    const ta_tensor *Q = f->p->Q;
+    int64_t h, i;
+    row_hi(f, it->hkv, it->r0 + r, &h, &i);
+    return it->b * Q->stride[0] + h * Q->stride[1] + i * Q->stride[2];
+}
+
 /* Q rows of the tile, scaled, into qp [D, mq_max] (rows past mq are zero). */
-static void pack_q(const fused_plan *f, const fused_item *it, float *qp)
+static void pack_q(const fused_plan *f, const fused_item *it, float *qp, int64_t *qoff)
 {
     const ta_sdpa_problem *p = f->p;
-    const ta_tensor *Q = p->Q;
-    int64_t MQ = f->mq_max, D = p->D;
-    for (int64_t r = 0; r < MQ; r++) {
-        if (r >= it->mq) {
-            for (int64_t d = 0; d < D; d++) qp[d * MQ + r] = 0.0f;
-            continue;
-        }
-        int64_t h, i;
-        row_hi(f, it->hkv, it->r0 + r, &h, &i);
-        const float *q = (const float *)Q->data + it->b * Q->stride[0] + h * Q->stride[1] +
-                         i * Q->stride[2];
-        for (int64_t d = 0; d < D; d++) qp[d * MQ + r] = q[d * Q->stride[3]] * p->scale;
-    }
+    for (int64_t r = 0; r < it->mq; r++) qoff[r] = q_offset(f, it, r);
+    f->k->attn_pack_t(qp, f->mq_max, (const float *)p->Q->data, qoff, p->Q->stride[3], it->mq,
+                      p->D, p->scale);
 }
 
 /* Rows [n0, n0 + n) x columns [0, cols) of a [*, L, cols] slice into dst [n, cols]. */
@@ -152,18 +155,20 @@ static void mask_tile_shared_row(const ta_mask_plan *mp, const float *m, int64_t
     }
 }
 
-static void mask_tile(const fused_plan *f, const fused_item *it, float *s, int64_t j0,
-                      int64_t nk)
+/* use_mask false: only the row bounds in w->end (the causal limit, key lengths, or a
+ * mask tensor's that the table turned into bounds) block keys of the tile. */
+static void mask_tile(const fused_plan *f, const fused_item *it, const fused_ws *w, float *s,
+                      int64_t j0, int64_t nk, bool use_mask)
 {
     const ta_mask_plan *mp = &f->p->mask;
     int64_t MQ = f->mq_max;
     int64_t h0, i0, h1, i1;
     row_hi(f, it->hkv, it->r0, &h0, &i0);
     row_hi(f, it->hkv, it->r0 + it->mq - 1, &h1, &i1);
-    if (mp->mask && mp->mstride[2] == 0 && (h0 == h1 || mp->mstride[1] == 0)) {
+    if (use_mask && mp->mstride[2] == 0 && (h0 == h1 || mp->mstride[1] == 0)) {
         mask_tile_shared_row(mp, ta_mask_row_ptr(mp, it->b, h0, i0) + j0 * mp->mstride[3],
                              mp->mstride[3], s, MQ, it->mq, nk);
-    } else if (mp->mask) {
+    } else if (use_mask) {
         for (int64_t r = 0; r < it->mq; r++) {
             int64_t h, i;
             row_hi(f, it->hkv, it->r0 + r, &h, &i);
@@ -171,11 +176,9 @@ static void mask_tile(const fused_plan *f, const fused_item *it, float *s, int64
         }
         return; /* ta_mask_apply applied the row bounds too */
     }
-    /* the causal and key-length bound of each row */
+    /* the bound of each row */
     for (int64_t r = 0; r < it->mq; r++) {
-        int64_t h, i;
-        row_hi(f, it->hkv, it->r0 + r, &h, &i);
-        int64_t t = ta_mask_row_end(mp, it->b, i) - j0;
+        int64_t t = w->end[r] - j0;
         for (t = t < 0 ? 0 : t; t < nk; t++) s[t * MQ + r] = -INFINITY;
     }
 }
@@ -203,6 +206,61 @@ static bool tile_blocked(const fused_plan *f, const fused_item *it, const fused_
     return true;
 }
 
+/* A keep or block mask tensor that is broadcast over the batch, the heads or the query
+ * rows is often a bound in disguise: the seed's triu mask is the causal limit, a padding
+ * mask [B, 1, 1, Lk] a key length. Each distinct mask row gets, once per call, the
+ * start P of its first blocked key and the first allowed key N at or after P (Lk if
+ * none): a query row whose bound `end` has N >= end sees exactly the keys below
+ * min(end, P), so its tiles need no mask at all. */
+static int64_t mask_row_index(const ta_mask_plan *mp, int64_t b, int64_t h, int64_t i)
+{
+    const int64_t nh = mp->mstride[1] ? mp->H : 1, nl = mp->mstride[2] ? mp->Lq : 1;
+    return ((mp->mstride[0] ? b : 0) * nh + (mp->mstride[1] ? h : 0)) * nl +
+           (mp->mstride[2] ? i : 0);
+}
+
+static int64_t mask_table_rows(const ta_mask_plan *mp)
+{
+    if (!mp->has_mask || mp->mode == TA_MASK_ADDITIVE) return 0;
+    if (mp->mstride[0] && mp->mstride[1] && mp->mstride[2]) return 0; /* read once anyway */
+    return (mp->mstride[0] ? mp->B : 1) * (mp->mstride[1] ? mp->H : 1) *
+           (mp->mstride[2] ? mp->Lq : 1);
+}
+
+static void mask_bounds(const ta_mask_plan *mp, int64_t *mt, int64_t rows, int nt)
+{
+    const int64_t nh = mp->mstride[1] ? mp->H : 1, nl = mp->mstride[2] ? mp->Lq : 1;
+    const bool keep = mp->mode == TA_MASK_KEEP;
+    const int64_t ms = mp->mstride[3], Lk = mp->Lk;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t m = 0; m < rows; m++) {
+        const float *row = mp->mask + (m / (nh * nl)) * mp->mstride[0] +
+                           (m / nl % nh) * mp->mstride[1] + (m % nl) * mp->mstride[2];
+        int64_t j = 0;
+        while (j < Lk && !(keep ? row[j * ms] == 0.0f : row[j * ms] != 0.0f)) j++;
+        mt[2 * m] = j;
+        while (j < Lk && (keep ? row[j * ms] == 0.0f : row[j * ms] != 0.0f)) j++;
+        mt[2 * m + 1] = j;
+    }
+}
+
+/* The keys row (b, h, i) may see: the causal and key-length bound, tightened by the
+ * mask's table; *exact: no mask tensor decides anything for the row below it. */
+static int64_t row_bound(const fused_plan *f, int64_t b, int64_t h, int64_t i, bool *exact)
+{
+    const ta_mask_plan *mp = &f->p->mask;
+    int64_t end = ta_mask_row_end(mp, b, i);
+    *exact = !mp->mask;
+    if (f->mt) {
+        const int64_t *t = f->mt + 2 * mask_row_index(mp, b, h, i);
+        if (t[1] >= end) {
+            *exact = true;
+            if (t[0] < end) end = t[0];
+        }
+    }
+    return end;
+}
+
 /* The online softmax of one work item: leaves the unnormalised O, m and l of its rows
  * in the workspace. */
 static void run_item(const fused_plan *f, const fused_item *it, const fused_ws *w)
@@ -216,24 +274,32 @@ static void run_item(const fused_plan *f, const fused_item *it, const fused_ws *
     }
     memset(w->o, 0, sizeof(float) * (size_t)(MQ * f->ldo));
     if (it->jhi <= it->jlo) return;
-    pack_q(f, it, w->qp);
+    pack_q(f, it, w->qp, w->qoff);
 
-    /* The smallest row bound: key tiles below it need no mask unless a tensor exists. */
+    /* The smallest row bound: key tiles below it need no mask unless a tensor exists
+     * that the bounds do not fully describe. */
     int64_t clean_end = p->Lk;
+    bool exact_all = true;
     for (int64_t r = 0; r < it->mq; r++) {
         int64_t h, i;
+        bool exact;
         row_hi(f, it->hkv, it->r0 + r, &h, &i);
-        w->end[r] = ta_mask_row_end(&p->mask, it->b, i);
+        w->end[r] = row_bound(f, it->b, h, i, &exact);
+        exact_all &= exact;
         if (w->end[r] < clean_end) clean_end = w->end[r];
     }
-    /* Scores a kernel skips stay as they are: keep the padding lanes defined. */
-    memset(w->s, 0, sizeof(float) * (size_t)(MQ * TA_FUSED_NK));
+    const bool use_mask = p->mask.mask && !exact_all;
+    /* Key tiles end where the cut keys start (rounded down to 16 keys, a multiple of
+     * every kernel's key block), so the keys a bound cuts (the causal diagonal) share as
+     * few tiles as they can. */
+    const int64_t cut_start = clean_end < it->jhi ? TA_MAX(it->jlo, clean_end / 16 * 16) : it->jhi;
     const ta_tensor *K = p->K, *V = p->V;
     const float *kb = (const float *)K->data + it->b * K->stride[0] + it->hkv * K->stride[1];
     const float *vb = (const float *)V->data + it->b * V->stride[0] + it->hkv * V->stride[1];
-    for (int64_t j0 = it->jlo; j0 < it->jhi; j0 += TA_FUSED_NK) {
-        int64_t nk = TA_MIN(TA_FUSED_NK, it->jhi - j0);
-        if (p->mask.mask && tile_blocked(f, it, w, j0, nk)) continue;
+    int64_t nk;
+    for (int64_t j0 = it->jlo; j0 < it->jhi; j0 += nk) {
+        nk = TA_MIN(TA_FUSED_NK, (j0 < cut_start ? cut_start : it->jhi) - j0);
+        if (use_mask && tile_blocked(f, it, w, j0, nk)) continue;
         const float *kt = kb + j0 * K->stride[2];
         int64_t ldk = K->stride[2];
         if (f->pack_k) {
@@ -253,7 +319,7 @@ static void run_item(const fused_plan *f, const fused_item *it, const fused_ws *
             rowk = w->rowk;
         }
         k->attn_qk(w->s, w->qp, kt, ldk, nk, D, rowk);
-        if (p->mask.mask || cut) mask_tile(f, it, w->s, j0, nk);
+        if (use_mask || cut) mask_tile(f, it, w, w->s, j0, nk, use_mask);
         k->attn_softmax(w->s, w->m, w->l, w->alpha, nk);
         if (Dv == 0) continue;
         const float *vt = vb + j0 * V->stride[2];
@@ -390,6 +456,7 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
      * rows of Dv. */
     f.mq_used = TA_MIN(f.mq_max, p->Lq >= f.mq_max ? f.mq_max : f.G * p->Lq);
     f.part_floats = 2 * f.mq_used + f.mq_used * p->Dv;
+    f.mrows = mask_table_rows(&p->mask);
     int64_t nitems_max = f.ntiles * f.nchunks;
     f.nt = ta_threads();
     if (f.nt > nitems_max) f.nt = (int)nitems_max;
@@ -404,6 +471,7 @@ typedef struct fused_mem {
     int64_t *t_r0, *t_mq;
     unsigned char *ws; /* nt per-thread workspaces of ws_bytes */
     float *parts;
+    int64_t *mt;       /* the mask's bound table: 2 per row (mask_bounds) */
 } fused_mem;
 
 static void layout(ta_arena *a, fused_mem *m, const fused_plan *f)
@@ -417,6 +485,7 @@ static void layout(ta_arena *a, fused_mem *m, const fused_plan *f)
     m->items = TA_ARENA_TAKE(a, fused_item, f->ntiles * f->nchunks);
     m->t_r0 = TA_ARENA_TAKE(a, int64_t, f->tpg);
     m->t_mq = TA_ARENA_TAKE(a, int64_t, f->tpg);
+    m->mt = f->mrows ? TA_ARENA_TAKE2(a, int64_t, f->mrows, 2) : NULL;
 }
 
 size_t ta_sdpa_forward_fused_scratch(const ta_sdpa_problem *p)
@@ -455,7 +524,8 @@ static int64_t build_items(const fused_plan *f, const fused_mem *m)
             for (int64_t r = 0; r < base.mq; r++) {
                 int64_t h, i;
                 row_hi(f, base.hkv, base.r0 + r, &h, &i);
-                int64_t e = ta_mask_row_end(&p->mask, base.b, i);
+                bool exact;
+                int64_t e = row_bound(f, base.b, h, i, &exact);
                 if (e > jmax) jmax = e;
             }
             for (int64_t c = 0; c < f->nchunks; c++) {
@@ -511,10 +581,14 @@ static void merge_partials(const fused_plan *f, const fused_mem *m)
 ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
 {
     if (p->B * p->H * p->Lq == 0) return TA_OK;
-    const fused_plan f = make_plan(p);
+    fused_plan f = make_plan(p);
     fused_mem m;
     layout(scratch, &m, &f);
     if (scratch->overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", p->fn);
+    if (f.mrows) {
+        mask_bounds(&p->mask, m.mt, f.mrows, f.nt);
+        f.mt = m.mt;
+    }
     group_tiles(&f, m.t_r0, m.t_mq);
     const int64_t nitems = build_items(&f, &m);
 
@@ -526,6 +600,9 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
         fused_ws w;
         ta_arena mine = ta_arena_over(m.ws + (size_t)omp_get_thread_num() * f.ws_bytes, f.ws_bytes);
         ws_layout(&mine, &w, &f);
+        /* Scores a kernel skips stay as they were (the caller masks those of real rows):
+         * the padding lanes hold a previous item's values, finite or not, after this. */
+        memset(w.s, 0, sizeof(float) * (size_t)(f.mq_max * TA_FUSED_NK));
 #pragma omp for schedule(dynamic, grab)
         for (int64_t n = 0; n < nitems; n++) {
             const fused_item *it = &m.items[n];

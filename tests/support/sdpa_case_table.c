@@ -120,6 +120,33 @@ static void mask_modes_and_broadcasting(ta_sdpa_case_list *l)
         }
 }
 
+/* Keep / block masks whose rows keep a prefix of the keys (the seed's triu mask, padding
+ * masks: the fused path turns them into row bounds), exactly or only below a late allowed
+ * key, in every broadcast form, with both causal alignments and key lengths. */
+static void prefix_masks(ta_sdpa_case_list *l)
+{
+    const ta_test_mask_kind kinds[] = {TA_TEST_MASK_LQLK, TA_TEST_MASK_B11LK, TA_TEST_MASK_1HLQLK,
+                                       TA_TEST_MASK_FULL, TA_TEST_MASK_LK, TA_TEST_MASK_H1LK};
+    uint64_t seed = 900;
+    for (size_t k = 0; k < COUNT(kinds); k++)
+        for (int mode = 0; mode < 2; mode++)
+            for (int pre = 1; pre <= 2; pre++) {
+                ta_sdpa_case c = ta_sdpa_case_shape(2, 4, 2, 70, 90, 16, 16, seed += 3);
+                c.mask = kinds[k];
+                c.mode = mode ? TA_MASK_BLOCK : TA_MASK_KEEP;
+                c.prefix = pre;
+                c.causal = (ta_causal)((k + (size_t)mode + (size_t)pre) % 3);
+                c.lengths = (k + (size_t)pre) % 2 ? TA_TEST_LEN_CYCLE : TA_TEST_LEN_NONE;
+                ta_sdpa_case_add(l, c);
+                c = ta_sdpa_case_shape(2, 4, 1, 3, 70, 16, 16, seed += 3); /* heads share tiles */
+                c.mask = kinds[k];
+                c.mode = mode ? TA_MASK_BLOCK : TA_MASK_KEEP;
+                c.prefix = pre;
+                c.causal = (ta_causal)(2 * ((k + (size_t)pre) % 2));
+                ta_sdpa_case_add(l, c);
+            }
+}
+
 /* Key lengths 0, Lk and in between, alone and with a causal mask and an additive mask. */
 static void key_lengths(ta_sdpa_case_list *l)
 {
@@ -201,6 +228,7 @@ const ta_sdpa_case_group ta_sdpa_case_groups[] = {
     {"odd sizes and causal alignments", odd_sizes_and_causal_alignments},
     {"scale and value dim", scale_and_value_dim},
     {"mask modes and broadcasting", mask_modes_and_broadcasting},
+    {"prefix masks", prefix_masks},
     {"key lengths", key_lengths},
     {"grouped-query attention", grouped_query_attention},
     {"strided views and guard pages", strided_views_and_guard_pages},

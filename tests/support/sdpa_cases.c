@@ -56,6 +56,19 @@ static void make_mask(ta_tensor *m, const ta_sdpa_case *c)
         if (c->mode == TA_MASK_ADDITIVE) p[e] = (e % 7 == 3) ? -INFINITY : p[e];
         else p[e] = p[e] > -0.6f ? keep : 1.0f - keep;
     }
+    if (!c->prefix || c->mode == TA_MASK_ADDITIVE || c->Lk == 0) return;
+    /* NaN counts as nonzero: kept in KEEP mode, blocked in BLOCK mode */
+    const float nan_keep = c->mode == TA_MASK_KEEP ? NAN : 0.0f;
+    const float nan_block = c->mode == TA_MASK_BLOCK ? NAN : 0.0f;
+    const int64_t lk = c->Lk, rows = ta_tensor_numel(m) / lk;
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t P = (r * 5 + 3) % (lk + 1);
+        float *row = p + r * lk;
+        for (int64_t j = 0; j < lk; j++) row[j] = j < P ? keep : 1.0f - keep;
+        if (P > 1 && r % 2) row[P / 2] = c->mode == TA_MASK_KEEP ? nan_keep : row[P / 2];
+        if (P + 1 < lk && r % 2 == 0 && c->mode == TA_MASK_BLOCK) row[P + 1] = nan_block;
+        if (c->prefix == 2 && r % 3 == 0) row[lk - 1] = keep;
+    }
 }
 
 static int64_t *make_lengths(const ta_sdpa_case *c)
@@ -131,11 +144,11 @@ ta_sdpa_opts ta_sdpa_case_opts(const ta_sdpa_case *c, ta_sdpa_case_tensors *t, t
 const char *ta_sdpa_case_name(const ta_sdpa_case *c, char *buf, size_t size)
 {
     snprintf(buf, size,
-             "B%lld H%lld/%lld Lq%lld Lk%lld D%lld Dv%lld causal %d mask %d/%d len %d view %d "
+             "B%lld H%lld/%lld Lq%lld Lk%lld D%lld Dv%lld causal %d mask %d/%d/%d len %d view %d "
              "scale %g seed %llu",
              (long long)c->B, (long long)c->H, (long long)c->Hkv, (long long)c->Lq,
              (long long)c->Lk, (long long)c->D, (long long)c->Dv, (int)c->causal, (int)c->mask,
-             (int)c->mode, (int)c->lengths, (int)c->view, (double)c->scale,
+             (int)c->mode, c->prefix, (int)c->lengths, (int)c->view, (double)c->scale,
              (unsigned long long)c->seed);
     return buf;
 }

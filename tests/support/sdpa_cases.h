@@ -47,6 +47,11 @@ typedef struct ta_sdpa_case {
     ta_test_lengths lengths;
     ta_test_view view;
     uint64_t seed; /* Q, K, V from seed, seed + 1, seed + 2; the mask from seed + 99 */
+    /* keep / block masks only. 0: random (a quarter blocked). 1: each mask row keeps a
+     * prefix of its keys and blocks the rest (a bound in disguise: the seed's triu mask,
+     * a padding mask), with NaN where the mode counts it the same. 2: as 1, but every
+     * third row also allows its last key (a bound only up to it). */
+    int prefix;
 } ta_sdpa_case;
 
 /* A case of that shape and seed, every option at its default. */
