@@ -15,7 +15,8 @@
  *   cases_einsum.c         kind "einsum"
  *   cases_sdpa.c           kind "sdpa" (forward; cases_sdpa.h: what the backward shares)
  *   cases_sdpa_backward.c  kind "sdpa_backward"
- *   peers.c                --peers: the seed's PyTorch code (bench/peers/torch_seed.py)
+ *   peers.c                --peers: the seed's PyTorch code (bench/peers/torch_seed.py),
+ *                          or PyTorch 2.x's flash SDPA (torch_sdpa.py, --torch-python)
  *   report_table.c         the table on stdout
  *   report_json.c          --json FILE
  *
@@ -47,6 +48,8 @@ typedef struct bench_config {
     const char *filter;
     int list;
     int peers;            /* --peers: time the seed's PyTorch code on the seed shapes */
+    const char *torch_python; /* --torch-python: a python with torch >= 2.1, whose flash
+                                 SDPA is then the peer of every attention case */
     int threads;          /* the bench thread count (--threads, else the library's) */
     int min_runs;         /* timed runs: at least min_runs and at least min_seconds */
     double min_seconds;
@@ -144,7 +147,7 @@ typedef struct bench_state {
     struct {
         const char *status; /* NULL (not asked), "ok", "skipped" */
         char reason[512];
-        char command[4096];
+        char command[16384]; /* torch_sdpa.py gets every attention shape as JSON */
         cJSON *rows; /* an array of the peer's JSON objects */
     } torch;
 } bench_state;

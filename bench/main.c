@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int usage_error(const char *fmt, ...)
@@ -29,7 +30,7 @@ static int usage_error(const char *fmt, ...)
 static void print_help(void)
 {
     printf("usage: tensorattn bench [--quick] [--json FILE] [--threads N] [--filter SUBSTRING]\n"
-           "                        [--list] [--peers]\n"
+           "                        [--list] [--peers] [--torch-python PYTHON]\n"
            "\n"
            "Measures the float32 FMA peak of this machine for every ISA it supports and its\n"
            "read bandwidth (a streaming read of 1 GiB), then times SGEMM (square 256..2048 and\n"
@@ -56,6 +57,12 @@ static void print_help(void)
            "  --peers            also time the seed's PyTorch code on the seed shapes\n"
            "                     (bench/peers/torch_seed.py with " BENCH_PYTHON "; skipped,\n"
            "                     with the reason, when python or torch is missing)\n"
+           "  --torch-python PYTHON\n"
+           "                     with --peers (implied): the peer is PyTorch 2.x's\n"
+           "                     scaled_dot_product_attention, its CPU flash kernel, run by\n"
+           "                     PYTHON (a venv with torch >= 2.1) on every attention case\n"
+           "                     that ran, forward and backward (bench/peers/torch_sdpa.py);\n"
+           "                     skipped, with the reason, when PYTHON lacks torch >= 2.1\n"
            "  --help             this text\n"
            "\n"
            "Exit status: 0 success, 1 a case failed (error or result check) or the JSON\n"
@@ -73,7 +80,8 @@ static int parse_args(bench_config *cfg, int argc, char **argv)
         if (key_len >= sizeof key) return usage_error("unknown option '%s' for bench", a);
         memcpy(key, a, key_len);
         key[key_len] = '\0';
-        int takes = !strcmp(key, "--json") || !strcmp(key, "--threads") || !strcmp(key, "--filter");
+        int takes = !strcmp(key, "--json") || !strcmp(key, "--threads") ||
+                    !strcmp(key, "--filter") || !strcmp(key, "--torch-python");
         if (takes && eq && a[0] == '-') val = eq + 1;
         else if (takes && i + 1 < argc) val = argv[++i];
         else if (takes) return usage_error("%s needs a value", key);
@@ -87,6 +95,12 @@ static int parse_args(bench_config *cfg, int argc, char **argv)
         } else if (!strcmp(key, "--list")) {
             cfg->list = 1;
         } else if (!strcmp(key, "--peers")) {
+            cfg->peers = 1;
+        } else if (!strcmp(key, "--torch-python")) {
+            struct stat st; /* a venv's python is a link: stat follows it */
+            if (!*val || stat(val, &st) != 0 || !S_ISREG(st.st_mode) || access(val, X_OK) != 0)
+                return usage_error("--torch-python '%s' is not an executable file", val);
+            cfg->torch_python = val;
             cfg->peers = 1;
         } else if (!strcmp(key, "--json")) {
             if (!*val) return usage_error("--json needs a file name");

@@ -8,7 +8,11 @@
  * decode cases count the bytes of the keys each sequence reads and set them against the
  * read bandwidth, and that the mask-tensor case does the causal case's work and is
  * timed against it. A CLI without `bench`, or a case whose status is not "ok" (a
- * TA_EUNSUPPORTED is an "error", exit 1), fails. */
+ * TA_EUNSUPPORTED is an "error", exit 1), fails.
+ * --torch-python runs against a fake python (a shell script): what the bench hands the
+ * peer (its environment, the cases as JSON) and how it merges the rows, without torch. */
+#define _POSIX_C_SOURCE 200809L
+
 #include "ta_test.h"
 
 #include "cli_run.h"
@@ -20,7 +24,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#define TUNABLES "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"
 
 static double num(const cJSON *o, const char *key)
 {
@@ -301,7 +308,9 @@ static void test_bad_command_lines_exit_2_with_one_error_line(void **state)
 {
     (void)state;
     const char *bad[][4] = {{"--no-such-flag"}, {"--threads", "0"}, {"--threads"},
-                            {"--quick=yes"}, {"--filter", "no_case_has_this_name"}};
+                            {"--quick=yes"}, {"--filter", "no_case_has_this_name"},
+                            {"--torch-python"}, {"--torch-python", "/nonexistent-ta-dir/python"},
+                            {"--torch-python", "."}, {"--torch-python="}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *argv[6] = {NULL, "bench", bad[i][0], bad[i][1], bad[i][2], NULL};
         /* The line is the bench's own (it points at `bench --help`), not the CLI's
@@ -309,6 +318,117 @@ static void test_bad_command_lines_exit_2_with_one_error_line(void **state)
         ta_cli_expect_error(argv, 2, "(see tensorattn bench --help)");
         if (ta_cli_out[0]) fail_msg("bench %s: stdout is not empty:\n%s", bad[i][0], ta_cli_out);
     }
+}
+
+/* A fake python for --torch-python: a shell script that saves its arguments (one a
+ * line) and its GLIBC_TUNABLES beside it, then runs `body`. Returns its path. */
+static const char *fake_python(const char *name, const char *body)
+{
+    char *path = ta_test_path(name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "#!/bin/sh\nprintf '%%s\\n' \"$@\" > '%s'\nprintf '%%s' \"$GLIBC_TUNABLES\" > '%s'\n%s\n",
+            ta_test_path("args.txt"), ta_test_path("env.txt"), body);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(path, 0755), 0);
+    /* the script the fake is given: any readable file will do */
+    assert_int_equal(setenv("TA_TORCH_SDPA_PEER", path, 1), 0);
+    return path;
+}
+
+/* A file the fake wrote, as a string. */
+static char *fake_output(const char *name)
+{
+    size_t n = 0;
+    char *text = (char *)ta_test_slurp(ta_test_path(name), &n);
+    if (!text) fail_msg("the fake python did not write %s", name);
+    text[n] = '\0'; /* ta_test_slurp leaves room for it */
+    return text;
+}
+
+/* The argument after `flag` in the fake's saved arguments (lines), or fail. */
+static char *fake_arg_after(char *args, const char *flag)
+{
+    for (char *line = strtok(args, "\n"); line; line = strtok(NULL, "\n"))
+        if (!strcmp(line, flag)) {
+            char *next = strtok(NULL, "\n");
+            if (next) return next;
+        }
+    fail_msg("the peer was not given %s", flag);
+    return NULL;
+}
+
+static void test_torch_python_peer_gets_the_cases_and_is_merged(void **state)
+{
+    (void)state;
+    /* Two rows: the decode shape at 2 s, and one the script refused. */
+    const char *py = fake_python(
+        "fake_python_ok",
+        "echo '{\"name\": \"sdpa_decode\", \"kind\": \"sdpa\", \"status\": \"ok\", \"median_s\": 2.0}'\n"
+        "echo '{\"name\": \"sdpa_other\", \"status\": \"skipped\", \"error\": \"unknown field\"}'");
+    cJSON *root = BENCH_REPORT("--quick", "--threads", "1", "--filter", "sdpa_decode",
+                               "--torch-python", py);
+    /* The child's environment has the tunables, and its arguments name every case of the
+     * shape once (the shape's name, the kind, the shape fields of the report). */
+    char *env = fake_output("env.txt");
+    assert_string_equal(env, TUNABLES);
+    free(env);
+    char *args = fake_output("args.txt");
+    assert_non_null(strstr(args, "--jsonl\n"));
+    assert_non_null(strstr(args, "--quick\n"));
+    cJSON *given = cJSON_Parse(fake_arg_after(args, "--cases"));
+    assert_true(cJSON_IsArray(given));
+    /* the filter matches two shapes: sdpa_decode and sdpa_decode_ragged */
+    assert_int_equal(cJSON_GetArraySize(given), 2);
+    const cJSON *g = cJSON_GetArrayItem(given, 0), *fused = find_case(root, "sdpa_decode_fused");
+    if (strcmp(str(g, "name"), "sdpa_decode")) g = cJSON_GetArrayItem(given, 1);
+    assert_string_equal(str(g, "name"), "sdpa_decode");
+    assert_string_equal(str(g, "kind"), "sdpa");
+    assert_string_equal(str(g, "causal"), str(fused, "causal"));
+    static const char *const dims[] = {"B", "H", "Hkv", "Lq", "Lk", "D", "pairs"};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        assert_close(num(g, dims[i]), num(fused, dims[i]), 0.0);
+    cJSON_Delete(given);
+    free(args);
+    args = fake_output("args.txt");
+    assert_string_equal(fake_arg_after(args, "--threads"), "1");
+    free(args);
+
+    const cJSON *torch = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(root, "peers"), "torch");
+    assert_string_equal(str(torch, "status"), "ok");
+    assert_non_null(strstr(str(torch, "command"), "GLIBC_TUNABLES=" TUNABLES " '"));
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(torch, "cases")), 2);
+    /* speedup_vs_torch: the peer's median over each path's */
+    for (int p = 0; p < 2; p++) {
+        const cJSON *c = find_case(root, p ? "sdpa_decode_fused" : "sdpa_decode_reference");
+        assert_close(num(c, "speedup_vs_torch"), 2.0 / num(c, "median_s"), 1e-12);
+    }
+    assert_non_null(strstr(ta_cli_out, "sdpa_other"));
+    cJSON_Delete(root);
+    unsetenv("TA_TORCH_SDPA_PEER");
+}
+
+/* A python without torch >= 2.1: torch_sdpa.py says so in one line and exits 3. The
+ * bench skips the peer with that line as the reason, and succeeds. */
+static void test_torch_python_without_torch_skips_the_peer(void **state)
+{
+    (void)state;
+    const char *why = "torch_sdpa.py: python has torch 1.13.0; the CPU flash kernel needs "
+                      "torch >= 2.1";
+    char body[256];
+    snprintf(body, sizeof body, "echo '%s' >&2\nexit 3", why);
+    const char *py = fake_python("fake_python_old", body);
+    cJSON *root = BENCH_REPORT("--quick", "--threads", "1", "--filter", "sdpa_decode_fused",
+                               "--torch-python", py);
+    const cJSON *torch = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(root, "peers"), "torch");
+    assert_string_equal(str(torch, "status"), "skipped");
+    assert_string_equal(str(torch, "reason"), why);
+    assert_non_null(strstr(ta_cli_err, "the torch peer is skipped: torch_sdpa.py: "));
+    assert_true(is_null(find_case(root, "sdpa_decode_fused"), "speedup_vs_torch"));
+    cJSON_Delete(root);
+    unsetenv("TA_TORCH_SDPA_PEER");
 }
 
 static void test_unwritable_json_path_fails_with_1(void **state)
@@ -335,6 +455,8 @@ int main(void)
         cmocka_unit_test(test_reference_too_big_is_skipped),
         cmocka_unit_test(test_bad_command_lines_exit_2_with_one_error_line),
         cmocka_unit_test(test_unwritable_json_path_fails_with_1),
+        cmocka_unit_test(test_torch_python_peer_gets_the_cases_and_is_merged),
+        cmocka_unit_test(test_torch_python_without_torch_skips_the_peer),
     };
     return cmocka_run_group_tests(tests, setup, ta_test_teardown_dir);
 }
