@@ -8,8 +8,12 @@
 #define KJ 4
 #define PR 6
 #define PC 2
+#define DR 4
+#define DC 2
+#define ROWS_MAX 4
 
 #define NAME_QK ta_attn_qk_avx2_24x4
+#define NAME_QK_ROWS ta_attn_qk_rows_avx2_4
 #define NAME_SOFTMAX ta_attn_softmax_avx2_24
 #define NAME_PV ta_attn_pv_avx2_6x16
 #define NAME_EXP ta_expf_avx2

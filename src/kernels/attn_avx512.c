@@ -8,8 +8,12 @@
 #define KJ 8
 #define PR 6
 #define PC 4
+#define DR 4
+#define DC 2
+#define ROWS_MAX 4
 
 #define NAME_QK ta_attn_qk_avx512_48x8
+#define NAME_QK_ROWS ta_attn_qk_rows_avx512_4
 #define NAME_SOFTMAX ta_attn_softmax_avx512_48
 #define NAME_PV ta_attn_pv_avx512_6x64
 #define NAME_EXP ta_expf_avx512

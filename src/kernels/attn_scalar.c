@@ -8,8 +8,12 @@
 #define KJ 4
 #define PR 4
 #define PC 4
+#define DR 4
+#define DC 4
+#define ROWS_MAX 4
 
 #define NAME_QK ta_attn_qk_scalar_4x4
+#define NAME_QK_ROWS ta_attn_qk_rows_scalar_4
 #define NAME_SOFTMAX ta_attn_softmax_scalar_4
 #define NAME_PV ta_attn_pv_scalar_4x4
 #define NAME_EXP ta_expf_scalar

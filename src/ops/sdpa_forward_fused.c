@@ -5,7 +5,8 @@
  * (a tile stays inside one head when Lq >= attn_mq, and spans heads otherwise, so a
  * decode step with grouped heads still fills the vector lanes). For each tile the
  * keys run in tiles of TA_FUSED_NK:
- *     S  = (scale Q_tile) K_tile^T                   attn_qk, in L1
+ *     S  = (scale Q_tile) K_tile^T                   attn_qk, in L1 (attn_qk_rows on
+ *                                                    tiles of few rows: decode)
  *     S  = mask(S)                                   only on tiles a bound cuts
  *     m' = max(m, rowmax S), P = exp(S - m'),        attn_softmax
  *     l  = l exp(m - m') + rowsum P
@@ -102,13 +103,23 @@ static void ws_layout(ta_arena *a, fused_ws *w, const fused_plan *f)
     w->vp = f->pack_v ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK, p->Dv) : NULL;
 }
 
-/* Q rows of the tile, scaled, into qp [D, mq_max] (rows past mq are zero). */
+/* Whether a tile has so few rows that attn_qk_rows computes its scores (a decode step:
+ * one row, or the few query heads of a kv head); fixed by the shape alone, so every
+ * thread count takes the same path. */
+static inline bool few_rows(const fused_plan *f, const fused_item *it)
+{
+    return it->mq <= f->k->attn_rows_max;
+}
+
+/* Q rows of the tile, scaled: into qp [D, mq_max] (rows past mq are zero) for attn_qk,
+ * or, for a tile of few rows, untransposed into qp [mq, D] for attn_qk_rows. */
 static void pack_q(const fused_plan *f, const fused_item *it, float *qp)
 {
     const ta_sdpa_problem *p = f->p;
     const ta_tensor *Q = p->Q;
     int64_t MQ = f->mq_max, D = p->D;
-    for (int64_t r = 0; r < MQ; r++) {
+    const bool rows = few_rows(f, it);
+    for (int64_t r = 0; r < (rows ? it->mq : MQ); r++) {
         if (r >= it->mq) {
             for (int64_t d = 0; d < D; d++) qp[d * MQ + r] = 0.0f;
             continue;
@@ -117,7 +128,10 @@ static void pack_q(const fused_plan *f, const fused_item *it, float *qp)
         row_hi(f, it->hkv, it->r0 + r, &h, &i);
         const float *q = (const float *)Q->data + it->b * Q->stride[0] + h * Q->stride[1] +
                          i * Q->stride[2];
-        for (int64_t d = 0; d < D; d++) qp[d * MQ + r] = q[d * Q->stride[3]] * p->scale;
+        if (rows)
+            for (int64_t d = 0; d < D; d++) qp[r * D + d] = q[d * Q->stride[3]] * p->scale;
+        else
+            for (int64_t d = 0; d < D; d++) qp[d * MQ + r] = q[d * Q->stride[3]] * p->scale;
     }
 }
 
@@ -252,9 +266,12 @@ static void run_item(const fused_plan *f, const fused_item *it, const fused_ws *
             }
             rowk = w->rowk;
         }
-        k->attn_qk(w->s, w->qp, kt, ldk, nk, D, rowk);
+        if (few_rows(f, it))
+            k->attn_qk_rows(w->s, w->qp, D, it->mq, kt, ldk, nk, D);
+        else
+            k->attn_qk(w->s, w->qp, kt, ldk, nk, D, rowk);
         if (p->mask.mask || cut) mask_tile(f, it, w->s, j0, nk);
-        k->attn_softmax(w->s, w->m, w->l, w->alpha, nk);
+        k->attn_softmax(w->s, w->m, w->l, w->alpha, nk, it->mq);
         if (Dv == 0) continue;
         const float *vt = vb + j0 * V->stride[2];
         int64_t ldv = V->stride[2];
