@@ -516,8 +516,8 @@ static void pv_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk, int6
     arena_release(&ar);
 }
 
-/* dv = 1 .. PC * VL + VL + 1 (every column tail: 1 .. PC vectors, each partial) and 129;
- * mq = 1 .. PR + 1 (every short row group; the streamed path of tiles of <= attn_rows_max
+/* dv = 1 .. PC * VL + VL + 1 (every column tail: 1 .. PC vectors, each partial), 113,
+ * 128, 129 (whole rows of 7, 8, 9 vectors on the streamed path); mq = 1 .. PR + 1 (every short row group; the streamed path of tiles of <= attn_rows_max
  * rows), 2 PR - 1, attn_mq - 1, attn_mq; nk = 0, 1, 3, 17 (with and without rowk). */
 static void test_attn_pv(void **state)
 {
@@ -530,11 +530,14 @@ static void test_attn_pv(void **state)
     const int64_t more[] = {2 * PR - 1, MQ - 1, MQ};
     for (int i = 0; i < 3; i++)
         if (more[i] > mqs[n - 1] && more[i] <= MQ) mqs[n++] = more[i];
-    for (int64_t dv = 1; dv <= 81 || dv == 129; dv = dv == 81 ? 129 : dv + 1)
+    const int64_t wide[] = {113, 128, 129}; /* 7, 8, 9 vectors of 16 */
+    for (int64_t t = 0; t < 84; t++) {
+        const int64_t dv = t < 81 ? t + 1 : wide[t - 81];
         for (int64_t i = 0; i < n; i++)
             for (size_t j = 0; j < 4; j++)
                 if (dv % 16 < 4 || j == 2 || (mqs[i] <= RM && dv % 16 < 8))
                     pv_case(k, ref, nks[j], dv, mqs[i], (int)(dv + i) % 2);
+    }
 }
 
 /* -------------------------------------------------------------- attn_exp */

@@ -9,7 +9,9 @@
  *   PR, PC           P.V micro-tile: PR query rows by PC vectors of output columns;
  *   DR, DC, ROWS_MAX dot-product Q.K^T for tiles of few rows: DR rows per pass over a
  *                    key, DC accumulators (chains) per row along d; the driver uses it on
- *                    tiles of <= ROWS_MAX rows, and attn_pv streams V for them;
+ *                    tiles of <= ROWS_MAX rows, and attn_pv streams V for them,
+ *   RP, PCW          RP rows by PCW vectors (whole V rows of up to PCW * VL columns)
+ *                    per pass;
  *   V_ZERO() V_SET1(x) V_LOADU(p) V_STOREU(p, v) V_LOADN(p, n) (lanes >= n read as 0,
  *   memory past them untouched) V_STOREN(p, v, n) V_ADD V_SUB V_MUL V_FMA(a, b, c) = a*b+c
  *   V_MAX(s, m) (m when s is NaN) V_NEGINF_TO_ZERO(v) V_EXP(v) V_REDUCE_ADD(v) (a float:
@@ -37,6 +39,8 @@ _Static_assert(MQ % PR == 0, "attn_template.h: attn_mq must be a multiple of att
 _Static_assert(DC >= 1 && DC <= 16, "attn_template.h: DC in 1..16 (the loops unroll 16)");
 _Static_assert(DR >= 1 && DR <= 16, "attn_template.h: ROWS_SWITCH has cases for 1..16 rows");
 _Static_assert(ROWS_MAX >= 1 && ROWS_MAX <= MQ, "attn_template.h: ROWS_MAX in 1..attn_mq");
+_Static_assert(RP >= 1 && RP <= 16 && PCW >= 1 && PCW <= 16,
+               "attn_template.h: RP and PCW in 1..16 (ROWS_SWITCH)");
 
 /* s[j, :] = qp^T k_j for nj keys (nj a constant after inlining). */
 ATTN_INLINE void qk_micro(float *s, const float *qp, const float *k, int64_t ldk, int64_t d,
@@ -254,43 +258,49 @@ void NAME_SOFTMAX(float *s, float *m, float *l, float *alpha, int64_t nk, int64_
     }
 }
 
-/* Rows r0 .. r0+NR-1 (NR <= PR), column vectors c0 .. c0+NV-1 (the last one holding
- * `last` lanes) of o = o * alpha + p^T v. NR, NV and TAIL are constants after inlining. */
+/* The largest register tile pv_micro is instantiated for: PR x PC, or RP x PCW (the
+ * streamed tiles of few rows). */
+#define PV_RMAX (PR > RP ? PR : RP)
+#define PV_CMAX (PC > PCW ? PC : PCW)
+
+/* Rows r0 .. r0+NR-1, column vectors c0 .. c0+NV-1 (the last one holding `last` lanes)
+ * of o = o * alpha + p^T v, for NR x NV <= PR x PC or RP x PCW. NR, NV and TAIL are
+ * constants after inlining. */
 ATTN_INLINE void pv_micro(float *o, int64_t ldo, const float *p, const float *alpha,
                           const float *v, int64_t ldv, int64_t nk, const int NR, const int NV,
                           const int TAIL, int last)
 {
-    VT acc[PR][PC];
+    VT acc[PV_RMAX][PV_CMAX];
 #pragma GCC unroll 16
-    for (int r = 0; r < PR; r++) {
+    for (int r = 0; r < PV_RMAX; r++) {
         if (r >= NR) break;
         VT a = V_SET1(alpha[r]);
 #pragma GCC unroll 16
-        for (int c = 0; c < PC; c++)
+        for (int c = 0; c < PV_CMAX; c++)
             if (c < NV) acc[r][c] = V_MUL(V_LOADU(o + r * ldo + c * VL), a);
     }
     for (int64_t j = 0; j < nk; j++) {
-        VT vv[PC];
+        VT vv[PV_CMAX];
         const float *vr = v + j * ldv;
 #pragma GCC unroll 16
-        for (int c = 0; c < PC; c++) {
+        for (int c = 0; c < PV_CMAX; c++) {
             if (c >= NV) break;
             vv[c] = (TAIL && c == NV - 1) ? V_LOADN(vr + c * VL, last) : V_LOADU(vr + c * VL);
         }
 #pragma GCC unroll 16
-        for (int r = 0; r < PR; r++) {
+        for (int r = 0; r < PV_RMAX; r++) {
             if (r >= NR) break;
             VT pb = V_SET1(p[j * MQ + r]);
 #pragma GCC unroll 16
-            for (int c = 0; c < PC; c++)
+            for (int c = 0; c < PV_CMAX; c++)
                 if (c < NV) acc[r][c] = V_FMA(pb, vv[c], acc[r][c]);
         }
     }
 #pragma GCC unroll 16
-    for (int r = 0; r < PR; r++) {
+    for (int r = 0; r < PV_RMAX; r++) {
         if (r >= NR) break;
 #pragma GCC unroll 16
-        for (int c = 0; c < PC; c++)
+        for (int c = 0; c < PV_CMAX; c++)
             if (c < NV) V_STOREU(o + r * ldo + c * VL, acc[r][c]);
     }
 }
@@ -315,10 +325,21 @@ ATTN_INLINE void pv_rows(float *orow, int64_t ldo, const float *p, const float *
     }
 }
 
+/* pv_micro on all nv (<= PCW) column vectors of NR (<= RP) rows, the last vector masked:
+ * each key's V row is read front to back, so the first pass of a tile streams V. */
+ATTN_INLINE void pv_whole_rows(float *o, int64_t ldo, const float *p, const float *alpha,
+                               const float *v, int64_t ldv, int64_t nk, int nv, int last,
+                               const int NR)
+{
+#define PV_WHOLE(n) if (n <= PCW) pv_micro(o, ldo, p, alpha, v, ldv, nk, NR, n, 1, last)
+    ROWS_SWITCH(PV_WHOLE, nv)
+#undef PV_WHOLE
+}
+
 /* o rows < NR (a constant <= ROWS_MAX) = o * alpha + p^T v, keys in order, each V row
- * read front to back (one stream: see dot_key), o accumulated in place (in L1). Per
- * element the same operations in the same order as pv_micro (o * alpha, then one FMA
- * per key in key order): the results are bitwise pv_micro's. */
+ * read front to back (one stream: see dot_key), o accumulated in place (in L1): for V
+ * rows too wide for pv_whole_rows. Per element the same operations in the same order as
+ * pv_micro (o * alpha, then one FMA per key in key order): bitwise pv_micro's results. */
 ATTN_INLINE void pv_stream(float *o, int64_t ldo, const float *p, const float *alpha,
                            const float *v, int64_t ldv, int64_t nk, int64_t dv, const int NR)
 {
@@ -379,9 +400,19 @@ PV_ATTR void NAME_PV(float *o, int64_t ldo, const float *p, const float *alpha, 
         int64_t nk = rowk ? 0 : nk_all;
         for (int r = 0; rowk && r < mq; r++)
             if (rowk[r] > nk) nk = rowk[r];
+        const int nv = (int)((dv + VL - 1) / VL), last = (int)(dv - (int64_t)(nv - 1) * VL);
+        if (nv > PCW) {
 #define PV_STREAM(n) if (n <= ROWS_MAX) pv_stream(o, ldo, p, alpha, v, ldv, nk, dv, n)
-        ROWS_SWITCH(PV_STREAM, (int)mq)
+            ROWS_SWITCH(PV_STREAM, (int)mq)
 #undef PV_STREAM
+            return;
+        }
+        for (int64_t r0 = 0; r0 < mq; r0 += RP) { /* RP rows per pass, V from L1 after one */
+            const int nr = (int)(mq - r0 < RP ? mq - r0 : RP);
+#define PV_PASS(n) if (n <= RP) pv_whole_rows(o + r0 * ldo, ldo, p + r0, alpha + r0, v, ldv, nk, nv, last, n)
+            ROWS_SWITCH(PV_PASS, nr)
+#undef PV_PASS
+        }
         return;
     }
     for (int64_t r0 = 0; r0 < mq; r0 += PR) {
