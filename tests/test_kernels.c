@@ -17,6 +17,7 @@
  * adds |x| u relative:
  *   sgemm_ukr          (k + 4) u (|alpha| sum_p |a b| + |beta c|)
  *   attn_qk            (d + 1) u sum_p |q k|; a score a rowk bound skips: as it was, or right
+ *   attn_qk_rows       (d + 1) u sum_p |q k| (another summation order); rows >= mq untouched
  *   attn_softmax       m exactly; p, alpha: (|x| + 3) u y + 2^-148 (x = s - m', y = e^x);
  *                      l: sum over its terms t (l alpha, every p) of (|x_t| + nk + 6) u t
  *                      + (nk + 1) 2^-148
@@ -32,6 +33,7 @@
  * 2.6 ulp):
  *   sgemm_ukr          (2k + 6) u (|alpha| sum_p |a b| + |beta c|)
  *   attn_qk            (2d + 2) u sum_p |q k|
+ *   attn_qk_rows       (2d + 2) u sum_p |q k| (against scalar attn_qk_rows and attn_qk)
  *   attn_softmax       p, alpha: 6 u |p| + 2^-148 (denormals); m exactly; l (nk + 16) u l
  *   attn_pv            (2nk + 4) u (|o alpha| + sum_j |p v|)
  *   attn_exp           6 u |y| + 2^-148; -inf -> 0, NaN -> NaN, 0 -> 1 exactly
