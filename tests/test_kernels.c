@@ -17,6 +17,7 @@
  * adds |x| u relative:
  *   sgemm_ukr          (k + 4) u (|alpha| sum_p |a b| + |beta c|)
  *   attn_qk            (d + 1) u sum_p |q k|; a score a rowk bound skips: as it was, or right
+ *   attn_qk_rows       (d + 1) u sum_p |q k| (another summation order); rows >= mq untouched
  *   attn_softmax       m exactly; p, alpha: (|x| + 3) u y + 2^-148 (x = s - m', y = e^x);
  *                      l: sum over its terms t (l alpha, every p) of (|x_t| + nk + 6) u t
  *                      + (nk + 1) 2^-148
@@ -32,6 +33,7 @@
  * 2.6 ulp):
  *   sgemm_ukr          (2k + 6) u (|alpha| sum_p |a b| + |beta c|)
  *   attn_qk            (2d + 2) u sum_p |q k|
+ *   attn_qk_rows       (2d + 2) u sum_p |q k| (against scalar attn_qk_rows and attn_qk)
  *   attn_softmax       p, alpha: 6 u |p| + 2^-148 (denormals); m exactly; l (nk + 16) u l
  *   attn_pv            (2nk + 4) u (|o alpha| + sum_j |p v|)
  *   attn_exp           6 u |y| + 2^-148; -inf -> 0, NaN -> NaN, 0 -> 1 exactly
@@ -161,6 +163,15 @@ static void test_tables_meet_their_limits(void **state)
         bad = *k;
         bad.attn_pv = NULL;
         assert_int_equal(ta_kernels_check(&bad, why, sizeof why), -1);
+        bad = *k;
+        bad.attn_qk_rows = NULL;
+        assert_int_equal(ta_kernels_check(&bad, why, sizeof why), -1);
+        for (int rm = 0; rm < 2; rm++) {
+            bad = *k;
+            bad.attn_rows_max = rm ? bad.attn_mq + 1 : 0;
+            assert_int_equal(ta_kernels_check(&bad, why, sizeof why), -1);
+            assert_non_null(strstr(why, "attn_rows_max"));
+        }
     }
 }
 
@@ -300,14 +311,88 @@ static void test_attn_qk(void **state)
             for (int rk = 0; rk < 2; rk++) qk_case(k, ref, ds[i], nk == 18 ? 64 : nk, rk);
 }
 
+/* ---------------------------------------------------------- attn_qk_rows */
+
+/* q [mq rows, ldq = d + 2], k [nk rows, ldk = d + 3], s [nk, attn_mq] full of a sentinel:
+ * the scores of rows < mq against the float64 oracle, the scalar attn_qk_rows and the
+ * scalar attn_qk (the broadcast kernel, on the same rows packed transposed); rows >= mq
+ * untouched. */
+static void qk_rows_case(const ta_kernels *k, const ta_kernels *ref, int64_t d, int64_t nk,
+                         int64_t mq)
+{
+    const int64_t MQ = k->attn_mq, RQ = ref->attn_mq, ldq = d + 2, ldk = d + 3;
+    snprintf(where, sizeof where, "%s attn_qk_rows d=%lld nk=%lld mq=%lld", k->name,
+             (long long)d, (long long)nk, (long long)mq);
+    arena ar = {0};
+    const float *q = gfloats(&ar, d ? (mq - 1) * ldq + d : 0, NAN);
+    const float *kk = gfloats(&ar, nk && d ? (nk - 1) * ldk + d : 0, NAN);
+    float *s = gfloats(&ar, nk * MQ, SENTINEL);
+    k->attn_qk_rows(s, q, ldq, mq, kk, ldk, nk, d);
+    float *rs = malloc(sizeof(float) * (size_t)(nk * RQ + 1));
+    float *rt = malloc(sizeof(float) * (size_t)(nk * RQ + 1));
+    float *rq = malloc(sizeof(float) * (size_t)(d * RQ + 1));
+    assert_true(rs && rt && rq);
+    for (int64_t b0 = 0; b0 < mq; b0 += RQ) {
+        const int64_t n = mq - b0 < RQ ? mq - b0 : RQ;
+        ref->attn_qk_rows(rs, q + b0 * ldq, ldq, n, kk, ldk, nk, d);
+        for (int64_t p = 0; p < d; p++)
+            for (int64_t r = 0; r < RQ; r++) rq[p * RQ + r] = r < n ? q[(b0 + r) * ldq + p] : 0.0f;
+        ref->attn_qk(rt, rq, kk, ldk, nk, d, NULL);
+        for (int64_t j = 0; j < nk; j++)
+            for (int64_t r = 0; r < n; r++) {
+                const int64_t i = j * MQ + b0 + r;
+                double sum = 0.0, e = 0.0;
+                for (int64_t p = 0; p < d; p++) {
+                    double t = (double)q[(b0 + r) * ldq + p] * kk[j * ldk + p];
+                    sum += fabs(t);
+                    e += t;
+                }
+                EXPECT_ORACLE("s", i, s[i], e, ((double)d + 1.0) * U * sum);
+                EXPECT_SCALAR("s", i, s[i], rs[j * RQ + r], (2.0 * (double)d + 2.0) * U * sum);
+                EXPECT_SCALAR("s (scalar attn_qk)", i, s[i], rt[j * RQ + r],
+                              (2.0 * (double)d + 2.0) * U * sum);
+            }
+    }
+    for (int64_t j = 0; j < nk; j++)
+        for (int64_t r = mq; r < MQ; r++)
+            EXPECT_ORACLE("untouched s", j * MQ + r, s[j * MQ + r], SENTINEL, 0.0);
+    free(rs);
+    free(rt);
+    free(rq);
+    arena_release(&ar);
+}
+
+/* d = 0 .. 17 (every lane tail and chain count), 64, 128, 129; nk = 0 .. 17, 64; mq =
+ * 1 .. attn_rows_max + 2 (the rows the driver gives it, and past), attn_mq - 1, attn_mq. */
+static void test_attn_qk_rows(void **state)
+{
+    (void)state;
+    const ta_kernels *ref, *k = tested(&ref);
+    const int64_t MQ = k->attn_mq, RM = k->attn_rows_max;
+    int64_t mqs[24], n = 0; /* increasing, <= MQ */
+    for (int64_t mq = 1; mq <= RM + 2 && mq <= MQ; mq++) mqs[n++] = mq;
+    if (MQ - 1 > mqs[n - 1]) mqs[n++] = MQ - 1;
+    if (MQ > mqs[n - 1]) mqs[n++] = MQ;
+    const int64_t big[] = {64, 128, 129};
+    for (int64_t d = 0; d <= 20; d++)
+        for (int64_t nk = 0; nk <= 18; nk++)
+            for (int64_t i = 0; i < n; i++)
+                if (mqs[i] <= RM + 2 || (d + nk) % 4 == 0)
+                    qk_rows_case(k, ref, d <= 17 ? d : big[d - 18], nk == 18 ? 64 : nk, mqs[i]);
+}
+
 /* ---------------------------------------------------------- attn_softmax */
 
 /* Scores of spread 60 (some p underflow to denormals or 0), a masked -inf here and there,
  * a row of only -inf, a row with a NaN; running m = -inf (l = 0) or finite. */
-static void softmax_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk)
+static void softmax_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk, int64_t mq)
 {
-    const int64_t MQ = k->attn_mq, RQ = ref->attn_mq;
-    snprintf(where, sizeof where, "%s attn_softmax nk=%lld", k->name, (long long)nk);
+    const int64_t MQ = k->attn_mq, RQ = ref->attn_mq, VL = k->attn_vl;
+    /* the rows of the vectors that hold a row < mq: computed; the others untouched */
+    const int64_t cover = (mq + VL - 1) / VL * VL;
+    snprintf(where, sizeof where, "%s attn_softmax nk=%lld mq=%lld", k->name, (long long)nk,
+             (long long)mq);
+    assert_true(cover <= MQ);
     arena ar = {0};
     float *s = gfloats(&ar, nk * MQ, NAN), *m = gfloats(&ar, MQ, NAN), *l = gfloats(&ar, MQ, 0.0f);
     float *alpha = gfloats(&ar, MQ, SENTINEL);
@@ -321,16 +406,24 @@ static void softmax_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk)
         l[r] = r % 3 == 0 ? 0.0f : 1.0f + 3.0f * fabsf(frand());
     }
     float *s0 = copy_of(s, nk * MQ), *m0 = copy_of(m, MQ), *l0 = copy_of(l, MQ);
-    k->attn_softmax(s, m, l, alpha, nk);
+    k->attn_softmax(s, m, l, alpha, nk, mq);
     float rsb[64 * 16], rm[16], rl[16], ra[16];
     assert_true(RQ <= 16 && nk <= 64);
-    for (int64_t b0 = 0; b0 < MQ; b0 += RQ) {
+    for (int64_t r = cover; r < MQ; r++) { /* past the vectors of rows < mq: as they were */
+        EXPECT_ORACLE("untouched m", r, m[r], m0[r], 0.0);
+        EXPECT_ORACLE("untouched l", r, l[r], l0[r], 0.0);
+        EXPECT_ORACLE("untouched alpha", r, alpha[r], SENTINEL, 0.0);
+        for (int64_t j = 0; j < nk; j++)
+            EXPECT_ORACLE("untouched s", j * MQ + r, s[j * MQ + r], s0[j * MQ + r], 0.0);
+    }
+    for (int64_t b0 = 0; b0 < cover; b0 += RQ) {
+        const int64_t n = cover - b0 < RQ ? cover - b0 : RQ;
         for (int64_t j = 0; j < nk; j++)
             for (int64_t r = 0; r < RQ; r++) rsb[j * RQ + r] = s0[j * MQ + b0 + r];
         memcpy(rm, m0 + b0, sizeof(float) * (size_t)RQ);
         memcpy(rl, l0 + b0, sizeof(float) * (size_t)RQ);
-        ref->attn_softmax(rsb, rm, rl, ra, nk);
-        for (int64_t r = 0; r < RQ; r++) {
+        ref->attn_softmax(rsb, rm, rl, ra, nk, RQ);
+        for (int64_t r = 0; r < n; r++) {
             EXPECT_SCALAR("m", b0 + r, m[b0 + r], rm[r], 0.0);
             EXPECT_SCALAR("alpha", b0 + r, alpha[b0 + r], ra[r], 6 * U * fabs(ra[r]) + DENORMAL_SLACK);
             EXPECT_SCALAR("l", b0 + r, l[b0 + r], rl[r], ((double)nk + 16.0) * U * fabs(rl[r]));
@@ -339,7 +432,7 @@ static void softmax_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk)
                               6 * U * fabs(rsb[j * RQ + r]) + DENORMAL_SLACK);
         }
     }
-    for (int64_t r = 0; r < MQ; r++) { /* the float64 oracle */
+    for (int64_t r = 0; r < cover; r++) { /* the float64 oracle */
         double mx = m0[r];
         for (int64_t j = 0; j < nk; j++) /* a NaN score does not enter the max */
             if (s0[j * MQ + r] > mx) mx = s0[j * MQ + r];
@@ -365,19 +458,25 @@ static void test_attn_softmax(void **state)
 {
     (void)state;
     const ta_kernels *ref, *k = tested(&ref);
-    for (int64_t nk = 1; nk <= 64; nk += nk < 8 ? 1 : 9) softmax_case(k, ref, nk);
+    const int64_t VL = k->attn_vl, MQ = k->attn_mq;
+    for (int64_t nk = 1; nk <= 64; nk += nk < 8 ? 1 : 9) softmax_case(k, ref, nk, MQ);
+    /* tiles of fewer rows (a decode step: 1): only the vectors holding them */
+    const int64_t mqs[] = {1, 2, VL - 1, VL, VL + 1, MQ - VL, MQ - 1};
+    for (size_t i = 0; i < sizeof mqs / sizeof mqs[0]; i++)
+        for (int64_t nk = 1; nk <= 64; nk += nk < 3 ? 1 : 30)
+            if (mqs[i] >= 1 && mqs[i] <= MQ) softmax_case(k, ref, nk, mqs[i]);
 }
 
 /* --------------------------------------------------------------- attn_pv */
 
 /* o [mq rows, ldo = dv rounded up to attn_vl] against the float64 oracle and the scalar
- * kernel per block of its attn_mq rows. o holds exactly the row groups the kernel may write (round_up(mq,
- * attn_pr) rows) and v ends at its last row's column dv - 1, both at guard pages. */
+ * kernel per block of its attn_mq rows. o holds exactly the mq rows the kernel may write
+ * and v ends at its last row's column dv - 1, both at guard pages. */
 static void pv_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk, int64_t dv,
                     int64_t mq, int with_rowk)
 {
-    const int64_t MQ = k->attn_mq, RQ = ref->attn_mq, PR = k->attn_pr, VL = k->attn_vl;
-    const int64_t ldo = (dv + VL - 1) / VL * VL, ldv = dv + 5, rows = (mq + PR - 1) / PR * PR;
+    const int64_t MQ = k->attn_mq, RQ = ref->attn_mq, VL = k->attn_vl;
+    const int64_t ldo = (dv + VL - 1) / VL * VL, ldv = dv + 5, rows = mq;
     snprintf(where, sizeof where, "%s attn_pv nk=%lld dv=%lld mq=%lld rowk=%d", k->name,
              (long long)nk, (long long)dv, (long long)mq, with_rowk);
     arena ar = {0};
@@ -419,19 +518,28 @@ static void pv_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk, int6
     arena_release(&ar);
 }
 
-/* dv = 1 .. PC * VL + VL + 1 (every column tail: 1 .. PC vectors, each partial) and 129;
- * mq = 1, PR - 1 .. PR + 1, attn_mq; nk = 0, 1, 3, 17 (with and without rowk). */
+/* dv = 1 .. PC * VL + VL + 1 (every column tail: 1 .. PC vectors, each partial), 113,
+ * 128, 129 (whole rows of 7, 8, 9 vectors on the streamed path); mq = 1 .. PR + 1 (every short row group; the streamed path of tiles of <= attn_rows_max
+ * rows), 2 PR - 1, attn_mq - 1, attn_mq; nk = 0, 1, 3, 17 (with and without rowk). */
 static void test_attn_pv(void **state)
 {
     (void)state;
     const ta_kernels *ref, *k = tested(&ref);
-    const int64_t PR = k->attn_pr, MQ = k->attn_mq, mqs[] = {1, PR - 1, PR, PR + 1, MQ};
+    const int64_t PR = k->attn_pr, MQ = k->attn_mq, RM = k->attn_rows_max;
     const int64_t nks[] = {0, 1, 3, 17};
-    for (int64_t dv = 1; dv <= 81 || dv == 129; dv = dv == 81 ? 129 : dv + 1)
-        for (size_t i = 0; i < 5; i++)
+    int64_t mqs[24], n = 0; /* increasing, <= MQ */
+    for (int64_t mq = 1; mq <= PR + 1 && mq <= MQ; mq++) mqs[n++] = mq;
+    const int64_t more[] = {2 * PR - 1, MQ - 1, MQ};
+    for (int i = 0; i < 3; i++)
+        if (more[i] > mqs[n - 1] && more[i] <= MQ) mqs[n++] = more[i];
+    const int64_t wide[] = {113, 128, 129}; /* 7, 8, 9 vectors of 16 */
+    for (int64_t t = 0; t < 84; t++) {
+        const int64_t dv = t < 81 ? t + 1 : wide[t - 81];
+        for (int64_t i = 0; i < n; i++)
             for (size_t j = 0; j < 4; j++)
-                if (mqs[i] >= 1 && mqs[i] <= MQ && (dv % 16 < 4 || j == 2))
+                if (dv % 16 < 4 || j == 2 || (mqs[i] <= RM && dv % 16 < 8))
                     pv_case(k, ref, nks[j], dv, mqs[i], (int)(dv + i) % 2);
+    }
 }
 
 /* -------------------------------------------------------------- attn_exp */
@@ -626,6 +734,7 @@ int main(void)
         cmocka_unit_test(test_tables_meet_their_limits),
         cmocka_unit_test(test_sgemm_ukr),
         cmocka_unit_test(test_attn_qk),
+        cmocka_unit_test(test_attn_qk_rows),
         cmocka_unit_test(test_attn_softmax),
         cmocka_unit_test(test_attn_pv),
         cmocka_unit_test(test_attn_exp),

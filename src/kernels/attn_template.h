@@ -7,16 +7,25 @@
  *   QV, KJ           Q.K^T micro-tile: QV vectors of queries (MQ = QV * VL lanes) by KJ
  *                    keys, QV * KJ accumulators held in registers;
  *   PR, PC           P.V micro-tile: PR query rows by PC vectors of output columns;
+ *   DR, DC, ROWS_MAX dot-product Q.K^T for tiles of few rows: DR rows per pass over a
+ *                    key, DC accumulators (chains) per row along d; the driver uses it on
+ *                    tiles of <= ROWS_MAX rows, and attn_pv streams V for them,
+ *   RP, PCW          RP rows by PCW vectors (whole V rows of up to PCW * VL columns)
+ *                    per pass;
  *   V_ZERO() V_SET1(x) V_LOADU(p) V_STOREU(p, v) V_LOADN(p, n) (lanes >= n read as 0,
  *   memory past them untouched) V_STOREN(p, v, n) V_ADD V_SUB V_MUL V_FMA(a, b, c) = a*b+c
- *   V_MAX(s, m) (m when s is NaN) V_NEGINF_TO_ZERO(v) V_EXP(v);
+ *   V_MAX(s, m) (m when s is NaN) V_NEGINF_TO_ZERO(v) V_EXP(v) V_REDUCE_ADD(v) (a float:
+ *   the lanes' sum in a fixed order);
  *   V_TRANSPOSE8_SCALED(dst, ld, rows, p0, scale) (optional: dst[i * ld + r] =
  *   scale * rows[r][p0 + i] for an 8 x 8 block);
- *   NAME_QK, NAME_SOFTMAX, NAME_PV, NAME_EXP, NAME_PACKQ, FILL_FN: the exported names.
+ *   NAME_QK, NAME_QK_ROWS, NAME_SOFTMAX, NAME_PV, NAME_EXP, NAME_PACKQ, FILL_FN: the
+ *   exported names.
  *
  * Layout (lanes are queries, so the online softmax is vertical, never a horizontal
  * reduction): the query tile is packed transposed, qp[p * MQ + r] = Q[row r, p] * scale;
- * a score tile is s[j * MQ + r] for key j of the tile and query row r. */
+ * a score tile is s[j * MQ + r] for key j of the tile and query row r. The dot-product
+ * kernel (decode: one row, or a few grouped heads) reads the rows untransposed instead,
+ * q[r * ldq + p], and writes the same score layout. */
 #include "kernels/kernels.h"
 
 #include <stdint.h>
@@ -30,6 +39,11 @@ _Static_assert(PC >= 1 && PC <= 8, "attn_template.h: PV_TAIL has cases for 1..8 
 _Static_assert(QV >= 1 && QV <= 4 && PR >= 1 && PR <= 16,
                "attn_template.h: QV in 1..4 (qk_block's cases), PR in 1..16 (the loops unroll 16)");
 _Static_assert(MQ % PR == 0, "attn_template.h: attn_mq must be a multiple of attn_pr");
+_Static_assert(DC >= 1 && DC <= 16, "attn_template.h: DC in 1..16 (the loops unroll 16)");
+_Static_assert(DR >= 1 && DR <= 16, "attn_template.h: ROWS_SWITCH has cases for 1..16 rows");
+_Static_assert(ROWS_MAX >= 1 && ROWS_MAX <= MQ, "attn_template.h: ROWS_MAX in 1..attn_mq");
+_Static_assert(RP >= 1 && RP <= 16 && PCW >= 1 && PCW <= 16,
+               "attn_template.h: RP and PCW in 1..16 (ROWS_SWITCH)");
 
 /* s[j, q * VL ..] = qp^T k_j for nj keys and the NQ query vectors from q0 (nj and NQ
  * constants after inlining; q0 any): NQ * KJ accumulators held across the d loop. */
@@ -130,14 +144,91 @@ void NAME_QK(float *s, const float *qp, const float *k, int64_t ldk, int64_t nk,
     }
 }
 
+#define ROWS_SWITCH(call, n)                                                               \
+    switch (n) { /* one instance per row count (1 .. 16) keeps each unrolled */            \
+    case 1: call(1); break; case 2: call(2); break; case 3: call(3); break;                \
+    case 4: call(4); break; case 5: call(5); break; case 6: call(6); break;                \
+    case 7: call(7); break; case 8: call(8); break; case 9: call(9); break;                \
+    case 10: call(10); break; case 11: call(11); break; case 12: call(12); break;          \
+    case 13: call(13); break; case 14: call(14); break; case 15: call(15); break;          \
+    case 16: call(16); break; default: break;                                              \
+    }
+
+/* The K and V rows of a tile of few rows (a decode step) come from memory once: each
+ * row is read front to back, one key after the other, so that the hardware prefetcher
+ * sees one sequential stream per operand. (Reading several rows interleaved, line by
+ * line, as qk_micro does, halved the bandwidth one Zen 4 core got; software prefetches
+ * on top of the sequential streams lowered it too: docs/kernels.md.) */
+
+/* s[r * MQ] = q_r . k for NR rows (a constant) and one key: DC chains per row, step t of
+ * VL lanes (t = p / VL) in chain t mod DC; the chains are added in order, then the lanes
+ * (V_REDUCE_ADD). Of the last steps (fewer than DC), a partial one uses masked loads. */
+ATTN_INLINE void dot_key(float *s, const float *q, int64_t ldq, const float *k, int64_t d,
+                         const int NR)
+{
+    VT acc[DR][DC];
+#pragma GCC unroll 16
+    for (int r = 0; r < DR; r++)
+#pragma GCC unroll 16
+        for (int c = 0; c < DC; c++) acc[r][c] = V_ZERO();
+    int64_t p = 0;
+    for (; p + DC * VL <= d; p += DC * VL) {
+#pragma GCC unroll 16
+        for (int c = 0; c < DC; c++) {
+            VT kv = V_LOADU(k + p + c * VL);
+#pragma GCC unroll 16
+            for (int r = 0; r < DR; r++) {
+                if (r >= NR) break;
+                acc[r][c] = V_FMA(V_LOADU(q + r * ldq + p + c * VL), kv, acc[r][c]);
+            }
+        }
+    }
+#pragma GCC unroll 16
+    for (int c = 0; c < DC; c++, p += VL) {
+        if (p >= d) break;
+        const int n = d - p < VL ? (int)(d - p) : VL;
+        VT kv = n == VL ? V_LOADU(k + p) : V_LOADN(k + p, n); /* see pv_whole_rows */
+#pragma GCC unroll 16
+        for (int r = 0; r < DR; r++) {
+            if (r >= NR) break;
+            VT qv = n == VL ? V_LOADU(q + r * ldq + p) : V_LOADN(q + r * ldq + p, n);
+            acc[r][c] = V_FMA(qv, kv, acc[r][c]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < DR; r++) {
+        if (r >= NR) break;
+        VT t = acc[r][0];
+#pragma GCC unroll 16
+        for (int c = 1; c < DC; c++) t = V_ADD(t, acc[r][c]);
+        s[r] = V_REDUCE_ADD(t);
+    }
+}
+
+/* s [nk, MQ] (rows < mq only) = q [mq rows of d, stride ldq] K^T for nk keys of k (rows
+ * of d, stride ldk): the Q.K^T of a tile with few real rows (decode), where attn_qk's
+ * lanes would hold one row. Key by key (a stream), the rows in groups of DR. */
+void NAME_QK_ROWS(float *s, const float *q, int64_t ldq, int64_t mq, const float *k,
+                  int64_t ldk, int64_t nk, int64_t d)
+{
+    for (int64_t j = 0; j < nk; j++)
+        for (int64_t r0 = 0; r0 < mq; r0 += DR) {
+            const int nr = (int)(mq - r0 < DR ? mq - r0 : DR);
+#define DOT_ROWS(n) if (n <= DR) dot_key(s + j * MQ + r0, q + r0 * ldq, ldq, k + j * ldk, d, n)
+            ROWS_SWITCH(DOT_ROWS, nr)
+#undef DOT_ROWS
+        }
+}
+
 /* One online-softmax step over a score tile s [nk, MQ], per query lane r:
  *   m' = max(m, max_j s[j]) (NaN scores do not enter the max; they reach l below),
  *   u  = m' unless m' = -inf (then 0, so that -inf - -inf never makes a NaN),
  *   alpha = exp(m - u), s[j] = exp(s[j] - u), l = l * alpha + sum_j s[j], m = m'.
- * The sum runs over j in order: the result depends only on the tile. */
-void NAME_SOFTMAX(float *s, float *m, float *l, float *alpha, int64_t nk)
+ * The sum runs over j in order: the result depends only on the tile. Only the vectors
+ * that hold a row < mq are computed (a decode tile of one row: one vector of QV). */
+void NAME_SOFTMAX(float *s, float *m, float *l, float *alpha, int64_t nk, int64_t mq)
 {
-    for (int q = 0; q < QV; q++) {
+    for (int q = 0; q < QV && (int64_t)q * VL < mq; q++) {
         VT mo = V_LOADU(m + q * VL), mx = mo;
         for (int64_t j = 0; j < nk; j++) mx = V_MAX(V_LOADU(s + j * MQ + q * VL), mx);
         VT u = V_NEGINF_TO_ZERO(mx);
@@ -163,41 +254,130 @@ void NAME_SOFTMAX(float *s, float *m, float *l, float *alpha, int64_t nk)
     }
 }
 
-/* Rows r0 .. r0+PR-1, column vectors c0 .. c0+NV-1 (the last one holding `last` lanes)
- * of o = o * alpha + p^T v. NV and TAIL are constants after inlining. */
+/* The largest register tile pv_micro is instantiated for: PR x PC, or RP x PCW (the
+ * streamed tiles of few rows). */
+#define PV_RMAX (PR > RP ? PR : RP)
+#define PV_CMAX (PC > PCW ? PC : PCW)
+
+/* Rows r0 .. r0+NR-1, column vectors c0 .. c0+NV-1 (the last one holding `last` lanes)
+ * of o = o * alpha + p^T v, for NR x NV <= PR x PC or RP x PCW. NR, NV and TAIL are
+ * constants after inlining. */
 ATTN_INLINE void pv_micro(float *o, int64_t ldo, const float *p, const float *alpha,
-                          const float *v, int64_t ldv, int64_t nk, const int NV, const int TAIL,
-                          int last)
+                          const float *v, int64_t ldv, int64_t nk, const int NR, const int NV,
+                          const int TAIL, int last)
 {
-    VT acc[PR][PC];
+    VT acc[PV_RMAX][PV_CMAX];
 #pragma GCC unroll 16
-    for (int r = 0; r < PR; r++) {
+    for (int r = 0; r < PV_RMAX; r++) {
+        if (r >= NR) break;
         VT a = V_SET1(alpha[r]);
 #pragma GCC unroll 16
-        for (int c = 0; c < PC; c++)
+        for (int c = 0; c < PV_CMAX; c++)
             if (c < NV) acc[r][c] = V_MUL(V_LOADU(o + r * ldo + c * VL), a);
     }
     for (int64_t j = 0; j < nk; j++) {
-        VT vv[PC];
+        VT vv[PV_CMAX];
         const float *vr = v + j * ldv;
 #pragma GCC unroll 16
-        for (int c = 0; c < PC; c++) {
+        for (int c = 0; c < PV_CMAX; c++) {
             if (c >= NV) break;
             vv[c] = (TAIL && c == NV - 1) ? V_LOADN(vr + c * VL, last) : V_LOADU(vr + c * VL);
         }
 #pragma GCC unroll 16
-        for (int r = 0; r < PR; r++) {
+        for (int r = 0; r < PV_RMAX; r++) {
+            if (r >= NR) break;
             VT pb = V_SET1(p[j * MQ + r]);
 #pragma GCC unroll 16
-            for (int c = 0; c < PC; c++)
+            for (int c = 0; c < PV_CMAX; c++)
                 if (c < NV) acc[r][c] = V_FMA(pb, vv[c], acc[r][c]);
         }
     }
 #pragma GCC unroll 16
-    for (int r = 0; r < PR; r++)
+    for (int r = 0; r < PV_RMAX; r++) {
+        if (r >= NR) break;
 #pragma GCC unroll 16
-        for (int c = 0; c < PC; c++)
+        for (int c = 0; c < PV_CMAX; c++)
             if (c < NV) V_STOREU(o + r * ldo + c * VL, acc[r][c]);
+    }
+}
+
+/* pv_micro over all dv columns of NR rows (a constant): whole micro-tiles, then one
+ * instance per count of leftover vectors, the last one masked. */
+ATTN_INLINE void pv_rows(float *orow, int64_t ldo, const float *p, const float *alpha,
+                         const float *v, int64_t ldv, int64_t nk, int64_t dv, const int NR)
+{
+    const int64_t W = (int64_t)PC * VL; /* columns per micro-tile */
+    int64_t c0 = 0;
+    for (; c0 + W <= dv; c0 += W)
+        pv_micro(orow + c0, ldo, p, alpha, v + c0, ldv, nk, NR, PC, 0, VL);
+    int64_t rest = dv - c0;
+    if (rest <= 0) return;
+    int nv = (int)((rest + VL - 1) / VL), last = (int)(rest - (int64_t)(nv - 1) * VL);
+    switch (nv) {
+#define PV_TAIL(n) case n: if (n <= PC) pv_micro(orow + c0, ldo, p, alpha, v + c0, ldv, nk, NR, n, 1, last); break;
+    PV_TAIL(1) PV_TAIL(2) PV_TAIL(3) PV_TAIL(4) PV_TAIL(5) PV_TAIL(6) PV_TAIL(7) PV_TAIL(8)
+#undef PV_TAIL
+    default: break;
+    }
+}
+
+/* pv_micro on all nv (<= PCW) column vectors of NR (<= RP) rows, the last vector masked
+ * only when it is partial: each key's V row is read front to back, so the first pass of a
+ * tile streams V. (A masked load of a whole vector costs nothing in cache, but streaming
+ * V through one lowered the decode from 22.6 to 17.4 GB/s on Zen 4.) */
+ATTN_INLINE void pv_whole_rows(float *o, int64_t ldo, const float *p, const float *alpha,
+                               const float *v, int64_t ldv, int64_t nk, int nv, int last,
+                               const int NR)
+{
+#define PV_WHOLE(n)                                                                          \
+    if (n <= PCW) {                                                                          \
+        if (last == VL) pv_micro(o, ldo, p, alpha, v, ldv, nk, NR, n, 0, VL);                \
+        else pv_micro(o, ldo, p, alpha, v, ldv, nk, NR, n, 1, last);                         \
+    }
+    ROWS_SWITCH(PV_WHOLE, nv)
+#undef PV_WHOLE
+}
+
+/* o rows < NR (a constant <= ROWS_MAX) = o * alpha + p^T v, keys in order, each V row
+ * read front to back (one stream: see dot_key), o accumulated in place (in L1): for V
+ * rows too wide for pv_whole_rows. Per element the same operations in the same order as
+ * pv_micro (o * alpha, then one FMA per key in key order): bitwise pv_micro's results. */
+ATTN_INLINE void pv_stream(float *o, int64_t ldo, const float *p, const float *alpha,
+                           const float *v, int64_t ldv, int64_t nk, int64_t dv, const int NR)
+{
+    const int64_t nv = dv / VL, rest = dv - nv * VL; /* whole vectors, then a masked one */
+#pragma GCC unroll 16
+    for (int r = 0; r < ROWS_MAX; r++) {
+        if (r >= NR) break;
+        VT a = V_SET1(alpha[r]);
+        for (int64_t c = 0; c < (dv + VL - 1) / VL; c++) /* o has ldo >= that many vectors */
+            V_STOREU(o + r * ldo + c * VL, V_MUL(V_LOADU(o + r * ldo + c * VL), a));
+    }
+    for (int64_t j = 0; j < nk; j++) {
+        const float *vr = v + j * ldv;
+        VT pb[ROWS_MAX];
+#pragma GCC unroll 16
+        for (int r = 0; r < ROWS_MAX; r++)
+            if (r < NR) pb[r] = V_SET1(p[j * MQ + r]);
+        for (int64_t c = 0; c < nv; c++) {
+            VT vv = V_LOADU(vr + c * VL);
+#pragma GCC unroll 16
+            for (int r = 0; r < ROWS_MAX; r++) {
+                if (r >= NR) break;
+                float *oc = o + r * ldo + c * VL;
+                V_STOREU(oc, V_FMA(pb[r], vv, V_LOADU(oc)));
+            }
+        }
+        if (rest) {
+            VT vv = V_LOADN(vr + nv * VL, (int)rest);
+#pragma GCC unroll 16
+            for (int r = 0; r < ROWS_MAX; r++) {
+                if (r >= NR) break;
+                float *oc = o + r * ldo + nv * VL;
+                V_STOREU(oc, V_FMA(pb[r], vv, V_LOADU(oc)));
+            }
+        }
+    }
 }
 
 /* gcc 12 at -O2/-O3 loop-vectorizes the key loop of the one-lane (scalar) instance with
@@ -210,30 +390,41 @@ ATTN_INLINE void pv_micro(float *o, int64_t ldo, const float *p, const float *al
 #define PV_ATTR
 #endif
 
-/* o [MQ rows, ldo] = o * alpha (per row) + p [nk, MQ]^T v [nk rows of dv, stride ldv],
- * for the row groups that hold rows < mq; columns >= dv of o (padding up to ldo, a
- * multiple of VL) get finite junk or NaN, never a read of v past dv. */
+/* o [mq rows, ldo] = o * alpha (per row) + p [nk, MQ]^T v [nk rows of dv, stride ldv]
+ * for the rows < mq, in groups of PR rows (a last group of fewer rows has its own
+ * instance: a decode tile of one row does one row of FMAs); columns >= dv of o (padding
+ * up to ldo, a multiple of VL) get finite junk or NaN, never a read of v past dv; rows
+ * >= mq are not touched. */
 PV_ATTR void NAME_PV(float *o, int64_t ldo, const float *p, const float *alpha, const float *v,
                      int64_t ldv, int64_t nk_all, int64_t dv, int64_t mq, const int32_t *rowk)
 {
-    const int64_t W = (int64_t)PC * VL; /* columns per micro-tile */
-    for (int64_t r0 = 0; r0 < mq; r0 += PR) {
-        float *orow = o + r0 * ldo;
-        int64_t nk = rowk ? 0 : nk_all; /* keys past every row's need hold p = 0: skip */
-        for (int r = 0; rowk && r < PR; r++)
-            if (rowk[r0 + r] > nk) nk = rowk[r0 + r];
-        int64_t c0 = 0;
-        for (; c0 + W <= dv; c0 += W)
-            pv_micro(orow + c0, ldo, p + r0, alpha + r0, v + c0, ldv, nk, PC, 0, VL);
-        int64_t rest = dv - c0;
-        if (rest <= 0) continue;
-        int nv = (int)((rest + VL - 1) / VL), last = (int)(rest - (int64_t)(nv - 1) * VL);
-        switch (nv) {
-#define PV_TAIL(n) case n: if (n <= PC) pv_micro(orow + c0, ldo, p + r0, alpha + r0, v + c0, ldv, nk, n, 1, last); break;
-        PV_TAIL(1) PV_TAIL(2) PV_TAIL(3) PV_TAIL(4) PV_TAIL(5) PV_TAIL(6) PV_TAIL(7) PV_TAIL(8)
-#undef PV_TAIL
-        default: break;
+    if (mq <= ROWS_MAX) { /* a decode tile: V streamed once, key by key */
+        int64_t nk = rowk ? 0 : nk_all;
+        for (int r = 0; rowk && r < mq; r++)
+            if (rowk[r] > nk) nk = rowk[r];
+        const int nv = (int)((dv + VL - 1) / VL), last = (int)(dv - (int64_t)(nv - 1) * VL);
+        if (nv > PCW) {
+#define PV_STREAM(n) if (n <= ROWS_MAX) pv_stream(o, ldo, p, alpha, v, ldv, nk, dv, n)
+            ROWS_SWITCH(PV_STREAM, (int)mq)
+#undef PV_STREAM
+            return;
         }
+        for (int64_t r0 = 0; r0 < mq; r0 += RP) { /* RP rows per pass, V from L1 after one */
+            const int nr = (int)(mq - r0 < RP ? mq - r0 : RP);
+#define PV_PASS(n) if (n <= RP) pv_whole_rows(o + r0 * ldo, ldo, p + r0, alpha + r0, v, ldv, nk, nv, last, n)
+            ROWS_SWITCH(PV_PASS, nr)
+#undef PV_PASS
+        }
+        return;
+    }
+    for (int64_t r0 = 0; r0 < mq; r0 += PR) {
+        const int nr = (int)(mq - r0 < PR ? mq - r0 : PR);
+        int64_t nk = rowk ? 0 : nk_all; /* keys past every row's need hold p = 0: skip */
+        for (int r = 0; rowk && r < nr; r++)
+            if (rowk[r0 + r] > nk) nk = rowk[r0 + r];
+#define PV_ROWS(n) if (n <= PR) pv_rows(o + r0 * ldo, ldo, p + r0, alpha + r0, v, ldv, nk, dv, n)
+        ROWS_SWITCH(PV_ROWS, nr)
+#undef PV_ROWS
     }
 }
 
@@ -278,6 +469,8 @@ void FILL_FN(ta_kernels *k)
     k->attn_pr = PR;
     k->attn_vl = VL;
     k->attn_qk = NAME_QK;
+    k->attn_qk_rows = NAME_QK_ROWS;
+    k->attn_rows_max = ROWS_MAX;
     k->attn_softmax = NAME_SOFTMAX;
     k->attn_pv = NAME_PV;
     k->attn_exp = NAME_EXP;

@@ -69,8 +69,8 @@ const char *ta_isa_name(ta_isa isa)
 
 int ta_kernels_check(const ta_kernels *k, char *why, size_t n)
 {
-    CHECK(k->sgemm_ukr && k->attn_qk && k->attn_softmax && k->attn_pv && k->attn_exp && k->attn_pack_t &&
-              k->attn_bwd_gemm && k->attn_bwd_dsoftmax,
+    CHECK(k->sgemm_ukr && k->attn_qk && k->attn_qk_rows && k->attn_softmax && k->attn_pv &&
+              k->attn_exp && k->attn_pack_t && k->attn_bwd_gemm && k->attn_bwd_dsoftmax,
           "a kernel entry is not set");
     CHECK(k->sgemm_mr >= 1 && k->sgemm_nr >= 1 &&
               (int64_t)k->sgemm_mr * k->sgemm_nr <= TA_SGEMM_TILE_MAX,
@@ -84,6 +84,8 @@ int ta_kernels_check(const ta_kernels *k, char *why, size_t n)
               k->attn_mq % k->attn_vl == 0 && k->attn_mq % k->attn_pr == 0,
           "attn_mq %d is not a positive multiple of attn_vl %d and attn_pr %d", k->attn_mq,
           k->attn_vl, k->attn_pr);
+    CHECK(k->attn_rows_max >= 1 && k->attn_rows_max <= k->attn_mq,
+          "attn_rows_max %d is not in 1 .. attn_mq %d", k->attn_rows_max, k->attn_mq);
     /* the fused forward pads O rows to a multiple of max(16, attn_vl) (attn_pv writes
      * whole vectors): a multiple of attn_vl only when attn_vl is a power of two */
     CHECK((k->attn_vl & (k->attn_vl - 1)) == 0, "attn_vl %d is not a power of two",

@@ -42,11 +42,20 @@ typedef struct ta_kernels {
      * per row the keys it needs (may skip computing scores past them). */
     void (*attn_qk)(float *s, const float *qp, const float *k, int64_t ldk, int64_t nk,
                     int64_t d, const int32_t *rowk);
-    /* Online softmax step over s [nk, mq] with running max m, sum l (per row):
+    /* The same scores for the rows r < mq (<= attn_mq) only, from q rows untransposed
+     * (q[r * ldq + p], scaled) by dot products along d: for tiles of few real rows
+     * (decode), where attn_qk's lanes would be mostly empty. Rows >= mq of s are not
+     * touched. Another summation order than attn_qk's (docs/kernels.md). */
+    void (*attn_qk_rows)(float *s, const float *q, int64_t ldq, int64_t mq, const float *k,
+                         int64_t ldk, int64_t nk, int64_t d);
+    int attn_rows_max; /* the driver uses attn_qk_rows on tiles of at most this many rows */
+    /* Online softmax step over s [nk, attn_mq] with running max m, sum l (per row), for
+     * the vectors of attn_vl rows that hold a row < mq (the others are not touched):
      * s <- exp(s - m'), alpha <- exp(m - m'), l <- l * alpha + sum, m <- m'. */
-    void (*attn_softmax)(float *s, float *m, float *l, float *alpha, int64_t nk);
-    /* o [mq rows, ldo] = o * alpha + p^T V for the rows < mq, columns < dv (v: nk rows
-     * of dv, stride ldv). rowk as in attn_qk (p must be 0 past each row's need). */
+    void (*attn_softmax)(float *s, float *m, float *l, float *alpha, int64_t nk, int64_t mq);
+    /* o [mq rows, ldo] = o * alpha + p^T V for the rows < mq (rows >= mq not touched),
+     * columns < dv (v: nk rows of dv, stride ldv). rowk as in attn_qk (p must be 0 past
+     * each row's need). */
     void (*attn_pv)(float *o, int64_t ldo, const float *p, const float *alpha,
                     const float *v, int64_t ldv, int64_t nk, int64_t dv, int64_t mq,
                     const int32_t *rowk);
@@ -83,7 +92,8 @@ const ta_kernels *ta_kernels_for(ta_isa isa);
  * tests require NULL. */
 const char *ta_kernels_init_error(void);
 /* Checks the limits a table must meet (every entry set; MR x NR <= TA_SGEMM_TILE_MAX;
- * cache blocks multiples of MR / NR; attn_mq a multiple of attn_vl and attn_pr).
+ * cache blocks multiples of MR / NR; attn_mq a multiple of attn_vl and attn_pr;
+ * attn_rows_max in 1 .. attn_mq).
  * Returns 0, or -1 with a sentence in why[0 .. n-1]. */
 int ta_kernels_check(const ta_kernels *k, char *why, size_t n);
 

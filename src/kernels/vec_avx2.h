@@ -45,6 +45,15 @@ static inline __m256 exp_avx2(__m256 x)
     return _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
 }
 
+/* The sum of v's lanes in a fixed order: (lo half + hi half), then pairs, then the last
+ * two: the same for the same v on every call. */
+static inline float reduce_add_avx2(__m256 v)
+{
+    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    return _mm_cvtss_f32(_mm_add_ss(a, _mm_movehdup_ps(a)));
+}
+
 #define V_ZERO() _mm256_setzero_ps()
 #define V_SET1(x) _mm256_set1_ps(x)
 #define V_LOAD(p) _mm256_load_ps(p) /* p aligned to the vector size */
@@ -61,6 +70,7 @@ static inline __m256 exp_avx2(__m256 x)
 #define V_NEGINF_TO_ZERO(v) \
     _mm256_andnot_ps(_mm256_cmp_ps(v, _mm256_set1_ps(-__builtin_inff()), _CMP_EQ_OQ), v)
 #define V_EXP(v) exp_avx2(v)
+#define V_REDUCE_ADD(v) reduce_add_avx2(v) /* float: the sum of the lanes, fixed order */
 
 
 /* dst[i * ld + r] = scale * rows[r][p0 + i], i, r < 8: an 8 x 8 transpose in registers

@@ -51,6 +51,8 @@ static inline __m512 exp_avx512(__m512 x)
 #define V_NEGINF_TO_ZERO(v) \
     _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_set1_ps(-__builtin_inff()), _CMP_EQ_OQ), v, _mm512_setzero_ps())
 #define V_EXP(v) exp_avx512(v)
+/* float: the sum of the lanes in gcc's fixed tree (halves, then quarters, ...) */
+#define V_REDUCE_ADD(v) _mm512_reduce_add_ps(v)
 
 
 /* dst[i * ld + r] = scale * rows[r][p0 + i], i, r < 8: an 8 x 8 transpose in registers

@@ -51,5 +51,6 @@ static inline float exp_scalar(float x)
 #define V_MAX(s, m) ((s) > (m) ? (s) : (m))
 #define V_NEGINF_TO_ZERO(v) ((v) == -__builtin_inff() ? 0.0f : (v))
 #define V_EXP(v) exp_scalar(v)
+#define V_REDUCE_ADD(v) (v) /* float: the sum of the lanes */
 
 #endif

@@ -5,7 +5,8 @@
  * (a tile stays inside one head when Lq >= attn_mq, and spans heads otherwise, so a
  * decode step with grouped heads still fills the vector lanes). For each tile the
  * keys run in tiles of TA_FUSED_NK:
- *     S  = (scale Q_tile) K_tile^T                   attn_qk, in L1
+ *     S  = (scale Q_tile) K_tile^T                   attn_qk, in L1 (attn_qk_rows on
+ *                                                    tiles of few rows: decode)
  *     S  = mask(S)                                   only on tiles a bound cuts
  *     m' = max(m, rowmax S), P = exp(S - m'),        attn_softmax
  *     l  = l exp(m - m') + rowsum P
@@ -115,13 +116,28 @@ static int64_t q_offset(const fused_plan *f, const fused_item *it, int64_t r)
     return it->b * Q->stride[0] + h * Q->stride[1] + i * Q->stride[2];
 }
 
-/* Q rows of the tile, scaled, into qp [D, mq_max] (rows past mq are zero). */
+/* Whether a tile has so few rows that attn_qk_rows computes its scores (a decode step:
+ * one row, or the few query heads of a kv head); fixed by the shape alone, so every
+ * thread count takes the same path. */
+static inline bool few_rows(const fused_plan *f, const fused_item *it)
+{
+    return it->mq <= f->k->attn_rows_max;
+}
+
+/* Q rows of the tile, scaled: into qp [D, mq_max] (rows past mq are zero) for attn_qk,
+ * or, for a tile of few rows, untransposed into qp [mq, D] for attn_qk_rows. */
 static void pack_q(const fused_plan *f, const fused_item *it, float *qp, int64_t *qoff)
 {
     const ta_sdpa_problem *p = f->p;
+    const float *q = (const float *)p->Q->data;
+    const int64_t D = p->D, s3 = p->Q->stride[3];
     for (int64_t r = 0; r < it->mq; r++) qoff[r] = q_offset(f, it, r);
-    f->k->attn_pack_t(qp, f->mq_max, (const float *)p->Q->data, qoff, p->Q->stride[3], it->mq,
-                      p->D, p->scale);
+    if (!few_rows(f, it)) {
+        f->k->attn_pack_t(qp, f->mq_max, q, qoff, s3, it->mq, D, p->scale);
+        return;
+    }
+    for (int64_t r = 0; r < it->mq; r++)
+        for (int64_t d = 0; d < D; d++) qp[r * D + d] = q[qoff[r] + d * s3] * p->scale;
 }
 
 /* Rows [n0, n0 + n) x columns [0, cols) of a [*, L, cols] slice into dst [n, cols]. */
@@ -318,9 +334,12 @@ static void run_item(const fused_plan *f, const fused_item *it, const fused_ws *
             }
             rowk = w->rowk;
         }
-        k->attn_qk(w->s, w->qp, kt, ldk, nk, D, rowk);
+        if (few_rows(f, it))
+            k->attn_qk_rows(w->s, w->qp, D, it->mq, kt, ldk, nk, D);
+        else
+            k->attn_qk(w->s, w->qp, kt, ldk, nk, D, rowk);
         if (use_mask || cut) mask_tile(f, it, w, w->s, j0, nk, use_mask);
-        k->attn_softmax(w->s, w->m, w->l, w->alpha, nk);
+        k->attn_softmax(w->s, w->m, w->l, w->alpha, nk, it->mq);
         if (Dv == 0) continue;
         const float *vt = vb + j0 * V->stride[2];
         int64_t ldv = V->stride[2];
