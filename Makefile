@@ -63,8 +63,9 @@ valgrind:
 		-E '$(VALGRIND_EXCLUDE)' --timeout 3000
 # Left out under valgrind: install_consumer (builds a package, runs no library code of
 # its own); train_reverse_short (a training run: > 12 minutes under valgrind; its layer,
-# backward and optimiser paths are in test_attention_backward and test_optim).
-VALGRIND_EXCLUDE ?= ^(install_consumer|train_reverse_short)$$
+# backward and optimiser paths are in test_attention_backward and test_optim); mca_loops
+# (gcc and llvm-mca on the kernel sources, no library code).
+VALGRIND_EXCLUDE ?= ^(install_consumer|train_reverse_short|mca_loops)$$
 
 # libFuzzer targets (clang, ASan + UBSan): built into build-fuzz, each run for
 # FUZZ_SECONDS on its committed corpus (fuzz/corpus/<target>); see fuzz/Makefile.

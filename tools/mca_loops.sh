@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The kernels' inner loops under llvm-mca (docs/kernels.md, "Inner loops under llvm-mca").
 #
-#   tools/mca_loops.sh [-o DIR]       prints markdown (from any directory)
+#   tools/mca_loops.sh [-o DIR] [-t]   prints markdown (from any directory)
 #
 # Each vector ISA's kernel files (the rows of src/kernels/isa_table.def that have flags)
 # are compiled to assembly with the build's compiler and flags (CMakeLists.txt: the
@@ -11,34 +11,45 @@
 # lines from the branch's target label down to the branch are one iteration of the hot
 # path (a block placed after the branch, like qk_micro's prefetches of every 16th step,
 # is not in it). Of the innermost loops of the kernel function whose lines carry a `.loc`
-# of the template line that names the loop (LOOPS below), the one with the most FMAs, then
-# the fewest masked instructions, is taken: the full micro-tile, not a tail instance.
+# of the template line that names the loop (LOOPS below), the instance is chosen by its
+# FMA and broadcast counts (LOOPS' "which instance"), then the fewest masked
+# instructions: the micro-tile the kernel runs, not a tail. Every loop of LOOPS must be
+# found in every vector ISA: a template line that moved or an instance that changed
+# shape stops the script with a message naming the loop and listing the candidates
+# (exit 1), so the table cannot silently lose rows.
 #
 # Its instructions go to llvm-mca for each model. Per iteration: the predicted cycles,
 # FMAs, loads, uops; the FMAs' share of the issue slots (FMAs / (cycles x dispatch width));
 # how busy the FMA pipes are (FMAs / (cycles x the model's FMA rate), the rate measured by
 # llvm-mca on independent FMAs of the loop's width and printed below the table; "hw" where
 # the hardware's rate differs, see hw_rate); and what bounds the loop: the FMA pipes when
-# >= 90% busy, else the dispatch width when uops / width is >= 80% of the cycles and at
-# least the busiest unit's pressure, else the busiest units (loads, stores, vector ports,
-# integer ports) when their pressure is >= 80% of the cycles, else a dependency chain
-# (the instruction llvm-mca's -bottleneck-analysis puts on the critical sequence).
+# >= 90% busy (unless load, store or integer ports are busier than the FMAs need: then
+# those, with the FMA pipes' share), else the dispatch width when uops / width is >= 80%
+# of the cycles and at least the busiest unit's pressure, else the busiest units (loads,
+# stores, vector ports, integer ports) when their pressure is >= 80% of the cycles, else a
+# dependency chain (the instruction llvm-mca's -bottleneck-analysis puts on the critical
+# sequence).
 #
-# Environment: CC (default cc, as CMake; the legend "one iteration is" describes gcc's
-# code: another compiler may unroll, clang 14 does the softmax max loop by 4), BUILD (the
-# build directory checked against, default build), LLVM_MCA (default llvm-mca-14),
-# MCA_CPUS (default: sapphirerapids znver3 znver4, each if this llvm-mca knows it).
+# Environment: CC (default cc, as CMake; the legend "one iteration is" and the instance
+# counts describe gcc's code: another compiler may unroll, clang 14 does the softmax max
+# loop by 4), BUILD (the build directory checked against, default build), LLVM_MCA
+# (default llvm-mca-14), MCA_CPUS (default: sapphirerapids znver3 znver4, each if this
+# llvm-mca knows it).
 # -o DIR keeps each loop's assembly (<loop>.<isa>.s) and llvm-mca's reports there.
+# -t (the CTest entry, CMakeLists.txt): exit 77 (skipped) when llvm-mca is not installed.
 set -euo pipefail
 
-usage() { echo "usage: tools/mca_loops.sh [-o DIR]" >&2; exit 2; }
+usage() { echo "usage: tools/mca_loops.sh [-o DIR] [-t]" >&2; exit 2; }
 keep=""
-while getopts "o:h" opt; do
+absent=1
+while getopts "o:th" opt; do
     case "$opt" in
     o) keep="$OPTARG" ;;
+    t) absent=77 ;;
     *) usage ;;
     esac
 done
+[ "$OPTIND" -gt $# ] || usage
 if [ -n "$keep" ]; then mkdir -p "$keep" && keep=$(cd "$keep" && pwd); fi
 cd "$(dirname "$0")/.."
 [ -f src/kernels/isa_table.def ] || { echo "mca_loops.sh: not in a tensorattn checkout" >&2; exit 2; }
@@ -46,7 +57,7 @@ cd "$(dirname "$0")/.."
 CC="${CC:-cc}"
 MCA="${LLVM_MCA:-llvm-mca-14}"
 command -v "$MCA" >/dev/null || {
-    echo "mca_loops.sh: $MCA not found (Debian: apt-get install llvm-14; or set LLVM_MCA)" >&2; exit 1; }
+    echo "mca_loops.sh: $MCA not found (Debian: apt-get install llvm-14; or set LLVM_MCA)" >&2; exit "$absent"; }
 command -v "$CC" >/dev/null || { echo "mca_loops.sh: compiler $CC not found" >&2; exit 1; }
 
 work=$(mktemp -d)
@@ -122,27 +133,72 @@ fi
 
 # ---- the loops: name | kernel file | function (a regex; ISA stands for the ISA's name) |
 #      template | an extended regular expression matching exactly one line of the
-#      template, inside the loop | what one iteration does
-LOOPS='sgemm k loop|gemm|ta_sgemm_ISA_[0-9]+x[0-9]+|gemm_template.h|acc\[i\]\[v\] = V_FMA\(ai|one k step of the MR x NR tile
-qk_micro d loop|attn|ta_attn_qk_ISA_[0-9]+x[0-9]+|attn_template.h|acc\[j\]\[q\] = V_FMA\(kb|one step of p: QV query vectors x KJ keys
-qk_micro1 d loop|attn|ta_attn_qk_ISA_[0-9]+x[0-9]+|attn_template.h|acc\[j\] = V_FMA\(V_SET1\(kr|one step of p: 1 query vector x KJ keys
-softmax max loop|attn|ta_attn_softmax_ISA_[0-9]+|attn_template.h|mx = V_MAX\(V_LOADU|one key of one query vector
-softmax exp loop|attn|ta_attn_softmax_ISA_[0-9]+|attn_template.h|VT p1 = V_EXP|two keys of one query vector (two exps)
-pv_micro key loop|attn|ta_attn_pv_ISA_[0-9]+x[0-9]+|attn_template.h|acc\[r\]\[c\] = V_FMA\(pb|one key: PR rows x PC vectors
-attn_exp loop|attn|ta_expf_ISA|attn_template.h|V_STOREU\(y \+ i, V_EXP|one vector (one exp)
-bwd_gemm k loop|attn_bwd|ta_attn_bwd_gemm_ISA_[0-9]+x[0-9]+|attn_bwd_template.h|cr\[r\]\[v\] = V_FMA\(ab|one k step: MR rows x NV vectors
-dsoftmax scale loop|attn_bwd|ta_attn_bwd_dsoftmax_ISA|attn_bwd_template.h|V_STOREU\(sr \+ j, V_SUB\(V_MUL|one vector: s * scale - lse
-dsoftmax dS loop|attn_bwd|ta_attn_bwd_dsoftmax_ISA|attn_bwd_template.h|V_STOREU\(dr \+ j, V_MUL|one vector: P * (dP - di)'
+#      template, inside the loop | which instance (below) | what one iteration does
+# Which instance: empty takes, of the innermost loops in the function that carry the
+# line, the one with the most FMAs; "fma=E" the one with E FMAs, "bcast=E" the one with
+# E broadcasts (distinct broadcast sources: a broadcast folded into several FMAs counts
+# once), E an integer expression over the tile constants that the ISA's kernel file
+# defines (#define KJ 8 ...). Ties go to the fewest masked instructions (a full tile,
+# not a tail), then the fewest instructions (gcc may keep a leaner copy of a loop for a
+# special case the caller takes, like a packed A panel).
+LOOPS='sgemm k loop|gemm|ta_sgemm_ISA_[0-9]+x[0-9]+|gemm_template.h|acc\[i\]\[v\] = V_FMA\(||one k step of the MR x NR tile
+qk_micro d loop, NQ = 3 (full)|attn|ta_attn_qk_ISA_[0-9]+x[0-9]+|attn_template.h|acc\[j\]\[q\] = V_FMA\(kb|fma=3*KJ,bcast=KJ|one step of p: 3 query vectors x KJ keys
+qk_micro d loop, NQ = 2|attn|ta_attn_qk_ISA_[0-9]+x[0-9]+|attn_template.h|acc\[j\]\[q\] = V_FMA\(kb|fma=2*KJ,bcast=KJ|one step of p: 2 query vectors x KJ keys
+qk_micro d loop, NQ = 1|attn|ta_attn_qk_ISA_[0-9]+x[0-9]+|attn_template.h|acc\[j\]\[q\] = V_FMA\(kb|fma=KJ,bcast=KJ|one step of p: 1 query vector x KJ keys
+attn_qk_rows d loop, DR rows|attn|ta_attn_qk_rows_ISA_[0-9]+|attn_template.h|acc\[r\]\[c\] = V_FMA\(V_LOADU\(q|fma=DR*DC|DC vectors of d for DR rows and one key (DC vectors of k, DR x DC of q)
+attn_qk_rows d loop, 1 row|attn|ta_attn_qk_rows_ISA_[0-9]+|attn_template.h|acc\[r\]\[c\] = V_FMA\(V_LOADU\(q|fma=DC|DC vectors of d for 1 row and one key
+pv_micro key loop (full tile)|attn|ta_attn_pv_ISA_[0-9]+x[0-9]+|attn_template.h|acc\[r\]\[c\] = V_FMA\(pb|fma=PR*PC,bcast=PR|one key: PR rows x PC vectors
+few-rows P.V key loop, RP rows|attn|ta_attn_pv_ISA_[0-9]+x[0-9]+|attn_template.h|acc\[r\]\[c\] = V_FMA\(pb|fma=RP*PCW,bcast=RP|one key (pv_whole_rows): RP rows x PCW vectors (a whole V row of PCW vectors)
+few-rows P.V key loop, 1 row|attn|ta_attn_pv_ISA_[0-9]+x[0-9]+|attn_template.h|acc\[r\]\[c\] = V_FMA\(pb|fma=PCW,bcast=1|one key (pv_whole_rows): 1 row x PCW vectors
+pv_stream column loop, 1 row|attn|ta_attn_pv_ISA_[0-9]+x[0-9]+|attn_template.h|VT vv = V_LOADU\(vr \+ c \* VL\)|fma=1|one vector of a V row wider than PCW vectors, 1 row: o += p v, o read and written in L1
+softmax max loop|attn|ta_attn_softmax_ISA_[0-9]+|attn_template.h|mx = V_MAX\(V_LOADU||one key of one query vector
+softmax exp loop|attn|ta_attn_softmax_ISA_[0-9]+|attn_template.h|VT p1 = V_EXP||two keys of one query vector (two exps)
+attn_exp loop|attn|ta_expf_ISA|attn_template.h|V_STOREU\(y \+ i, V_EXP||one vector (one exp)
+attn_pack_t 8x8 block|attn|ta_attn_pack_t_ISA|attn_template.h|V_TRANSPOSE8_SCALED\(qp||one 8 x 8 block: 8 row loads, 24 shuffles, 8 multiplies by the scale, 8 stores
+bwd_gemm k loop|attn_bwd|ta_attn_bwd_gemm_ISA_[0-9]+x[0-9]+|attn_bwd_template.h|cr\[r\]\[v\] = V_FMA\(ab||one k step: MR rows x NV vectors
+dsoftmax scale loop|attn_bwd|ta_attn_bwd_dsoftmax_ISA|attn_bwd_template.h|V_STOREU\(sr \+ j, V_SUB\(V_MUL||one vector: s * scale - lse
+dsoftmax dS loop|attn_bwd|ta_attn_bwd_dsoftmax_ISA|attn_bwd_template.h|V_STOREU\(dr \+ j, V_MUL||one vector: P * (dP - di)'
+
+# The tile constants of kernel file $1 (#define NAME <integer>), as NAME=value lines.
+tile_consts() { sed -n 's/^#define \([A-Z][A-Z0-9_]*\) \([0-9][0-9]*\)[[:space:]]*$/\1=\2/p' "$1"; }
+
+# Evaluates the pick "fma=E,bcast=E" against the constants of kernel file $2: prints
+# "FMA BCAST" (-1 where not asked), or fails naming the bad term.
+eval_pick() {
+    local fma=-1 bcast=-1 term key expr val consts
+    consts=$(tile_consts "$2")
+    IFS=, read -ra terms <<<"$1"
+    for term in "${terms[@]}"; do
+        key=${term%%=*}; expr=${term#*=}
+        # shellcheck disable=SC2001
+        val=$(awk -v e="$expr" -v c="$consts" 'BEGIN {
+            n = split(c, l, "\n"); for (i = 1; i <= n; i++) { split(l[i], kv, "="); v[kv[1]] = kv[2] }
+            # replace each name by its value, then allow only digits, + - * ( )
+            out = ""; while (match(e, /[A-Z][A-Z0-9_]*/)) {
+                nm = substr(e, RSTART, RLENGTH); if (!(nm in v)) { print "undefined " nm; exit 1 }
+                out = out substr(e, 1, RSTART - 1) v[nm]; e = substr(e, RSTART + RLENGTH) }
+            print out e }') || { echo "$val in $2" >&2; return 1; }
+        [[ "$val" =~ ^[0-9+*()\ -]+$ ]] || { echo "bad expression '$expr'" >&2; return 1; }
+        case "$key" in
+        fma) fma=$((val)) ;;
+        bcast) bcast=$((val)) ;;
+        *) echo "unknown pick '$key'" >&2; return 1 ;;
+        esac
+    done
+    echo "$fma $bcast"
+}
 
 # Prints one iteration of the hot loop of function $2 in assembly $1 that carries a .loc of
-# line $4 of file $3 (basename): the innermost such loop with the most FMAs, then the
-# fewest masked instructions (a full tile rather than a tail), after a comment line.
+# line $4 of file $3 (basename), after a comment line: of the innermost such loops, the one
+# with $5 FMAs and $6 broadcasts (-1: the most FMAs, any broadcasts), then the fewest
+# masked instructions, then the fewest instructions. Fails listing the candidates when
+# none fits.
 extract_loop() {
-    awk -v fn="$2" -v tfile="$3" -v tline="$4" '
+    awk -v fn="$2" -v tfile="$3" -v tline="$4" -v wfma="$5" -v wbc="$6" '
     function base(p) { sub(/.*\//, "", p); return p }
     $1 == ".file" { f = ""; for (i = 3; i <= NF; i++) if ($i ~ /^"/) f = $i  # the last name
                     gsub(/"/, "", f); fname[$2] = base(f); next }
-    $0 ~ "^" fn ":" { infn = 1; name = $0; sub(/:.*/, "", name); n = 0; next }
+    $0 ~ "^" fn ":" { infn = 1; nfn++; name = $0; sub(/:.*/, "", name); n = 0; next }
     infn && $1 == ".size" && $2 ~ "^" fn "," { infn = 0 }
     !infn { next }
     { n++; L[n] = $0 }
@@ -150,25 +206,41 @@ extract_loop() {
     $1 == ".loc" { if (fname[$2] == tfile && $3 == tline) hit[n] = 1; next }
     /^[ \t]+[a-z]/ && $1 ~ /^j/ && $1 != "jmp" && ($2 in lab) { nl++; ls[nl] = lab[$2]; le[nl] = n }
     END {
+        if (nfn != 1) { printf "%d functions match %s (want 1)\n", nfn, fn > "/dev/stderr"; exit 1 }
         best = 0
         for (a = 1; a <= nl; a++) {
             inner = 1
             for (b = 1; b <= nl; b++)
                 if (b != a && ls[b] >= ls[a] && le[b] <= le[a] && (ls[b] != ls[a] || le[b] != le[a])) inner = 0
             if (!inner) continue
-            h = 0; fma = 0; msk = 0
+            h = 0; fma = 0; msk = 0; ins = 0; bc = 0; delete src
             for (i = ls[a]; i <= le[a]; i++) {
                 if (i in hit) h = 1
                 if (L[i] !~ /^[ \t]+[a-z]/) continue
-                if (L[i] ~ /^[ \t]+vf(n)?m(add|sub)(sub|add)?[0-9]+[ps]s/) fma++
+                ins++
+                split(L[i], w, /[ \t]+/)   # w[2] the mnemonic, w[3] the first operand
+                if (w[2] ~ /^vf(n)?m(add|sub)(sub|add)?[0-9]+[ps]s$/) fma++
                 if (L[i] ~ /%k[1-7]/ || L[i] ~ /vmaskmov/) msk++
+                if (w[2] ~ /^vbroadcastss$/ && !(w[3] in src)) { src[w[3]] = 1; bc++ }
+                if (match(L[i], /[^ \t]*[{]1to[0-9]+[}]/)) { s = substr(L[i], RSTART, RLENGTH); if (!(s in src)) { src[s] = 1; bc++ } }
             }
             if (!h) continue
             cands++
-            if (!best || fma > bf || (fma == bf && msk < bm)) { best = a; bf = fma; bm = msk }
+            lb = L[ls[a]]; sub(/:.*/, "", lb)
+            cl = cl sprintf("  %s: %d FMAs, %d broadcasts, %d masked, %d instructions\n", lb, fma, bc, msk, ins)
+            if (wfma >= 0 && fma != wfma) continue
+            if (wbc >= 0 && bc != wbc) continue
+            if (!best || (wfma < 0 && fma > bf) || (fma == bf && (msk < bm || (msk == bm && ins < bi)))) {
+                best = a; bf = fma; bm = msk; bi = ins; bb = bc
+            }
         }
-        if (!best) { print "no loop carries that line in " fn > "/dev/stderr"; exit 1 }
-        printf "# %s: the loop at %s, %d FMAs, %d masked (%d candidate loops)\n", name, L[ls[best]], bf, bm, cands
+        if (!best) {
+            printf "no loop of %s carries %s line %d with %s FMAs and %s broadcasts; the loops that carry it:\n%s",
+                   name, tfile, tline, wfma < 0 ? "any" : wfma, wbc < 0 ? "any" : wbc, cands ? cl : "  none\n" > "/dev/stderr"
+            exit 1
+        }
+        printf "# %s: the loop at %s %d FMAs, %d broadcasts, %d masked, %d instructions (%d candidate loops)\n",
+               name, L[ls[best]], bf, bb, bm, bi, cands
         for (i = ls[best]; i <= le[best]; i++)
             if (L[i] ~ /^[ \t]+[a-z]/) print L[i]
     }' "$1"
@@ -226,7 +298,9 @@ verdict() {
             units = units (units == "" ? "" : ", ") unit[i] " " sprintf("%.2f", pr[i])
         }
         fb = f / (c * r)
-        if (fb >= 0.9) bound = "FMA pipes (" units ")"
+        if (fb >= 0.9 && top > 1.02 * f / r && kinds !~ /vector ports/)
+            bound = sprintf("%s: %s (FMA pipes %.0f%%)", kinds, units, 100 * fb)
+        else if (fb >= 0.9) bound = "FMA pipes (" units ")"
         else if (u / w >= 0.8 * c && u / w >= top) bound = sprintf("dispatch: %.1f uops / %d", u, w)
         else if (top >= 0.8 * c) bound = kinds ": " units
         else bound = "dependency through " dep " (busiest: " units ")"
@@ -242,41 +316,65 @@ echo "| loop | isa | model | cycles/iter | FMAs/iter | loads/iter | uops/iter | 
 echo "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|"
 legend=""
 skipped=""
-while IFS='|' read -r lname file fnpat tmpl lre unit; do
+nrows=0
+declare -A prevname
+while IFS='|' read -r lname file fnpat tmpl lre pick unit; do
     tpath="src/kernels/$tmpl"
-    tl=$(grep -nE "$lre" "$tpath" | cut -d: -f1)
+    tl=$(grep -nE "$lre" "$tpath" | cut -d: -f1 || true)
     [ "$(wc -w <<<"$tl")" = 1 ] || {
-        echo "mca_loops.sh: '$lre' must match one line of $tpath (matches: ${tl:-none})" >&2; exit 1; }
+        echo "mca_loops.sh: $lname: '$lre' must match one line of $tpath (matches: ${tl:-none})" >&2; exit 1; }
     legend="$legend
-- $lname: $unit (\`$tmpl\` line $tl)"
+- $lname: $unit (\`$tmpl\` line $tl${pick:+; $pick})"
     for isa in $isas; do
         asm="$work/${file}_${isa}.s"
-        [ -f "$asm" ] || continue
-        slug="$(tr ' ' '_' <<<"$lname").$isa"
+        [ -f "$asm" ] || { echo "mca_loops.sh: $lname: no src/kernels/${file}_${isa}.c" >&2; exit 1; }
+        want=$(eval_pick "$pick" "src/kernels/${file}_${isa}.c" 2>"$work/err") || {
+            echo "mca_loops.sh: $lname ($isa): pick '$pick': $(cat "$work/err")" >&2; exit 1; }
+        slug="$(sed 's/[^A-Za-z0-9]\{1,\}/_/g; s/_$//' <<<"$lname").$isa"
         body="$work/$slug.s"
-        if ! extract_loop "$asm" "${fnpat//ISA/$isa}" "$tmpl" "$tl" >"$body" 2>"$work/err"; then
+        # shellcheck disable=SC2086
+        if ! extract_loop "$asm" "${fnpat//ISA/$isa}" "$tmpl" "$tl" $want >"$body" 2>"$work/err"; then
             echo "mca_loops.sh: $lname ($isa): $(cat "$work/err")" >&2; exit 1
         fi
         fma=$(grep -cE '^[[:space:]]+vf(n)?m(add|sub)(sub|add)?[0-9]+[ps]s' "$body" || true)
         width=ymm; grep -q '%zmm' "$body" && width=zmm
+        # the models that lack the ISA's instructions (Zen 3: AVX-512) skip all its loops
+        isaw=ymm; case " $(isa_flags "$isa") " in *" -mavx512f "*) isaw=zmm ;; esac
+        # a loop that another row of this ISA already shows (avx2's RP = 1: its few-rows
+        # P.V pass is the 1-row one) gets no rows of its own, a line in the legend
+        same=""
+        for prev in "${!prevname[@]}"; do
+            [[ "$prev" == *".$isa.s" ]] || continue
+            if cmp -s <(tail -n +2 "$prev") <(tail -n +2 "$body"); then same=${prevname[$prev]}; break; fi
+        done
+        if [ -n "$same" ]; then
+            legend="$legend (on $isa, the same loop as \"$same\")"
+            rm -f "$body"
+            continue
+        fi
+        prevname[$body]=$lname
         if grep -q prefetch "$body"; then echo "mca_loops.sh: note: $lname ($isa) has prefetches in its iteration" >&2; fi
         if [ -n "$keep" ]; then cp "$body" "$keep/$slug.s"; fi
         for cpu in $cpus; do
-            rate=$(rate_of "$cpu" "$width")
-            if [ "$rate" = "-" ]; then
-                case " $skipped " in *" $cpu/$width "*) ;; *) skipped="$skipped $cpu/$width" ;; esac
+            if [ "$(rate_of "$cpu" "$isaw")" = "-" ]; then
+                case " $skipped " in *" $cpu/$isa "*) ;; *) skipped="$skipped $cpu/$isa" ;; esac
                 continue
             fi
+            rate=$(rate_of "$cpu" "$width")
             rep="$work/$slug.$cpu.txt"
             mca -mcpu="$cpu" -bottleneck-analysis "$body" >"$rep" 2>&1 || {
                 echo "mca_loops.sh: llvm-mca failed on $lname ($isa, $cpu): $(head -3 "$rep")" >&2; exit 1; }
             if [ -n "$keep" ]; then cp "$rep" "$keep/"; fi
-            read -r cyc uops w ld busy rp dd dep < <(parse_report <"$rep")
+            read -r cyc uops w ld busy rp dd dep < <(parse_report <"$rep" || true)
+            [ -n "${dep:-}" ] || {
+                echo "mca_loops.sh: $lname ($isa, $cpu): cannot read llvm-mca's report (kept with -o)" >&2; exit 1; }
             verdict "$cyc" "$uops" "$w" "$ld" "$busy" "$rp" "$dd" "$dep" "$fma" "$rate" \
                 "$(hw_rate "$cpu" "$width" "$rate")" "$lname | $isa | $cpu"
+            nrows=$((nrows + 1))
         done
     done
 done <<<"$LOOPS"
+[ "$nrows" -gt 0 ] || { echo "mca_loops.sh: no row" >&2; exit 1; }
 
 echo
 sep=""
@@ -286,6 +384,14 @@ for x in $rates; do
     [ "$r" = "-" ] || { printf "%s %s %s %s" "$sep" "$c" "$w" "$r"; sep=","; }
 done
 echo "."
-if [ -n "$skipped" ]; then echo "Not run (the model lacks the instructions):$skipped."; fi
+if [ -n "$skipped" ]; then echo "Not run (the model lacks the ISA's instructions):$skipped."; fi
+echo
+printf "Tile constants (the kernel files' #defines):"
+for isa in $isas; do
+    for f in gemm attn attn_bwd; do
+        printf "\n- \`%s\`: %s" "${f}_${isa}.c" "$(tile_consts "src/kernels/${f}_${isa}.c" | tr '\n' ' ' | sed 's/ $//')"
+    done
+done
+echo
 echo
 echo "One iteration is:$legend"
