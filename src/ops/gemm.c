@@ -74,6 +74,17 @@ pack_panel(float *restrict dst, const float *restrict src, int64_t ls, int64_t k
 static void pack_block(float *dst, const float *src, int64_t ls, int64_t ks, int64_t n,
                        int64_t kc, int64_t W)
 {
+    if (ls == 1 && n >= W) {
+        /* Unit-stride lanes (a row-major B): whole rows in order, one sequential stream
+         * that the prefetchers follow, rather than W-wide strips at a stride of ks. */
+        const int64_t full = n / W;
+        for (int64_t p = 0; p < kc; p++)
+            for (int64_t q = 0; q < full; q++)
+                memcpy(dst + q * W * kc + p * W, src + p * ks + q * W, (size_t)W * sizeof *dst);
+        dst += full * W * kc;
+        src += full * W;
+        n -= full * W;
+    }
     for (int64_t l0 = 0; l0 < n; l0 += W, dst += W * kc, src += W * ls) {
         int64_t lanes = TA_MIN(W, n - l0);
         switch (W) {
