@@ -17,9 +17,9 @@
  * is computed by one thread, with the k order fixed by KC alone: results are bitwise
  * identical for any thread count. One problem cut into column chunks packs each
  * chunk's B for the whole of K, so that a thread done with its chunk can take blocks
- * of rows of another (gemm_stealing): the same arithmetic, whoever computes them. Edge tiles (and a C whose columns are not unit
- * stride) go through a local tile that is first loaded from C, so they run the same
- * arithmetic as interior tiles. */
+ * of rows of another (gemm_stealing): the same arithmetic, whoever computes them.
+ * Edge tiles (and a C whose columns are not unit stride) go through a local tile that
+ * is first loaded from C, so they run the same arithmetic as interior tiles. */
 #include "core/core.h"
 #include "kernels/kernels.h"
 #include "ops/gemm.h"
@@ -87,7 +87,8 @@ static void pack_block(float *dst, const float *src, int64_t ls, int64_t ks, int
         const int64_t full = n / W;
         for (int64_t p = 0; p < kc; p++)
             for (int64_t q = 0; q < full; q++)
-                memcpy(dst + q * W * kc + p * W, src + p * ks + q * W, (size_t)W * sizeof *dst);
+                memcpy(dst + q * W * kc + p * W, src + p * ks + q * W,
+                       (size_t)W * sizeof *dst);
         dst += full * W * kc;
         src += full * W;
         n -= full * W;
@@ -300,7 +301,7 @@ typedef struct schedule {
     int64_t parts_m, parts_n;  /* items per problem along M and N */
     int64_t items;
     bool steal;                /* one problem in column chunks with units (gemm_stealing) */
-    int64_t size_a, size_b;    /* packing floats per thread (steal: A per thread, B per chunk) */
+    int64_t size_a, size_b;    /* packing floats per thread (steal: B per chunk) */
 } schedule;
 
 static schedule plan_schedule(const blocking *bk, int64_t nb, int64_t M, int64_t N, int64_t K)
