@@ -260,33 +260,42 @@ static void test_strided_multidim_batch(void **state)
     ta_guard_release(&C.g);
 }
 
-/* The same call on 1 and 2 threads gives the same bits: one big problem (split over
- * columns or rows), an odd batch (split inside problems), a strided C. */
+/* The same call on 1, 2 and 3 threads gives the same bits: one big problem (split over
+ * columns or rows), odd batches of small and of larger problems (split inside
+ * problems). */
 static void test_threads_bitwise_identical(void **state)
 {
     (void)state;
-    const int64_t kc = kt()->sgemm_kc, mc = kt()->sgemm_mc;
+    const int64_t kc = kt()->sgemm_kc, mc = kt()->sgemm_mc, nr = kt()->sgemm_nr;
     const struct { int64_t nb, M, N, K; } cs[] = {
-        {1, 2 * mc + 5, 301, kc + 37}, {1, 517, 2 * mc + 7, 2 * kc + 1}, {3, 97, 143, kc + 2}};
-    for (int t = 0; t < 3; t++) {
+        {1, 2 * mc + 5, 301, kc + 37}, {1, 517, 2 * mc + 7, 2 * kc + 1}, {3, 97, 143, kc + 2},
+        {3, 3 * mc + 1, 3 * nr + 5, kc + 3}};
+    for (int t = 0; t < 4; t++) {
         const int64_t nb = cs[t].nb, M = cs[t].M, N = cs[t].N, K = cs[t].K;
         mat A, B;
         mat_make(&A, nb * M, K, ROW);
         mat_make(&B, nb * K, N, ROW);
         const size_t nc = (size_t)(nb * M * N);
-        float *c1 = malloc(nc * sizeof *c1), *c2 = malloc(nc * sizeof *c2);
+        float *c0 = malloc(nc * sizeof *c0), *c1 = malloc(nc * sizeof *c1),
+              *c2 = malloc(nc * sizeof *c2);
+        assert_non_null(c0);
         assert_non_null(c1);
         assert_non_null(c2);
-        for (size_t i = 0; i < nc; i++) c1[i] = c2[i] = rnd();
+        for (size_t i = 0; i < nc; i++) c0[i] = c1[i] = rnd();
         int saved = ta_get_num_threads();
         TA_CHECK_OK(ta_set_num_threads(1));
         TA_CHECK_OK(ta_sgemm_batched(c1, M * N, N, 1, A.at, M * K, K, 1, B.at, K * N, N, 1, nb,
                                      M, N, K, 0.7f, 0.3f));
-        TA_CHECK_OK(ta_set_num_threads(2));
-        TA_CHECK_OK(ta_sgemm_batched(c2, M * N, N, 1, A.at, M * K, K, 1, B.at, K * N, N, 1, nb,
-                                     M, N, K, 0.7f, 0.3f));
+        for (int threads = 2; threads <= 3; threads++) {
+            for (size_t i = 0; i < nc; i++) c2[i] = c0[i];
+            TA_CHECK_OK(ta_set_num_threads(threads));
+            TA_CHECK_OK(ta_sgemm_batched(c2, M * N, N, 1, A.at, M * K, K, 1, B.at, K * N, N, 1,
+                                         nb, M, N, K, 0.7f, 0.3f));
+            if (memcmp(c1, c2, nc * sizeof *c1) != 0)
+                fail_msg("case %d: 1 and %d threads differ", t, threads);
+        }
         TA_CHECK_OK(ta_set_num_threads(saved));
-        if (memcmp(c1, c2, nc * sizeof *c1) != 0) fail_msg("case %d: 1 and 2 threads differ", t);
+        free(c0);
         free(c1);
         free(c2);
         ta_guard_release(&A.g);

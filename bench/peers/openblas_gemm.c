@@ -1,7 +1,14 @@
 /* Square SGEMM: tensorattn (ta_sgemm) against OpenBLAS (cblas_sgemm), on 1 and 2
  * threads, as GFLOP/s and as a fraction of the FMA peak measured in the same run.
  * Both results are checked against each other before timing. Median of REPS timed
- * runs after a warm-up, ours and OpenBLAS alternating.
+ * runs, in blocks of BLOCK runs of one library after an untimed warm-up call, the two
+ * libraries' blocks alternating, each block after SETTLE_S of sleep. Idle threads
+ * spin after a call (OpenBLAS's for about 2^28 cycles, its THREAD_TIMEOUT; libgomp's
+ * for a while too): alternating single calls ran each library beside the other's
+ * spinning threads (ours on 2 threads at 1024: ~100 GFLOP/s against ~210 with
+ * OPENBLAS_THREAD_TIMEOUT=4, OpenBLAS ~120 against ~200 after a pause). In blocks,
+ * each library is timed as in a loop of calls, its own threads awake and the
+ * other's parked.
  *   bench_openblas [n ...]   (default: 1024 2048)
  * Run it with and without OPENBLAS_CORETYPE set to see OpenBLAS's kernel choice. */
 #include "peak.h" /* bench/peak.c: the FMA peak, as tensorattn bench measures it */
@@ -18,6 +25,8 @@ char *openblas_get_config(void);
 char *openblas_get_corename(void);
 
 #define REPS 9
+#define BLOCK 3 /* divides REPS */
+#define SETTLE_S 0.1 /* > 2^28 cycles at 2.7 GHz and up */
 
 static double now(void)
 {
@@ -48,21 +57,34 @@ static void run_openblas(float *C, const float *A, const float *B, int n)
                 n);
 }
 
-/* Median seconds of REPS runs of each, alternating ours and OpenBLAS so that noise
- * from other processes on this shared machine falls on both alike. */
+/* Sleeps SETTLE_S: the other library's idle threads stop spinning. */
+static void settle(void)
+{
+    struct timespec ts = {0, (long)(SETTLE_S * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* Median seconds of REPS runs of each, blocks of ours and OpenBLAS alternating so that
+ * noise from other processes on this shared machine falls on both alike. */
 static void median_seconds(double *ours, double *theirs, float *C1, float *C2, const float *A,
                            const float *B, int n)
 {
     double t1[REPS], t2[REPS];
-    run_ours(C1, A, B, n); /* warm-up: first touch, caches, thread pools */
-    run_openblas(C2, A, B, n);
-    for (int r = 0; r < REPS; r++) {
-        double t0 = now();
-        run_ours(C1, A, B, n);
-        t1[r] = now() - t0;
-        t0 = now();
+    for (int r = 0; r < REPS; r += BLOCK) {
+        settle();
+        run_ours(C1, A, B, n); /* warm-up: caches, thread pool awake */
+        for (int i = r; i < r + BLOCK; i++) {
+            double t0 = now();
+            run_ours(C1, A, B, n);
+            t1[i] = now() - t0;
+        }
+        settle();
         run_openblas(C2, A, B, n);
-        t2[r] = now() - t0;
+        for (int i = r; i < r + BLOCK; i++) {
+            double t0 = now();
+            run_openblas(C2, A, B, n);
+            t2[i] = now() - t0;
+        }
     }
     qsort(t1, REPS, sizeof t1[0], cmp_double);
     qsort(t2, REPS, sizeof t2[0], cmp_double);

@@ -13,12 +13,17 @@
  *
  * The k loop is one step per iteration, not unrolled: unrolling makes gcc hoist the B
  * loads of later steps and spill accumulators; the loop overhead (the pointer adds, a
- * compare, a branch) is free beside the FMAs on an 8-wide core. Row i of A is read at
- * arow[i / 4] + off[i % 4] with off = {0, rs_a, 2 rs_a, 3 rs_a}: one base pointer per
- * four rows plus an offset held in a register fits x86 addressing modes, so a k step is
- * NV aligned loads, MR broadcasts straight from memory and MR * NV FMAs. */
+ * compare, a branch) is free beside the FMAs on an 8-wide core. A packed panel (rs_a 1,
+ * cs_a MR: what the driver passes for every large block) has its own copy of the loop:
+ * the MR values of a step are read at constant offsets from one pointer, so a step is
+ * NV aligned loads, MR broadcasts straight from memory, MR * NV FMAs and three scalar
+ * uops (two pointer adds, the count; compare and branch fuse). Any other A (read in
+ * place) has row i at arow[i / 4] + off[i % 4] with off = {0, rs_a, 2 rs_a, 3 rs_a}:
+ * one base pointer per four rows plus an offset held in a register fits x86 addressing
+ * modes. */
 #include "kernels/kernels.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define NR (NV * VL)
@@ -60,13 +65,38 @@ GEMM_INLINE void store_tile(float *c, int64_t rs_c, VT acc[MR][NV], float alpha,
     }
 }
 
-/* c: [MR, NR] tile, row stride rs_c, unit column stride; a: [MR, k] with strides
- * (rs_a, cs_a) (packed: 1, MR); b: [k, NR] packed panel (64-byte aligned). */
-void NAME_SGEMM(int64_t k, float alpha, const float *a, int64_t rs_a, int64_t cs_a,
-                const float *b, float beta, float *c, int64_t rs_c);
-GEMM_ATTR void NAME_SGEMM(int64_t k, float alpha, const float *a, int64_t rs_a, int64_t cs_a,
-                          const float *b, float beta, float *c, int64_t rs_c)
+/* One k step: acc += A[:, p] B[p, :], with A[i, p] at ai[i] and B[p, :] at b. */
+GEMM_INLINE void kstep(VT acc[MR][NV], const float *const ai[MR], const float *b)
 {
+    VT bv[NV];
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; v++) bv[v] = V_LOAD(b + v * VL);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) {
+        const VT av = V_BCAST(ai[i]);
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; v++) acc[i][v] = V_FMA(av, bv[v], acc[i][v]);
+    }
+}
+
+/* acc += A [MR, k] B [k, NR], one k step per iteration. With packed = true the caller
+ * guarantees rs_a == 1 and cs_a == MR (a packed panel): the MR values of a step are
+ * contiguous, read through one pointer at constant offsets, so the loop keeps only two
+ * pointer adds and the count beside its loads and FMAs (fewer non-FMA uops to compete
+ * with the FMAs for the vector ports of a two-FMA-port core; docs/kernels.md). Both
+ * variants do the same FMAs in the same order. */
+GEMM_INLINE void kloop(VT acc[MR][NV], int64_t k, const float *a, int64_t rs_a, int64_t cs_a,
+                       const float *b, const bool packed)
+{
+    const float *ai[MR];
+    if (packed) {
+        for (int64_t p = 0; p < k; p++, a += MR, b += NR) {
+#pragma GCC unroll 16
+            for (int i = 0; i < MR; i++) ai[i] = a + i;
+            kstep(acc, ai, b);
+        }
+        return;
+    }
     const float *arow[(MR + 3) / 4];
     /* 3 rs_a through an empty asm: gcc no longer sees it as rs_a + 2 rs_a, so it stays in
      * a register instead of a lea per k step (AVX2: 26 instructions per step, as the
@@ -74,30 +104,36 @@ GEMM_ATTR void NAME_SGEMM(int64_t k, float alpha, const float *a, int64_t rs_a, 
     int64_t r3 = 3 * rs_a;
     __asm__("" : "+r"(r3));
     const int64_t off[4] = {0, rs_a, 2 * rs_a, r3};
-    VT acc[MR][NV];
 #pragma GCC unroll 16
     for (int g = 0; g < (MR + 3) / 4; g++) arow[g] = a + 4 * g * rs_a;
+    for (int64_t p = 0; p < k; p++, b += NR) {
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; i++) ai[i] = arow[i / 4] + off[i % 4];
+        kstep(acc, ai, b);
+#pragma GCC unroll 16
+        for (int g = 0; g < (MR + 3) / 4; g++) arow[g] += cs_a;
+    }
+}
+
+/* c: [MR, NR] tile, row stride rs_c, unit column stride; a: [MR, k] with strides
+ * (rs_a, cs_a) (packed: 1, MR); b: [k, NR] packed panel (64-byte aligned). */
+void NAME_SGEMM(int64_t k, float alpha, const float *a, int64_t rs_a, int64_t cs_a,
+                const float *b, float beta, float *c, int64_t rs_c);
+GEMM_ATTR void NAME_SGEMM(int64_t k, float alpha, const float *a, int64_t rs_a, int64_t cs_a,
+                          const float *b, float beta, float *c, int64_t rs_c)
+{
+    VT acc[MR][NV];
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++) {
 #pragma GCC unroll 16
         for (int v = 0; v < NV; v++) acc[i][v] = V_ZERO();
-        __builtin_prefetch(c + i * rs_c, 0, 3);   /* the C tile: first and last line */
+        /* The C tile: every line of the row (a 64-column row spans 4 or 5 lines). */
+#pragma GCC unroll 16
+        for (int j = 0; j < NR; j += 16) __builtin_prefetch(c + i * rs_c + j, 0, 3);
         __builtin_prefetch(c + i * rs_c + NR - 1, 0, 3);
     }
-    for (int64_t p = 0; p < k; p++) {
-        VT bv[NV];
-#pragma GCC unroll 16
-        for (int v = 0; v < NV; v++) bv[v] = V_LOAD(b + v * VL);
-#pragma GCC unroll 16
-        for (int i = 0; i < MR; i++) {
-            const VT ai = V_BCAST(arow[i / 4] + off[i % 4]);
-#pragma GCC unroll 16
-            for (int v = 0; v < NV; v++) acc[i][v] = V_FMA(ai, bv[v], acc[i][v]);
-        }
-#pragma GCC unroll 16
-        for (int g = 0; g < (MR + 3) / 4; g++) arow[g] += cs_a;
-        b += NR;
-    }
+    if (rs_a == 1 && cs_a == MR) kloop(acc, k, a, 1, MR, b, true);
+    else kloop(acc, k, a, rs_a, cs_a, b, false);
     store_tile(c, rs_c, acc, alpha, beta);
 }
 

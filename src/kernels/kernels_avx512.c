@@ -5,16 +5,16 @@
 
 void ta_kernels_fill_avx512(ta_kernels *k)
 {
-    ta_gemm_fill_avx512(k); /* SGEMM micro-kernel 12x32: gemm_avx512.c */
-    /* Cache blocks (Zen 5: L1d 48 KiB, L2 1 MiB, L3 32 MiB shared by the CCX), measured
-     * on this machine with 1024^3 and 2048^3 (GFLOP/s on 1 core: KC 256 -> ~99-102,
-     * 512 -> ~103-105):
-     *  KC = 512: the B micro-panel (KC x NR x 4 B = 64 KiB) lives in L2, not L1: with
-     *            512-bit FMAs at half rate a k step takes ~24 cycles for 176 bytes of
+    ta_gemm_fill_avx512(k); /* SGEMM micro-kernel 6x64: gemm_avx512.c */
+    /* Cache blocks (this machine, Zen 4: L1d 32 KiB, L2 1 MiB, L3 32 MiB shared by the
+     * CCX), measured with 1024^3 and 2048^3 on 1 core (KC 256..1024 and MC 48..288
+     * within ~2% of each other, 512 x 144 among the best):
+     *  KC = 512: the B micro-panel (KC x NR x 4 B = 128 KiB) lives in L2, not L1: with
+     *            512-bit FMAs at half rate a k step takes ~24 cycles for 280 bytes of
      *            loads, far below L2 bandwidth, while a long KC halves the passes over
      *            C (each pass reads and writes the C tile from L3/DRAM);
      *  MC = 144: the packed A block (MC x KC x 4 B = 288 KiB) sits in L2 with the B
-     *            micro-panel and C lines passing through (96..240 measured the same);
+     *            micro-panel and C lines passing through;
      *  NC = 2048: the packed B panel (KC x NC x 4 B = 4 MiB per thread) stays in L3
      *            with room for the other core's panel and the A / C streams. */
     k->sgemm_kc = 512;

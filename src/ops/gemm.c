@@ -15,9 +15,11 @@
  * Threads: the work is a list of items (batch index, chunk of rows or columns of C);
  * each item is done by one thread with its own packing buffers, so every element of C
  * is computed by one thread, with the k order fixed by KC alone: results are bitwise
- * identical for any thread count. Edge tiles (and a C whose columns are not unit
- * stride) go through a local tile that is first loaded from C, so they run the same
- * arithmetic as interior tiles. */
+ * identical for any thread count. One problem cut into column chunks packs each
+ * chunk's B for the whole of K, so that a thread done with its chunk can take blocks
+ * of rows of another (gemm_stealing): the same arithmetic, whoever computes them.
+ * Edge tiles (and a C whose columns are not unit stride) go through a local tile that
+ * is first loaded from C, so they run the same arithmetic as interior tiles. */
 #include "core/core.h"
 #include "kernels/kernels.h"
 #include "ops/gemm.h"
@@ -30,6 +32,11 @@
 #define SERIAL_FMAS ((int64_t)1 << 18)
 /* Blocks of at most this many NR panels read an A with a unit stride in place. */
 #define DIRECT_A_PANELS 4
+/* Largest B (floats) a column chunk packs for the whole of K to be shared by stealing
+ * (16 MiB: two chunks stay within the scratch block kept between calls). */
+#define STEAL_B_FLOATS ((int64_t)1 << 22)
+/* At most this many chunks (threads) share a problem by stealing. */
+#define STEAL_MAX_CHUNKS 64
 
 typedef struct blocking {
     void (*ukr)(int64_t, float, const float *, int64_t, int64_t, const float *, float, float *,
@@ -74,6 +81,18 @@ pack_panel(float *restrict dst, const float *restrict src, int64_t ls, int64_t k
 static void pack_block(float *dst, const float *src, int64_t ls, int64_t ks, int64_t n,
                        int64_t kc, int64_t W)
 {
+    if (ls == 1 && n >= W) {
+        /* Unit-stride lanes (a row-major B): whole rows in order, one sequential stream
+         * that the prefetchers follow, rather than W-wide strips at a stride of ks. */
+        const int64_t full = n / W;
+        for (int64_t p = 0; p < kc; p++)
+            for (int64_t q = 0; q < full; q++)
+                memcpy(dst + q * W * kc + p * W, src + p * ks + q * W,
+                       (size_t)W * sizeof *dst);
+        dst += full * W * kc;
+        src += full * W;
+        n -= full * W;
+    }
     for (int64_t l0 = 0; l0 < n; l0 += W, dst += W * kc, src += W * ls) {
         int64_t lanes = TA_MIN(W, n - l0);
         switch (W) {
@@ -127,34 +146,113 @@ static void macro_kernel(const blocking *bk, float *C, int64_t rsc, int64_t csc,
     }
 }
 
+/* Packing A costs about one pass of loads and stores over it, repaid by reuse across the
+ * NR panels of the block. With few panels (attention's P V: N = 64) a unit-stride A is
+ * cheaper read in place; measured 81 -> 96 GFLOP/s on 512x64x512, while wide blocks run
+ * faster packed (104 vs 96 at 1024^3). The values and their order are the same either way. */
+static bool read_a_in_place(const blocking *bk, const problem *pr, int64_t nc)
+{
+    return (pr->rsa == 1 || pr->csa == 1) && nc <= DIRECT_A_PANELS * bk->nr;
+}
+
+/* Rows [m0, m1) of C's columns [jc, jc + nc), k in [pc, pc + kc), against the packed B
+ * block pb: A blocks of MC rows packed in pa (or read in place), then the macro-kernel. */
+static void gemm_rows(const blocking *bk, const problem *pr, int64_t m0, int64_t m1,
+                      int64_t jc, int64_t nc, int64_t pc, int64_t kc, float *pa,
+                      const float *pb)
+{
+    const bool direct = read_a_in_place(bk, pr, nc);
+    const float beta = pc == 0 ? pr->beta : 1.0f;
+    for (int64_t ic = m0; ic < m1; ic += bk->mc) {
+        const int64_t mc = TA_MIN(bk->mc, m1 - ic), tail = mc % bk->mr;
+        const float *a = pr->A + ic * pr->rsa + pc * pr->csa;
+        if (direct)
+            pack_block(pa, a + (mc - tail) * pr->rsa, pr->rsa, pr->csa, tail, kc, bk->mr);
+        else
+            pack_block(pa, a, pr->rsa, pr->csa, mc, kc, bk->mr);
+        macro_kernel(bk, pr->C + ic * pr->rsc + jc * pr->csc, pr->rsc, pr->csc,
+                     direct ? a : NULL, pr->rsa, pr->csa, pa, pb, mc, nc, kc, pr->alpha, beta);
+    }
+}
+
 /* Rows [m0, m1) x columns [n0, n1) of problem pr, with packing buffers pa, pb. */
 static void gemm_chunk(const blocking *bk, const problem *pr, int64_t m0, int64_t m1,
                        int64_t n0, int64_t n1, float *pa, float *pb)
 {
     for (int64_t jc = n0; jc < n1; jc += bk->nc) {
         const int64_t nc = TA_MIN(bk->nc, n1 - jc);
-        /* Packing A costs about one pass of loads and stores over it, repaid by reuse
-         * across the NR panels of the block. With few panels (attention's P V: N = 64)
-         * a unit-stride A is cheaper read in place; measured 81 -> 96 GFLOP/s on
-         * 512x64x512, while wide blocks run faster packed (104 vs 96 at 1024^3). The
-         * values and their order are the same either way. */
-        const bool direct = (pr->rsa == 1 || pr->csa == 1) && nc <= DIRECT_A_PANELS * bk->nr;
         for (int64_t pc = 0; pc < pr->K; pc += bk->kc) {
             const int64_t kc = TA_MIN(bk->kc, pr->K - pc);
-            const float beta = pc == 0 ? pr->beta : 1.0f;
             pack_block(pb, pr->B + pc * pr->rsb + jc * pr->csb, pr->csb, pr->rsb, nc, kc,
                        bk->nr);
-            for (int64_t ic = m0; ic < m1; ic += bk->mc) {
-                const int64_t mc = TA_MIN(bk->mc, m1 - ic), tail = mc % bk->mr;
-                const float *a = pr->A + ic * pr->rsa + pc * pr->csa;
-                if (direct)
-                    pack_block(pa, a + (mc - tail) * pr->rsa, pr->rsa, pr->csa, tail, kc,
-                               bk->mr);
-                else
-                    pack_block(pa, a, pr->rsa, pr->csa, mc, kc, bk->mr);
-                macro_kernel(bk, pr->C + ic * pr->rsc + jc * pr->csc, pr->rsc, pr->csc,
-                             direct ? a : NULL, pr->rsa, pr->csa, pa, pb, mc, nc, kc,
-                             pr->alpha, beta);
+            gemm_rows(bk, pr, m0, m1, jc, nc, pc, kc, pa, pb);
+        }
+    }
+}
+
+/* -------------------------------------------------- chunks shared by stealing */
+
+/* One problem cut into column chunks, one per thread, each with its B packed for the
+ * whole of K (the KC-row blocks one after another, NR-panel rows of ldp floats), so
+ * that any thread can compute any of the chunk's units (blocks of MC rows, each with
+ * all its k passes). The owner takes units from the front; a thread that has run out
+ * of its own takes the last unit of another chunk. On idle cores that never happens
+ * (the chunks are equal); when a thread shares its core with another process, the
+ * other thread finishes its work instead of waiting: there is no barrier to wait at.
+ * Which thread computes a unit does not change its arithmetic. */
+typedef struct chunk_units {
+    int64_t front, end; /* units [front, end) are unclaimed */
+    bool packed;        /* its B is packed (no unit is claimed before) */
+} chunk_units;
+
+static int64_t claim_unit(chunk_units *u, bool own)
+{
+    int64_t r = -1;
+    #pragma omp critical(ta_gemm_units)
+    if (u->packed && u->front < u->end) r = own ? u->front++ : --u->end;
+    return r;
+}
+
+/* Chunk q of problem pr (columns [q * chunk_n, ...)), B packed at pb: unit number u. */
+static void run_unit(const blocking *bk, const problem *pr, int64_t chunk_n, int64_t q,
+                     int64_t u, const float *pb, float *pa)
+{
+    const int64_t n0 = q * chunk_n, nc = TA_MIN(chunk_n, pr->N - n0);
+    const int64_t ldp = ta_round_up(nc, bk->nr), m0 = u * bk->mc;
+    for (int64_t pc = 0; pc < pr->K; pc += bk->kc)
+        gemm_rows(bk, pr, m0, TA_MIN(pr->M, m0 + bk->mc), n0, nc, pc,
+                  TA_MIN(bk->kc, pr->K - pc), pa, pb + pc * ldp);
+}
+
+/* The calling thread's part of problem pr cut into `chunks` column chunks of chunk_n
+ * (the team runs this together): it packs the B of the chunks it owns (q = thread
+ * number, + team size, ...), computes their units, then takes units left in any chunk.
+ * pa is this thread's A block, pb the chunks' B (size_b floats apart). */
+static void gemm_stealing(const blocking *bk, const problem *pr, int64_t chunk_n,
+                          int64_t chunks, chunk_units *units, float *pa, float *pb,
+                          int64_t size_b)
+{
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    for (int64_t q = t; q < chunks; q += nt) {
+        const int64_t n0 = q * chunk_n, nc = TA_MIN(chunk_n, pr->N - n0);
+        const int64_t ldp = ta_round_up(nc, bk->nr);
+        for (int64_t pc = 0; pc < pr->K; pc += bk->kc)
+            pack_block(pb + q * size_b + pc * ldp, pr->B + pc * pr->rsb + n0 * pr->csb,
+                       pr->csb, pr->rsb, nc, TA_MIN(bk->kc, pr->K - pc), bk->nr);
+        #pragma omp critical(ta_gemm_units)
+        units[q].packed = true;
+    }
+    for (int64_t q = t; q < chunks; q += nt)
+        for (int64_t u; (u = claim_unit(&units[q], true)) >= 0;)
+            run_unit(bk, pr, chunk_n, q, u, pb + q * size_b, pa);
+    for (bool busy = true; busy;) {
+        busy = false;
+        for (int64_t i = 1; i <= chunks; i++) {
+            const int64_t q = (t + i) % chunks;
+            const int64_t u = claim_unit(&units[q], false);
+            if (u >= 0) {
+                run_unit(bk, pr, chunk_n, q, u, pb + q * size_b, pa);
+                busy = true;
             }
         }
     }
@@ -202,7 +300,8 @@ typedef struct schedule {
     int64_t chunk_m, chunk_n;  /* rows / columns of C per item */
     int64_t parts_m, parts_n;  /* items per problem along M and N */
     int64_t items;
-    int64_t size_a, size_b;    /* packing floats per thread */
+    bool steal;                /* one problem in column chunks with units (gemm_stealing) */
+    int64_t size_a, size_b;    /* packing floats per thread (steal: B per chunk) */
 } schedule;
 
 static schedule plan_schedule(const blocking *bk, int64_t nb, int64_t M, int64_t N, int64_t K)
@@ -226,6 +325,15 @@ static schedule plan_schedule(const blocking *bk, int64_t nb, int64_t M, int64_t
     const int64_t kc = TA_MIN(bk->kc, K);
     sc.size_a = ta_round_up(TA_MIN(bk->mc, ta_round_up(sc.chunk_m, bk->mr)) * kc, 16);
     sc.size_b = ta_round_up(TA_MIN(bk->nc, ta_round_up(sc.chunk_n, bk->nr)) * kc, 16);
+    /* One problem in column chunks (one per thread: items == nt): each chunk's B for
+     * the whole of K, when that stays within STEAL_B_FLOATS, lets the threads share out
+     * its blocks of rows (gemm_stealing). */
+    const double whole_k = (double)K * (double)ta_round_up(sc.chunk_n, bk->nr);
+    if (nb == 1 && sc.parts_n > 1 && sc.parts_n <= STEAL_MAX_CHUNKS && sc.chunk_n <= bk->nc &&
+        whole_k <= (double)STEAL_B_FLOATS) {
+        sc.steal = true;
+        sc.size_b = ta_round_up((int64_t)whole_k, 16);
+    }
     return sc;
 }
 
@@ -309,6 +417,17 @@ ta_status ta_gemm_strided(float *C, int64_t rsc, int64_t csc, const float *A, in
     const size_t per_thread = (size_t)(sc.size_a + sc.size_b);
     if (!pack) return ta_error(TA_EINTERNAL, "ta_gemm: no packing buffer (a bug)");
 
+    if (sc.steal) {
+        problem pr = batch_problem(&base, batch, 0);
+        chunk_units units[STEAL_MAX_CHUNKS];
+        for (int64_t q = 0; q < sc.items; q++)
+            units[q] = (chunk_units){0, (M + bk.mc - 1) / bk.mc, false};
+        float *pb = pack + (size_t)sc.size_a * (size_t)sc.nt;
+        #pragma omp parallel num_threads(sc.nt)
+        gemm_stealing(&bk, &pr, sc.chunk_n, sc.items, units,
+                      pack + (size_t)sc.size_a * (size_t)omp_get_thread_num(), pb, sc.size_b);
+        return TA_OK;
+    }
     #pragma omp parallel for num_threads(sc.nt) schedule(dynamic, 1) if (sc.nt > 1)
     for (int64_t it = 0; it < sc.items; it++) {
         float *pa = pack + per_thread * (size_t)omp_get_thread_num(), *pb = pa + sc.size_a;
