@@ -1,6 +1,6 @@
 /* Attention backward micro-kernels for AVX-512 (attn_bwd_template.h): a 6-row x 64-column
  * GEMM tile (24 zmm accumulators, 4 B vectors and one broadcast: 29 of 32 registers; on
- * Zen 5 a k step is 24 half-rate FMAs against 10 loads) and the softmax backward with
+ * Zen 4 a k step is 24 half-rate FMAs against 10 loads) and the softmax backward with
  * masked tails. */
 #include "kernels/vec_avx512.h"
 

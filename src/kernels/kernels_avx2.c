@@ -5,7 +5,7 @@
 void ta_kernels_fill_avx2(ta_kernels *k)
 {
     ta_gemm_fill_avx2(k); /* SGEMM micro-kernel 6x16: gemm_avx2.c */
-    /* Cache blocks (Zen 5: L1d 48 KiB, L2 1 MiB, L3 32 MiB shared by the CCX), measured
+    /* Cache blocks (Zen 4: L1d 32 KiB, L2 1 MiB, L3 32 MiB shared by the CCX), measured
      * on this machine (KC 256..512 within noise, ~104 GFLOP/s on 1 core at 1024^3):
      *  KC = 384: the B micro-panel (KC x NR x 4 B = 24 KiB) fits L1 beside the A
      *            micro-panel (9 KiB); a long KC amortises the C tile's load and store;
