@@ -18,6 +18,7 @@ How each bench option is said to torch:
                          is_causal=True when Lq = Lk, else a bool attn_mask [Lq, Lk]
   key_lengths [B]        a bool attn_mask [B, 1, 1, Lk] (with causal: [B, 1, Lq, Lk])
   mask "triu"            the seed's triu(ones(Lq, Lk), 1) as a bool attn_mask [Lq, Lk]
+  mask "none" or absent  no mask tensor
                          (True = keep: its complement), as a tensor, not is_causal
   Hkv < H (GQA)          enable_gqa=True (torch >= 2.5), else K and V
                          repeat_interleave'd inside the timed call
@@ -152,8 +153,10 @@ class Case:
             if len(self.key_lengths) != self.B or not all(0 <= n <= self.Lk for n in self.key_lengths):
                 raise ValueError("key_lengths must be B values in [0, Lk]")
         self.mask = obj.get("mask")
+        if self.mask == "none":  # the bench's rows say "none" for no mask tensor
+            self.mask = None
         if self.mask not in (None, "triu"):
-            raise ValueError(f"unknown mask {self.mask!r} (known: \"triu\")")
+            raise ValueError(f"unknown mask {self.mask!r} (known: \"none\", \"triu\")")
         self.pairs = obj.get("pairs")
         if self.pairs is None:
             self.pairs = self.H * sum(self.keys_seen(b, i) for b in range(self.B)
