@@ -8,7 +8,8 @@
  *                    keys, QV * KJ accumulators held in registers;
  *   PR, PC           P.V micro-tile: PR query rows by PC vectors of output columns;
  *   DR, DC, ROWS_MAX dot-product Q.K^T for tiles of few rows: DR rows per pass over a
- *                    key, DC accumulators (chains) per row along d; the driver uses it on
+ *                    key, DC accumulators (chains) per row along d (DC_FEW, optional, for
+ *                    passes of 1 or 2 rows: more chains); the driver uses it on
  *                    tiles of <= ROWS_MAX rows, and attn_pv streams V for them,
  *   RP, PCW          RP rows by PCW vectors (whole V rows of up to PCW * VL columns)
  *                    per pass;
@@ -40,6 +41,11 @@ _Static_assert(QV >= 1 && QV <= 4 && PR >= 1 && PR <= 16,
                "attn_template.h: QV in 1..4 (qk_block's cases), PR in 1..16 (the loops unroll 16)");
 _Static_assert(MQ % PR == 0, "attn_template.h: attn_mq must be a multiple of attn_pr");
 _Static_assert(DC >= 1 && DC <= 16, "attn_template.h: DC in 1..16 (the loops unroll 16)");
+#ifdef DC_FEW
+#define DC_MAX (DC_FEW > DC ? DC_FEW : DC)
+#else
+#define DC_MAX DC
+#endif
 _Static_assert(DR >= 1 && DR <= 16, "attn_template.h: ROWS_SWITCH has cases for 1..16 rows");
 _Static_assert(ROWS_MAX >= 1 && ROWS_MAX <= MQ, "attn_template.h: ROWS_MAX in 1..attn_mq");
 _Static_assert(RP >= 1 && RP <= 16 && PCW >= 1 && PCW <= 16,
@@ -166,15 +172,22 @@ void NAME_QK(float *s, const float *qp, const float *k, int64_t ldk, int64_t nk,
 ATTN_INLINE void dot_key(float *s, const float *q, int64_t ldq, const float *k, int64_t d,
                          const int NR)
 {
-    VT acc[DR][DC];
+#ifdef DC_FEW
+    /* few rows: more chains (the FMA latency, not the loads, bounds a short tile) */
+    const int DCN = NR <= 2 ? DC_FEW : DC;
+#else
+    const int DCN = DC;
+#endif
+    VT acc[DR][DC_MAX];
 #pragma GCC unroll 16
     for (int r = 0; r < DR; r++)
 #pragma GCC unroll 16
-        for (int c = 0; c < DC; c++) acc[r][c] = V_ZERO();
+        for (int c = 0; c < DC_MAX; c++) acc[r][c] = V_ZERO();
     int64_t p = 0;
-    for (; p + DC * VL <= d; p += DC * VL) {
+    for (; p + DCN * VL <= d; p += DCN * VL) {
 #pragma GCC unroll 16
-        for (int c = 0; c < DC; c++) {
+        for (int c = 0; c < DC_MAX; c++) {
+            if (c >= DCN) break;
             VT kv = V_LOADU(k + p + c * VL);
 #pragma GCC unroll 16
             for (int r = 0; r < DR; r++) {
@@ -184,8 +197,8 @@ ATTN_INLINE void dot_key(float *s, const float *q, int64_t ldq, const float *k, 
         }
     }
 #pragma GCC unroll 16
-    for (int c = 0; c < DC; c++, p += VL) {
-        if (p >= d) break;
+    for (int c = 0; c < DC_MAX; c++, p += VL) {
+        if (c >= DCN || p >= d) break;
         const int n = d - p < VL ? (int)(d - p) : VL;
         VT kv = n == VL ? V_LOADU(k + p) : V_LOADN(k + p, n); /* see pv_whole_rows */
 #pragma GCC unroll 16
@@ -200,7 +213,8 @@ ATTN_INLINE void dot_key(float *s, const float *q, int64_t ldq, const float *k, 
         if (r >= NR) break;
         VT t = acc[r][0];
 #pragma GCC unroll 16
-        for (int c = 1; c < DC; c++) t = V_ADD(t, acc[r][c]);
+        for (int c = 1; c < DC_MAX; c++)
+            if (c < DCN) t = V_ADD(t, acc[r][c]);
         s[r] = V_REDUCE_ADD(t);
     }
 }
