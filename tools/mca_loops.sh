@@ -146,7 +146,7 @@ qk_micro d loop, NQ = 3 (full)|attn|ta_attn_qk_ISA_[0-9]+x[0-9]+|attn_template.h
 qk_micro d loop, NQ = 2|attn|ta_attn_qk_ISA_[0-9]+x[0-9]+|attn_template.h|acc\[j\]\[q\] = V_FMA\(kb|fma=2*KJ,bcast=KJ|one step of p: 2 query vectors x KJ keys
 qk_micro d loop, NQ = 1|attn|ta_attn_qk_ISA_[0-9]+x[0-9]+|attn_template.h|acc\[j\]\[q\] = V_FMA\(kb|fma=KJ,bcast=KJ|one step of p: 1 query vector x KJ keys
 attn_qk_rows d loop, DR rows|attn|ta_attn_qk_rows_ISA_[0-9]+|attn_template.h|acc\[r\]\[c\] = V_FMA\(V_LOADU\(q|fma=DR*DC|DC vectors of d for DR rows and one key (DC vectors of k, DR x DC of q)
-attn_qk_rows d loop, 1 row|attn|ta_attn_qk_rows_ISA_[0-9]+|attn_template.h|acc\[r\]\[c\] = V_FMA\(V_LOADU\(q|fma=DC|DC vectors of d for 1 row and one key
+attn_qk_rows d loop, 1 row|attn|ta_attn_qk_rows_ISA_[0-9]+|attn_template.h|acc\[r\]\[c\] = V_FMA\(V_LOADU\(q|fma=DC_FEW|DC_FEW vectors of d for 1 row and one key
 pv_micro key loop (full tile)|attn|ta_attn_pv_ISA_[0-9]+x[0-9]+|attn_template.h|acc\[r\]\[c\] = V_FMA\(pb|fma=PR*PC,bcast=PR|one key: PR rows x PC vectors
 few-rows P.V key loop, RP rows|attn|ta_attn_pv_ISA_[0-9]+x[0-9]+|attn_template.h|acc\[r\]\[c\] = V_FMA\(pb|fma=RP*PCW,bcast=RP|one key (pv_whole_rows): RP rows x PCW vectors (a whole V row of PCW vectors)
 few-rows P.V key loop, 1 row|attn|ta_attn_pv_ISA_[0-9]+x[0-9]+|attn_template.h|acc\[r\]\[c\] = V_FMA\(pb|fma=PCW,bcast=1|one key (pv_whole_rows): 1 row x PCW vectors

@@ -12,6 +12,7 @@
 #define PC 2
 #define DR 4
 #define DC 2
+#define DC_FEW 2
 #define ROWS_MAX 4
 #define RP 1
 #define PCW 12

@@ -12,7 +12,8 @@
 #define PC 4
 #define DR 8
 #define DC 2
-#define DC_FEW 4 /* a decode row: 4 FMA chains along d, not 2 (latency-bound at 2) */
+/* a decode row: 4 FMA chains along d, not 2 (latency-bound at 2) */
+#define DC_FEW 4
 #define ROWS_MAX 8
 #define RP 3
 #define PCW 8

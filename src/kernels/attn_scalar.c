@@ -11,6 +11,7 @@
 #define PC 4
 #define DR 1
 #define DC 4
+#define DC_FEW 4
 #define ROWS_MAX 1
 #define RP 1
 #define PCW 8

@@ -8,8 +8,8 @@
  *                    keys, QV * KJ accumulators held in registers;
  *   PR, PC           P.V micro-tile: PR query rows by PC vectors of output columns;
  *   DR, DC, ROWS_MAX dot-product Q.K^T for tiles of few rows: DR rows per pass over a
- *                    key, DC accumulators (chains) per row along d (DC_FEW, optional, for
- *                    passes of 1 or 2 rows: more chains); the driver uses it on
+ *                    key, DC accumulators (chains) per row along d (DC_FEW for passes of
+ *                    1 or 2 rows: more chains); the driver uses it on
  *                    tiles of <= ROWS_MAX rows, and attn_pv streams V for them,
  *   RP, PCW          RP rows by PCW vectors (whole V rows of up to PCW * VL columns)
  *                    per pass;
@@ -41,11 +41,8 @@ _Static_assert(QV >= 1 && QV <= 4 && PR >= 1 && PR <= 16,
                "attn_template.h: QV in 1..4 (qk_block's cases), PR in 1..16 (the loops unroll 16)");
 _Static_assert(MQ % PR == 0, "attn_template.h: attn_mq must be a multiple of attn_pr");
 _Static_assert(DC >= 1 && DC <= 16, "attn_template.h: DC in 1..16 (the loops unroll 16)");
-#ifdef DC_FEW
+_Static_assert(DC_FEW >= 1 && DC_FEW <= 16, "attn_template.h: DC_FEW in 1..16");
 #define DC_MAX (DC_FEW > DC ? DC_FEW : DC)
-#else
-#define DC_MAX DC
-#endif
 _Static_assert(DR >= 1 && DR <= 16, "attn_template.h: ROWS_SWITCH has cases for 1..16 rows");
 _Static_assert(ROWS_MAX >= 1 && ROWS_MAX <= MQ, "attn_template.h: ROWS_MAX in 1..attn_mq");
 _Static_assert(RP >= 1 && RP <= 16 && PCW >= 1 && PCW <= 16,
@@ -172,12 +169,8 @@ void NAME_QK(float *s, const float *qp, const float *k, int64_t ldk, int64_t nk,
 ATTN_INLINE void dot_key(float *s, const float *q, int64_t ldq, const float *k, int64_t d,
                          const int NR)
 {
-#ifdef DC_FEW
     /* few rows: more chains (the FMA latency, not the loads, bounds a short tile) */
     const int DCN = NR <= 2 ? DC_FEW : DC;
-#else
-    const int DCN = DC;
-#endif
     VT acc[DR][DC_MAX];
 #pragma GCC unroll 16
     for (int r = 0; r < DR; r++)
