@@ -57,6 +57,14 @@ static inline int64_t ta_mask_row_end(const ta_mask_plan *p, int64_t b, int64_t 
     return end < 0 ? 0 : end;
 }
 
+/* Whether mask element v blocks its key by itself: a zero in a keep mask, a nonzero in a
+ * block mask (NaN counts as nonzero: kept by KEEP, blocked by BLOCK); an additive mask
+ * blocks nothing this way (its -inf is added to the score). */
+static inline bool ta_mask_value_blocks(ta_mask_mode mode, float v)
+{
+    return mode == TA_MASK_KEEP ? v == 0.0f : mode == TA_MASK_BLOCK && v != 0.0f;
+}
+
 /* Pointer to mask element (b, h, i, 0) (NULL without a mask tensor); element j of the
  * row is at [j * p->mstride[3]]. */
 static inline const float *ta_mask_row_ptr(const ta_mask_plan *p, int64_t b, int64_t h,

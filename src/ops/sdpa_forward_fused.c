@@ -163,7 +163,7 @@ static void mask_tile_shared_row(const ta_mask_plan *mp, const float *m, int64_t
     for (int64_t t = 0; t < nk; t++) {
         const float v = m[t * ms];
         float *col = s + t * MQ;
-        bool blocked = mp->mode == TA_MASK_KEEP ? v == 0.0f : mp->mode == TA_MASK_BLOCK && v != 0.0f;
+        bool blocked = ta_mask_value_blocks(mp->mode, v);
         if (blocked)
             for (int64_t r = 0; r < mq; r++) col[r] = -INFINITY;
         else if (mp->mode == TA_MASK_ADDITIVE)
@@ -210,14 +210,13 @@ static bool tile_blocked(const fused_plan *f, const fused_item *it, const fused_
     const ta_mask_plan *mp = &f->p->mask;
     if (mp->mode == TA_MASK_ADDITIVE) return false;
     const int64_t ms = mp->mstride[3];
-    const bool keep = mp->mode == TA_MASK_KEEP;
     for (int64_t r = 0; r < it->mq; r++) {
         int64_t e = TA_MIN(w->end[r] - j0, nk), h, i;
         if (e <= 0) continue;
         row_hi(f, it->hkv, it->r0 + r, &h, &i);
         const float *m = ta_mask_row_ptr(mp, it->b, h, i) + j0 * ms;
         for (int64_t t = 0; t < e; t++)
-            if (keep ? m[t * ms] != 0.0f : m[t * ms] == 0.0f) return false; /* NaN: nonzero */
+            if (!ta_mask_value_blocks(mp->mode, m[t * ms])) return false;
     }
     return true;
 }
@@ -246,16 +245,15 @@ static int64_t mask_table_rows(const ta_mask_plan *mp)
 static void mask_bounds(const ta_mask_plan *mp, int64_t *mt, int64_t rows, int nt)
 {
     const int64_t nh = mp->mstride[1] ? mp->H : 1, nl = mp->mstride[2] ? mp->Lq : 1;
-    const bool keep = mp->mode == TA_MASK_KEEP;
     const int64_t ms = mp->mstride[3], Lk = mp->Lk;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t m = 0; m < rows; m++) {
         const float *row = mp->mask + (m / (nh * nl)) * mp->mstride[0] +
                            (m / nl % nh) * mp->mstride[1] + (m % nl) * mp->mstride[2];
         int64_t j = 0;
-        while (j < Lk && !(keep ? row[j * ms] == 0.0f : row[j * ms] != 0.0f)) j++;
+        while (j < Lk && !ta_mask_value_blocks(mp->mode, row[j * ms])) j++;
         mt[2 * m] = j;
-        while (j < Lk && (keep ? row[j * ms] == 0.0f : row[j * ms] != 0.0f)) j++;
+        while (j < Lk && ta_mask_value_blocks(mp->mode, row[j * ms])) j++;
         mt[2 * m + 1] = j;
     }
 }
