@@ -122,7 +122,7 @@ typedef enum ta_dtype { TA_F32 = 0, TA_F64 = 1, TA_F16 = 2, TA_BF16 = 3 } ta_dty
 
 typedef struct ta_tensor {
     void *data;                    /* element [0, ..., 0] */
-    ta_dtype dtype;                /* TA_F32 for every operation today */
+    ta_dtype dtype;                /* element type (see "dtypes" below) */
     int ndim;                      /* 0 (a scalar) .. TA_MAX_DIMS */
     int64_t shape[TA_MAX_DIMS];
     int64_t stride[TA_MAX_DIMS];   /* in elements, may be 0 (broadcast) or negative */
@@ -139,6 +139,28 @@ ta_status ta_tensor_full(ta_tensor *t, int ndim, const int64_t *shape, float val
  * caller keeps ownership of data and must keep it alive while the view is used. */
 ta_status ta_tensor_from_buffer(ta_tensor *t, float *data, int ndim, const int64_t *shape,
                                 const int64_t *strides);
+/* dtypes. TA_F32 is what every operation computes in. TA_F16 (IEEE binary16) and TA_BF16
+ * (bfloat16: the top 16 bits of a float32) are storage types: ta_sdpa, ta_sdpa_backward,
+ * ta_sdpa_kvcache and the KV cache take them for Q, K, V, O (and the gradients), convert
+ * to float32 in registers and accumulate in float32; einsum, GEMM, softmax, masks and the
+ * layers take float32 only (TA_EUNSUPPORTED otherwise), as do the accessors ta_tensor_at*
+ * and the mask tensors. TA_F64 exists for files only. Conversions to a narrower type
+ * round to nearest, ties to even (NaN stays NaN, overflow gives +-inf); widening is
+ * exact (subnormals included). */
+/* Bytes per element (0 for an unknown dtype) and a short name ("f32", "f16", "bf16",
+ * "f64"; "unknown" out of range). */
+size_t ta_dtype_size(ta_dtype dtype);
+const char *ta_dtype_name(ta_dtype dtype);
+/* n values from src (of type from) to dst (of type to), converted as above; any pair of
+ * TA_F32, TA_F16, TA_BF16, TA_F64. dst and src must not overlap unless equal with the
+ * same type. */
+ta_status ta_convert(void *dst, ta_dtype to, const void *src, ta_dtype from, size_t n);
+/* ta_tensor_empty / ta_tensor_zeros of another dtype. */
+ta_status ta_tensor_empty_dtype(ta_tensor *t, ta_dtype dtype, int ndim, const int64_t *shape);
+ta_status ta_tensor_zeros_dtype(ta_tensor *t, ta_dtype dtype, int ndim, const int64_t *shape);
+/* ta_tensor_from_buffer for a caller buffer of any dtype (strides in elements). */
+ta_status ta_tensor_from_buffer_dtype(ta_tensor *t, void *data, ta_dtype dtype, int ndim,
+                                      const int64_t *shape, const int64_t *strides);
 /* Releases an owning tensor's buffer (views: nothing) and zeroes *t. NULL is fine. */
 void ta_tensor_free(ta_tensor *t);
 
@@ -161,11 +183,13 @@ ta_status ta_tensor_transpose(ta_tensor *view, const ta_tensor *t, int dim0, int
  * clamping; step >= 1. */
 ta_status ta_tensor_slice(ta_tensor *view, const ta_tensor *t, int dim, int64_t start,
                           int64_t stop, int64_t step);
-/* contiguous copy: *out becomes a new owning C-contiguous tensor with t's values. */
+/* contiguous copy: *out becomes a new owning C-contiguous tensor with t's values (and
+ * dtype). */
 ta_status ta_tensor_contiguous(ta_tensor *out, const ta_tensor *t);
-/* copy values between tensors of equal shape (any strides; must not overlap). */
+/* copy values between tensors of equal shape (any strides; must not overlap), converting
+ * when the dtypes differ (any of f32, f16, bf16, f64; rounding as in ta_convert). */
 ta_status ta_tensor_copy(ta_tensor *dst, const ta_tensor *src);
-/* fill every element with value. */
+/* fill every element with value (rounded to t's dtype). */
 ta_status ta_tensor_fill(ta_tensor *t, float value);
 /* torch.tril_/triu_ on the last two dims (rank >= 2): tril keeps j <= i + diagonal,
  * triu keeps j >= i + diagonal; the rest becomes 0. In place. */
@@ -356,6 +380,11 @@ typedef struct ta_sdpa_opts {
     ta_workspace workspace;     /* {0}: the library's scratch; else at least
                                    ta_sdpa_workspace_size (ta_sdpa_backward_workspace_size
                                    for the backward) bytes: the call then allocates nothing */
+    /* Variable-length batches (FlashAttention's varlen): NULL, or both set with num_seqs
+     * >= 0; see "Variable-length batches" below. */
+    const int32_t *cu_seqlens_q; /* num_seqs + 1 offsets into Q's (and O's) rows */
+    const int32_t *cu_seqlens_k; /* num_seqs + 1 offsets into K's and V's rows */
+    int64_t num_seqs;
 } ta_sdpa_opts;
 
 /* Scaled dot-product attention: O = softmax(mask(Q K^T * scale)) V, per batch and head.
@@ -402,6 +431,11 @@ typedef struct ta_sdpa_opts {
  * On any error every output is untouched. */
 ta_status ta_sdpa(ta_tensor *O, const ta_tensor *Q, const ta_tensor *K, const ta_tensor *V,
                   const ta_sdpa_opts *opts);
+/* dtypes of ta_sdpa and ta_sdpa_backward: Q, K, V, O, dO and the gradients may each be
+ * TA_F32, TA_F16 or TA_BF16 (independently); the mask and LSE are float32. Values are
+ * widened to float32, products and sums are float32 (P stays float32, unlike PyTorch,
+ * which rounds P to the input type: more accurate), and outputs are rounded once to
+ * their dtype, to nearest-even. */
 /* The bytes of opts->workspace that ta_sdpa needs for these arguments (validated as
  * ta_sdpa validates them; the path, shapes, strides and the library's thread count
  * decide it, not the data). 0 when the call needs no scratch. */
@@ -433,6 +467,66 @@ ta_status ta_sdpa_backward_workspace_size(size_t *bytes, const ta_tensor *dQ,
                                           const ta_tensor *O, const ta_tensor *lse,
                                           const ta_sdpa_opts *opts);
 
+/* Variable-length batches. With opts->cu_seqlens_q and opts->cu_seqlens_k set (int32,
+ * num_seqs + 1 values each, starting at 0, non-decreasing, the last equal to Tq and Tk)
+ * ta_sdpa, ta_sdpa_backward and their workspace queries take packed sequences:
+ *   Q [Tq, H, D], K [Tk, Hkv, D], V [Tk, Hkv, Dv] -> O [Tq, H, Dv], opts->lse [H, Tq];
+ *   the backward's dO and O [Tq, H, Dv], lse [H, Tq], dQ [Tq, H, D], dK [Tk, Hkv, D],
+ *   dV [Tk, Hkv, Dv].
+ * Sequence b is the query rows cu_seqlens_q[b] .. cu_seqlens_q[b+1] against the keys
+ * cu_seqlens_k[b] .. cu_seqlens_k[b+1]: every option applies per sequence with its own
+ * Lq_b and Lk_b (bottom_right causal: query i sees keys j <= i + Lk_b - Lq_b). Empty
+ * sequences are valid (a query row with no key gets O = 0, LSE -inf; keys that no query
+ * sees get dK = dV = 0). mask, key_lengths and weights do not combine with cu_seqlens
+ * (TA_EINVAL: the offsets already say where each sequence ends). The fused path visits
+ * only the real tokens. The workspace size depends on Tq, Tk and the shapes, not on the
+ * offsets. */
+
+/* KV cache (FlashAttention's flash_attn_with_kvcache, BSHD layout). A cache is one of
+ *   contiguous: k [B, Lmax, Hkv, D], v [B, Lmax, Hkv, Dv]  (block_table NULL), or
+ *   paged:      k [num_blocks, block_size, Hkv, D], v [num_blocks, block_size, Hkv, Dv]
+ *               with block_table [B, max_blocks]: position p of sequence b lives in block
+ *               block_table[b * max_blocks + p / block_size], row p % block_size;
+ * of dtype TA_F32, TA_F16 or TA_BF16 (k and v alike), any strides (a paged cache's
+ * blocks need not be in order; entries of block_table past the blocks a sequence uses
+ * are never read and may hold anything, e.g. -1). seqlens[b] is the number of keys
+ * already in sequence b's cache. The capacity of a sequence is Lmax (contiguous) or
+ * max_blocks * block_size (paged). */
+typedef struct ta_kv_cache {
+    ta_tensor *k, *v;
+    const int32_t *seqlens;     /* [B] */
+    const int32_t *block_table; /* NULL (contiguous) or [B, max_blocks] */
+    int64_t max_blocks;
+} ta_kv_cache;
+
+/* Attention of new queries against a KV cache, appending new keys first:
+ *   q [B, Lq, H, D]; optional k_new [B, Lnew, Hkv, D] and v_new [B, Lnew, Hkv, Dv] (both
+ *   or neither) -> O [B, Lq, H, Dv], opts->lse [B, H, Lq].
+ * 1. k_new and v_new are written into the cache in place at positions seqlens[b] ..
+ *    seqlens[b] + Lnew - 1 of each sequence (rounded to the cache's dtype, ties to even);
+ *    cache->seqlens is not changed (add Lnew yourself before the next step).
+ * 2. q attends to the Lk_b = seqlens[b] + Lnew keys of its sequence, as ta_sdpa would
+ *    with K, V the first Lk_b positions: opts->scale, opts->causal (per sequence;
+ *    TA_CAUSAL_BOTTOM_RIGHT is what decoding needs: query i sees keys
+ *    j <= i + Lk_b - Lq), opts->lse, opts->path, opts->workspace. mask, key_lengths,
+ *    weights and cu_seqlens are TA_EINVAL here.
+ * Decode (Lq = 1) splits long caches into key chunks merged by their log-sum-exp, as the
+ * fused forward does. q and O may be f32, f16 or bf16 independently of the cache.
+ * With opts->workspace of ta_sdpa_kvcache_workspace_size bytes the call allocates
+ * nothing; that size depends on the shapes and the cache's capacity, not on seqlens, so
+ * one workspace serves every step of a generation.
+ * Errors (before anything is written, the cache included): shapes that do not fit, a
+ * seqlens[b] < 0, a sequence whose seqlens[b] + Lnew exceeds its capacity, a block index
+ * outside [0, num_blocks) among the blocks a sequence uses, outputs that overlap the
+ * inputs or the cache. */
+ta_status ta_sdpa_kvcache(ta_tensor *O, const ta_tensor *q, const ta_kv_cache *cache,
+                          const ta_tensor *k_new, const ta_tensor *v_new,
+                          const ta_sdpa_opts *opts);
+/* The bytes of opts->workspace that ta_sdpa_kvcache needs for these arguments. */
+ta_status ta_sdpa_kvcache_workspace_size(size_t *bytes, const ta_tensor *O, const ta_tensor *q,
+                                         const ta_kv_cache *cache, const ta_tensor *k_new,
+                                         const ta_tensor *v_new, const ta_sdpa_opts *opts);
+
 /* ------------------------------------------------------------------ files */
 
 /* NumPy .npy (format versions 1.0, 2.0 and 3.0; C order, little-endian) and
@@ -460,6 +554,11 @@ ta_status ta_sdpa_backward_workspace_size(size_t *bytes, const ta_tensor *dQ,
  * Release *out with ta_tensor_free. */
 ta_status ta_npy_load(ta_tensor *out, const char *path);
 
+/* ta_npy_load into a tensor of the given dtype (TA_F32, TA_F16 or TA_BF16): the file's
+ * values converted once (rounded to nearest-even where the type is narrower; '<f2' into
+ * TA_F16 is exact). */
+ta_status ta_npy_load_dtype(ta_tensor *out, const char *path, ta_dtype dtype);
+
 /* Loads an integer .npy file ('<i4' or '<i8', any shape up to TA_MAX_DIMS, e.g. the
  * key lengths [B]) as int64: *values becomes a new array of prod(shape) values in C
  * order (non-NULL even when empty), *ndim and shape[0..*ndim-1] its shape. Release
@@ -469,9 +568,10 @@ ta_status ta_npy_load_int64(int64_t **values, int *ndim, int64_t shape[TA_MAX_DI
 /* Releases an array returned by ta_npy_load_int64. NULL is fine. */
 void ta_npy_free(void *values);
 
-/* Writes t (float32, any shape and strides, including 0-d and zero-size) to path as a
- * '<f4', C-order, version 1.0 .npy file whose header is padded to 64 bytes, the layout
- * numpy.save writes. Atomic as described above. */
+/* Writes t (any shape and strides, including 0-d and zero-size) to path as a C-order,
+ * version 1.0 .npy file whose header is padded to 64 bytes, the layout numpy.save
+ * writes: '<f4' for TA_F32, '<f2' for TA_F16, '<f8' for TA_F64; TA_BF16, which NumPy
+ * lacks, as '<f4' (exact). Atomic as described above. */
 ta_status ta_npy_save(const char *path, const ta_tensor *t);
 
 /* A .safetensors file open for reading: an 8-byte little-endian header length, a
@@ -501,11 +601,15 @@ int ta_safetensors_find(const ta_safetensors *st, const char *name);
  * TA_EUNSUPPORTED, a missing name TA_EINVAL ("no tensor named 'fc_out.bias' in
  * W.safetensors"). */
 ta_status ta_safetensors_get(ta_tensor *out, const ta_safetensors *st, const char *name);
+/* ta_safetensors_get into a tensor of the given dtype (TA_F32, TA_F16 or TA_BF16; F16
+ * into TA_F16 and BF16 into TA_BF16 are exact copies, other pairs convert as ta_convert). */
+ta_status ta_safetensors_get_dtype(ta_tensor *out, const ta_safetensors *st, const char *name,
+                                   ta_dtype dtype);
 /* Closes the file and frees the handle. NULL is fine. */
 void ta_safetensors_free(ta_safetensors *st);
 
-/* Writes n tensors (float32, any strides) as F32 under names[i] (non-empty, distinct,
- * not "__metadata__", UTF-8) to path, in the given order, with
+/* Writes n tensors (any strides; each in its own dtype: F32, F16, BF16 or F64) under
+ * names[i] (non-empty, distinct, not "__metadata__", UTF-8) to path, in the given order, with
  * "__metadata__": {"format": "pt"} and the header padded with spaces to a multiple of
  * 8 bytes, as the safetensors Python package writes it. n may be 0. Atomic. */
 ta_status ta_safetensors_save(const char *path, int n, const char *const *names,
