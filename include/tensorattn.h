@@ -385,6 +385,14 @@ typedef struct ta_sdpa_opts {
     const int32_t *cu_seqlens_q; /* num_seqs + 1 offsets into Q's (and O's) rows */
     const int32_t *cu_seqlens_k; /* num_seqs + 1 offsets into K's and V's rows */
     int64_t num_seqs;
+    /* Variants of current models; see "Attention variants" below. */
+    int has_window;              /* 0: no window; else window_left/right apply */
+    int64_t window_left;         /* -1: unbounded; else >= 0 keys left of the diagonal */
+    int64_t window_right;        /* -1: unbounded; else >= 0 keys right of the diagonal */
+    float softcap;               /* 0: off; else > 0: s = softcap * tanh(s / softcap) */
+    const ta_tensor *alibi_slopes; /* NULL, or float32 [H] or [B, H] */
+    const ta_tensor *sinks;      /* NULL, or float32 [H]: a logit in every row's denominator */
+    ta_tensor *dsinks;           /* backward only: NULL, or output float32 [H] (overwritten) */
 } ta_sdpa_opts;
 
 /* Scaled dot-product attention: O = softmax(mask(Q K^T * scale)) V, per batch and head.
@@ -481,6 +489,27 @@ ta_status ta_sdpa_backward_workspace_size(size_t *bytes, const ta_tensor *dQ,
  * (TA_EINVAL: the offsets already say where each sequence ends). The fused path visits
  * only the real tokens. The workspace size depends on Tq, Tk and the shapes, not on the
  * offsets. */
+
+/* Attention variants (FlashAttention's definitions; DESIGN.md "Inference and modern
+ * attention"). For query i and key j of a sequence (Lq, Lk its lengths) the diagonal
+ * offset is delta = 0 under TA_CAUSAL_TOP_LEFT, else delta = Lk - Lq (bottom_right, and no
+ * causal at all), and rel = j - (i + delta). The score of (i, j), in this order:
+ *   s = scale * q_i . k_j;
+ *   softcap c > 0:          s = c * tanh(s / c);
+ *   ALiBi slope a (alibi_slopes[h], or [b, h]): s -= a * |rel|;
+ *   additive mask:          s += m_ij;
+ *   blocked (causal rel > 0; window rel < -window_left or rel > window_right, -1 meaning
+ *   unbounded; keep/block mask; key length): s = -inf.
+ * Sinks (sigma_h = sinks[h]) join the softmax denominator only:
+ *   w_ij = exp(s_ij) / (sum_j exp(s_ij) + exp(sigma_h)),
+ *   LSE = log(sum_j exp(s_ij) + exp(sigma_h)); a row with every key blocked gets O = 0 and
+ *   LSE = sigma_h. The backward returns dsigma in opts->dsinks (summed over batches and
+ *   rows); ALiBi slopes get no gradient (as in FlashAttention), softcap's 1 - tanh^2
+ *   factor is in dQ and dK.
+ * These combine with each other and with every other option, varlen and the KV cache.
+ * Errors (TA_EINVAL): a negative or non-finite softcap, a window bound below -1, slopes or
+ * sinks of the wrong shape or dtype, dsinks in a forward. The fused path never visits key
+ * tiles a window hides. */
 
 /* KV cache (FlashAttention's flash_attn_with_kvcache, BSHD layout). A cache is one of
  *   contiguous: k [B, Lmax, Hkv, D], v [B, Lmax, Hkv, Dv]  (block_table NULL), or
