@@ -10,7 +10,7 @@
  *     (packed, head-major, q/k/v slices of one buffer), with long sequences that take
  *     the fused forward's key split, many tiny ones, and batches without queries or
  *     without sequences; every output element must be written (they start as NaN);
- *   - bitwise identical for 1, 2 and 3 threads. */
+ *   - the same bits without opts->lse, and for 1, 2 and 3 threads. */
 #include "ta_test.h"
 
 #include "fixture_cases.h"
@@ -207,6 +207,30 @@ static void test_varlen_matches_oracle(void **state)
     }
 }
 
+/* Without opts->lse the outputs are the same bits. */
+static void test_varlen_without_lse(void **state)
+{
+    (void)state;
+    for (int path = 0; path < 2; path++) {
+        ta_test_varlen_batch b;
+        ta_test_varlen_make(&b, &specs[2], 11);
+        ta_sdpa_path pa = path ? TA_SDPA_AUTO : TA_SDPA_REFERENCE;
+        TA_CHECK_OK(ta_test_varlen_run(&b, pa, 0));
+        int64_t n;
+        float *want = ta_test_varlen_outputs(&b, &n);
+        ta_sdpa_opts o = b.opts;
+        o.path = pa;
+        o.lse = NULL;
+        TA_CHECK_OK(ta_tensor_fill(&b.o, NAN));
+        TA_CHECK_OK(ta_sdpa(&b.o, &b.q, &b.k, &b.v, &o));
+        float *got = ta_test_varlen_outputs(&b, &n);
+        assert_memory_equal(got, want, sizeof(float) * (size_t)ta_tensor_numel(&b.o));
+        free(got);
+        free(want);
+        ta_test_varlen_free(&b);
+    }
+}
+
 /* -------------------------------------------------------- determinism */
 
 static void test_varlen_bitwise_for_any_thread_count(void **state)
@@ -247,6 +271,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_varlen_matches_pytorch),
         cmocka_unit_test(test_varlen_matches_oracle),
+        cmocka_unit_test(test_varlen_without_lse),
         cmocka_unit_test(test_varlen_bitwise_for_any_thread_count),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
