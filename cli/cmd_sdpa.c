@@ -1,7 +1,9 @@
 /* tensorattn sdpa --q Q.npy --k K.npy --v V.npy ... -o O.npy */
 #include "cli.h"
 
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char help[] =
@@ -11,6 +13,9 @@ static const char help[] =
     "                       [--key-lengths L.npy] [--scale S] [--threads N]\n"
     "                       [--weights W.npy] [--lse LSE.npy]\n"
     "                       [--grad-out dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]\n"
+    "       tensorattn sdpa --q Q.npy --k K.npy --v V.npy --cu-seqlens-q CQ.npy\n"
+    "                       --cu-seqlens-k CK.npy -o O.npy [--causal ...] [--scale S]\n"
+    "                       [--threads N] [--lse LSE.npy] [--grad-out ... --dv dV.npy]\n"
     "\n"
     "Scaled dot-product attention softmax(Q K^T * scale + mask) V.\n"
     "  Q [B,H,Lq,D], K [B,Hkv,Lk,D], V [B,Hkv,Lk,Dv] (H % Hkv == 0), O [B,H,Lq,Dv].\n"
@@ -27,13 +32,70 @@ static const char help[] =
     "  --dq --dk --dv gradients dQ [B,H,Lq,D], dK [B,Hkv,Lk,D], dV [B,Hkv,Lk,Dv] (all four\n"
     "                 flags together; dK and dV sum over the query heads of a group;\n"
     "                 additive masks get no gradient)\n"
+    "Variable-length batches (FlashAttention's varlen): with --cu-seqlens-q and\n"
+    "--cu-seqlens-k (both; <i4 or <i8 of shape [num_seqs + 1], starting at 0,\n"
+    "non-decreasing, the last equal to Tq and Tk) Q [Tq,H,D], K [Tk,Hkv,D] and\n"
+    "V [Tk,Hkv,Dv] hold the sequences packed: sequence b is the query rows\n"
+    "CQ[b]..CQ[b+1] against the keys CK[b]..CK[b+1], every option per sequence (its own\n"
+    "Lq and Lk for bottom_right). O and dO are [Tq,H,Dv], --lse [H,Tq], the gradients\n"
+    "packed like their inputs. --mask, --key-lengths and --weights do not combine with\n"
+    "the offsets.\n"
     "A query row that may attend to no key gets output 0, weights 0 and LSE -inf, and\n"
     "contributes no gradient.\n"
     "Outputs are .npy <f4, each written whole or not at all, and only after every\n"
     "computation succeeded.\n";
 
 enum { O_Q, O_K, O_V, O_OUT, O_CAUSAL, O_MASK, O_MODE, O_KLEN, O_SCALE, O_THREADS, O_W, O_LSE,
-       O_GRAD, O_DQ, O_DK, O_DV };
+       O_GRAD, O_DQ, O_DK, O_DV, O_CUQ, O_CUK };
+
+/* --cu-seqlens-q / -k: num_seqs + 1 (>= 1) integers that fit int32, into *out (malloc'd).
+ * Returns false after printing the error. */
+static bool load_offsets(int32_t **out, int64_t *count, const cli_opt *o)
+{
+    int nd;
+    int64_t shape[TA_MAX_DIMS], *v = NULL;
+    ta_status st = ta_npy_load_int64(&v, &nd, shape, o->value);
+    if (st) {
+        cli_error(CLI_FAIL, "reading %s: %s", o->name, ta_last_error());
+        return false;
+    }
+    bool ok = nd == 1 && shape[0] >= 1;
+    if (!ok)
+        cli_error(CLI_FAIL, "%s must have shape [num_seqs + 1] with at least one offset, got "
+                  "%d dims%s", o->name, nd, nd == 1 ? " of length 0" : "");
+    for (int64_t i = 0; ok && i < shape[0]; i++)
+        if (v[i] < INT32_MIN || v[i] > INT32_MAX) {
+            cli_error(CLI_FAIL, "%s: offset %lld at index %lld does not fit int32", o->name,
+                      (long long)v[i], (long long)i);
+            ok = false;
+        }
+    *out = ok ? malloc(sizeof(int32_t) * (size_t)shape[0]) : NULL;
+    if (ok && !*out) {
+        cli_error(CLI_FAIL, "%s: out of memory", o->name);
+        ok = false;
+    }
+    for (int64_t i = 0; ok && i < shape[0]; i++) (*out)[i] = (int32_t)v[i];
+    *count = ok ? shape[0] : 0;
+    ta_npy_free(v);
+    return ok;
+}
+
+/* The offsets of a variable-length batch into so (both files, the same length). */
+static bool load_varlen(ta_sdpa_opts *so, int32_t **cq, int32_t **ck, const cli_opt *oq,
+                        const cli_opt *ok)
+{
+    int64_t nq, nk;
+    if (!load_offsets(cq, &nq, oq) || !load_offsets(ck, &nk, ok)) return false;
+    if (nq != nk) {
+        cli_error(CLI_FAIL, "--cu-seqlens-q has %lld offsets but --cu-seqlens-k has %lld; "
+                  "both are [num_seqs + 1]", (long long)nq, (long long)nk);
+        return false;
+    }
+    so->cu_seqlens_q = *cq;
+    so->cu_seqlens_k = *ck;
+    so->num_seqs = nq - 1;
+    return true;
+}
 
 int cmd_sdpa(int argc, char **argv)
 {
@@ -54,6 +116,8 @@ int cmd_sdpa(int argc, char **argv)
         [O_DQ] = {.name = "--dq", .takes_value = true},
         [O_DK] = {.name = "--dk", .takes_value = true},
         [O_DV] = {.name = "--dv", .takes_value = true},
+        [O_CUQ] = {.name = "--cu-seqlens-q", .takes_value = true},
+        [O_CUK] = {.name = "--cu-seqlens-k", .takes_value = true},
         {0}};
     const char *pos[1];
     int npos;
@@ -65,6 +129,14 @@ int cmd_sdpa(int argc, char **argv)
     if (grad && !(opts[O_GRAD].given && opts[O_DQ].given && opts[O_DK].given && opts[O_DV].given))
         return cli_error(CLI_USAGE, "the backward pass needs all of --grad-out, --dq, --dk "
                                     "and --dv");
+    const bool varlen = opts[O_CUQ].given || opts[O_CUK].given;
+    if (varlen && !(opts[O_CUQ].given && opts[O_CUK].given))
+        return cli_error(CLI_USAGE, "--cu-seqlens-q and --cu-seqlens-k go together");
+    const int clash = opts[O_MASK].given ? O_MASK : opts[O_KLEN].given ? O_KLEN
+                      : opts[O_W].given ? O_W : -1;
+    if (varlen && clash >= 0)
+        return cli_error(CLI_USAGE, "%s does not combine with --cu-seqlens-q/-k (the offsets "
+                         "say where each sequence ends)", opts[clash].name);
     ta_sdpa_opts so = {0};
     if (opts[O_CAUSAL].given) {
         const char *a = opts[O_CAUSAL].value;
@@ -82,6 +154,7 @@ int cmd_sdpa(int argc, char **argv)
     ta_tensor q = {0}, k = {0}, v = {0}, mask = {0}, o = {0}, w = {0}, lse = {0};
     ta_tensor dout = {0}, dq = {0}, dk = {0}, dv = {0};
     int64_t *klen = NULL;
+    int32_t *cq = NULL, *ck = NULL;
     ta_status st;
     rc = CLI_FAIL;
     if ((st = ta_npy_load(&q, opts[O_Q].value))) { cli_fail(st, "reading --q"); goto done; }
@@ -91,10 +164,14 @@ int cmd_sdpa(int argc, char **argv)
         if ((st = ta_npy_load(&mask, opts[O_MASK].value))) { cli_fail(st, "reading --mask"); goto done; }
         so.mask = &mask;
     }
-    if (q.ndim != 4 || v.ndim != 4) {
-        cli_error(CLI_FAIL, "--q and --v must have 4 dims [B,H,L,D], got %d and %d", q.ndim, v.ndim);
+    const int nd = varlen ? 3 : 4; /* packed [T,H,D], or [B,H,L,D] */
+    if (q.ndim != nd || v.ndim != nd || (grad && k.ndim != nd)) {
+        cli_error(CLI_FAIL, "--q, --k and --v must have %d dims %s, got %d, %d and %d", nd,
+                  varlen ? "[T,H,D] with --cu-seqlens-q/-k" : "[B,H,L,D]", q.ndim, k.ndim,
+                  v.ndim);
         goto done;
     }
+    if (varlen && !load_varlen(&so, &cq, &ck, &opts[O_CUQ], &opts[O_CUK])) goto done;
     if (opts[O_KLEN].given) {
         int nd;
         int64_t shape[TA_MAX_DIMS];
@@ -109,29 +186,30 @@ int cmd_sdpa(int argc, char **argv)
         }
         so.key_lengths = klen;
     }
-    int64_t oshape[4] = {q.shape[0], q.shape[1], q.shape[2], v.shape[3]};
-    if ((st = ta_tensor_empty(&o, 4, oshape))) { cli_fail(st, "sdpa"); goto done; }
+    /* O like Q with Dv; LSE [B,H,Lq], or [H,Tq] for packed sequences */
+    int64_t oshape[4] = {q.shape[0], q.shape[1], q.shape[2], q.shape[3]};
+    oshape[nd - 1] = v.shape[nd - 1];
+    const int64_t lshape[3] = {varlen ? q.shape[1] : q.shape[0], varlen ? q.shape[0] : q.shape[1],
+                               q.shape[2]};
+    if ((st = ta_tensor_empty(&o, nd, oshape))) { cli_fail(st, "sdpa"); goto done; }
     if (opts[O_W].given) {
         int64_t wshape[4] = {q.shape[0], q.shape[1], q.shape[2], k.ndim == 4 ? k.shape[2] : 0};
         if ((st = ta_tensor_empty(&w, 4, wshape))) { cli_fail(st, "sdpa"); goto done; }
         so.weights = &w;
     }
     if (opts[O_LSE].given || grad) { /* the backward needs the forward's LSE */
-        if ((st = ta_tensor_empty(&lse, 3, oshape))) { cli_fail(st, "sdpa"); goto done; }
+        if ((st = ta_tensor_empty(&lse, nd - 1, lshape))) { cli_fail(st, "sdpa"); goto done; }
         so.lse = &lse;
     }
     if (grad) { /* load dO before computing anything: a bad file fails early */
         if ((st = ta_npy_load(&dout, opts[O_GRAD].value))) { cli_fail(st, "reading --grad-out"); goto done; }
-        if (k.ndim != 4) {
-            cli_error(CLI_FAIL, "--k must have 4 dims [B,Hkv,Lk,D], got %d", k.ndim);
-            goto done;
-        }
-        if ((st = ta_tensor_empty(&dq, 4, q.shape)) || (st = ta_tensor_empty(&dk, 4, k.shape))) {
+        if ((st = ta_tensor_empty(&dq, nd, q.shape)) || (st = ta_tensor_empty(&dk, nd, k.shape))) {
             cli_fail(st, "sdpa");
             goto done;
         }
-        int64_t vshape[4] = {k.shape[0], k.shape[1], k.shape[2], v.shape[3]};
-        if ((st = ta_tensor_empty(&dv, 4, vshape))) { cli_fail(st, "sdpa"); goto done; }
+        int64_t vshape[4] = {k.shape[0], k.shape[1], k.shape[2], k.shape[3]};
+        vshape[nd - 1] = v.shape[nd - 1]; /* dV: K's keys and heads, V's Dv */
+        if ((st = ta_tensor_empty(&dv, nd, vshape))) { cli_fail(st, "sdpa"); goto done; }
     }
     if ((st = ta_sdpa(&o, &q, &k, &v, &so))) { cli_fail(st, "sdpa"); goto done; }
     if (grad) {
@@ -164,5 +242,7 @@ done:
     ta_tensor_free(&dk);
     ta_tensor_free(&dv);
     ta_npy_free(klen);
+    free(cq);
+    free(ck);
     return rc;
 }

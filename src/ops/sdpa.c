@@ -36,8 +36,8 @@ static ta_status check_rank4(const char *fn, const char *name, const ta_tensor *
 }
 
 /* Q, K, V: ranks and the extents they share. */
-static ta_status check_qkv(const char *fn, const ta_tensor *Q, const ta_tensor *K,
-                           const ta_tensor *V, ta_sdpa_check check)
+ta_status ta_sdpa_check_qkv(const char *fn, const ta_tensor *Q, const ta_tensor *K,
+                            const ta_tensor *V, ta_sdpa_check check)
 {
     ta_status st = check_rank4(fn, "Q", Q, "[B, H, Lq, D]", check);
     if (!st) st = check_rank4(fn, "K", K, "[B, Hkv, Lk, D]", check);
@@ -92,7 +92,10 @@ static ta_status prepare_common(ta_sdpa_problem *p, const char *fn, ta_tensor *O
 {
     static const ta_sdpa_opts defaults = {0};
     if (!opts) opts = &defaults;
-    ta_status st = check_qkv(fn, Q, K, V, check);
+    if (ta_sdpa_seqs_given(opts)) /* the public entries hand these to sdpa_seqs.c */
+        return ta_error(TA_EINVAL, "%s: variable-length batches (opts->cu_seqlens_q/k) are "
+                        "not taken here", fn);
+    ta_status st = ta_sdpa_check_qkv(fn, Q, K, V, check);
     if (st) return st;
     if (!O) return ta_error(TA_EINVAL, "%s: O is NULL", fn);
 
@@ -254,6 +257,7 @@ static ta_status size_out(size_t *bytes, const char *fn, const ta_sdpa_problem *
 ta_status ta_sdpa(ta_tensor *O, const ta_tensor *Q, const ta_tensor *K, const ta_tensor *V,
                   const ta_sdpa_opts *opts)
 {
+    if (ta_sdpa_seqs_given(opts)) return ta_sdpa_seqs_forward(NULL, "ta_sdpa", O, Q, K, V, opts);
     ta_sdpa_problem p;
     ta_status st = ta_sdpa_prepare(&p, "ta_sdpa", O, Q, K, V, opts, TA_SDPA_CHECK_ALL);
     if (st) return st;
@@ -265,6 +269,8 @@ ta_status ta_sdpa_workspace_size(size_t *bytes, const ta_tensor *O, const ta_ten
 {
     const char *fn = "ta_sdpa_workspace_size";
     if (!bytes) return ta_error(TA_EINVAL, "%s: bytes is NULL", fn);
+    if (ta_sdpa_seqs_given(opts))
+        return ta_sdpa_seqs_forward(bytes, fn, (ta_tensor *)O, Q, K, V, opts);
     ta_sdpa_problem p;
     ta_status st = ta_sdpa_prepare(&p, fn, (ta_tensor *)O, Q, K, V, opts, TA_SDPA_CHECK_ALL);
     return st ? st : size_out(bytes, fn, &p);
@@ -276,6 +282,9 @@ ta_status ta_sdpa_backward(ta_tensor *dQ, ta_tensor *dK, ta_tensor *dV, const ta
                            const ta_tensor *Q, const ta_tensor *K, const ta_tensor *V,
                            const ta_tensor *O, const ta_tensor *lse, const ta_sdpa_opts *opts)
 {
+    if (ta_sdpa_seqs_given(opts))
+        return ta_sdpa_seqs_backward(NULL, "ta_sdpa_backward", dQ, dK, dV, dO, Q, K, V, O, lse,
+                                     opts);
     ta_sdpa_problem p;
     ta_status st = ta_sdpa_prepare_backward(&p, "ta_sdpa_backward", dQ, dK, dV, dO, Q, K, V, O,
                                             lse, opts, TA_SDPA_CHECK_ALL);
@@ -292,6 +301,9 @@ ta_status ta_sdpa_backward_workspace_size(size_t *bytes, const ta_tensor *dQ,
 {
     const char *fn = "ta_sdpa_backward_workspace_size";
     if (!bytes) return ta_error(TA_EINVAL, "%s: bytes is NULL", fn);
+    if (ta_sdpa_seqs_given(opts))
+        return ta_sdpa_seqs_backward(bytes, fn, (ta_tensor *)dQ, (ta_tensor *)dK,
+                                     (ta_tensor *)dV, dO, Q, K, V, O, lse, opts);
     ta_sdpa_problem p;
     ta_status st = ta_sdpa_prepare_backward(&p, fn, (ta_tensor *)dQ, (ta_tensor *)dK,
                                             (ta_tensor *)dV, dO, Q, K, V, O, lse, opts,

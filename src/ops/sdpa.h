@@ -4,8 +4,9 @@
  *
  *     ta_sdpa / ta_sdpa_backward / *_workspace_size          sdpa.c: validate, check
  *        |  (ta_sdpa_prepare*: one ta_sdpa_problem)             overlaps, normalise options,
- *        v                                                      resolve the path, plan the
- *     ta_sdpa_run(problem, scratch arena)                       scratch, dispatch
+ *        |  (cu_seqlens: sdpa_seqs.c, one problem per sequence) resolve the path, plan the
+ *        v                                                      scratch, dispatch
+ *     ta_sdpa_run(problem, scratch arena)
  *        |-- forward,  reference  sdpa_forward_reference.c   the seed's algorithm on einsum
  *        |-- forward,  fused      sdpa_forward_fused.c       FlashAttention-2, tiles in L1
  *        |-- backward, reference  sdpa_backward_reference.c  materialised P and dP (oracle)
@@ -52,6 +53,9 @@ typedef struct ta_sdpa_problem {
  * problem prepared so may be sized but not run. */
 typedef enum ta_sdpa_check { TA_SDPA_CHECK_ALL = 0, TA_SDPA_SHAPES_ONLY = 1 } ta_sdpa_check;
 
+/* Q [B,H,Lq,D], K [B,Hkv,Lk,D], V [B,Hkv,Lk,Dv]: ranks, and the extents they share. */
+ta_status ta_sdpa_check_qkv(const char *fn, const ta_tensor *Q, const ta_tensor *K,
+                            const ta_tensor *V, ta_sdpa_check check);
 /* The front door's validation of ta_sdpa's arguments into *p (messages start with fn);
  * writes nothing else. */
 ta_status ta_sdpa_prepare(ta_sdpa_problem *p, const char *fn, ta_tensor *O, const ta_tensor *Q,
@@ -67,6 +71,10 @@ ta_status ta_sdpa_prepare_backward(ta_sdpa_problem *p, const char *fn, ta_tensor
 /* Scratch bytes of a prepared problem on the library's current thread count (SIZE_MAX
  * when it does not fit size_t). */
 size_t ta_sdpa_scratch_bytes(const ta_sdpa_problem *p);
+/* At least ta_sdpa_scratch_bytes of every problem like p with Lq' <= Lq and Lk' <= Lk
+ * (the sequences of a variable-length batch whose whole is p), from shapes only; fused
+ * paths only (the reference paths' einsum packing is no monotonic function of Lq, Lk). */
+size_t ta_sdpa_scratch_bound(const ta_sdpa_problem *p);
 /* Runs a fully checked problem in scratch (an arena of at least ta_sdpa_scratch_bytes:
  * a caller's sub-arena, e.g. a layer's); never allocates. */
 ta_status ta_sdpa_run(const ta_sdpa_problem *p, ta_arena *scratch);
@@ -81,6 +89,21 @@ size_t ta_sdpa_backward_reference_scratch(const ta_sdpa_problem *p);
 ta_status ta_sdpa_backward_reference(const ta_sdpa_problem *p, ta_arena *scratch);
 size_t ta_sdpa_backward_fused_scratch(const ta_sdpa_problem *p);
 ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch);
+/* The fused paths' ta_sdpa_scratch_bound (their plans change with the shape). */
+size_t ta_sdpa_forward_fused_scratch_bound(const ta_sdpa_problem *p);
+size_t ta_sdpa_backward_fused_scratch_bound(const ta_sdpa_problem *p);
+
+/* Variable-length batches (sdpa_seqs.c): the public entries hand a call over when
+ * ta_sdpa_seqs_given(opts) (cu_seqlens_q, cu_seqlens_k or num_seqs set). Each sequence
+ * runs as a dense problem (B = 1) on strided views of the packed tensors. With bytes
+ * non-NULL the call is the workspace query: validated the same, nothing run. */
+bool ta_sdpa_seqs_given(const ta_sdpa_opts *opts);
+ta_status ta_sdpa_seqs_forward(size_t *bytes, const char *fn, ta_tensor *O, const ta_tensor *Q,
+                               const ta_tensor *K, const ta_tensor *V, const ta_sdpa_opts *opts);
+ta_status ta_sdpa_seqs_backward(size_t *bytes, const char *fn, ta_tensor *dQ, ta_tensor *dK,
+                                ta_tensor *dV, const ta_tensor *dO, const ta_tensor *Q,
+                                const ta_tensor *K, const ta_tensor *V, const ta_tensor *O,
+                                const ta_tensor *lse, const ta_sdpa_opts *opts);
 
 /* Shared by the two reference paths (sdpa_forward_reference.c). */
 

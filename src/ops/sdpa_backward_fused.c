@@ -84,6 +84,14 @@ static void ws_layout(ta_arena *a, bwd_ws *w, const bwd_plan *f)
     w->dq = TA_ARENA_TAKE2(a, float, f->dq_rows, f->D);
 }
 
+static size_t ws_bytes(const bwd_plan *f)
+{
+    ta_arena one = ta_arena_measure();
+    bwd_ws w;
+    ws_layout(&one, &w, f);
+    return ta_arena_bytes(&one);
+}
+
 static inline const float *at(const bwd_view *v, int64_t b, int64_t h, int64_t i)
 {
     return v->data + b * v->s[0] + h * v->s[1] + i * v->s[2];
@@ -279,10 +287,7 @@ static bwd_plan make_plan(const ta_sdpa_problem *p, bwd_sched *sc)
     double dq_bytes = 4.0 * (double)f.G * (double)f.Lq * (double)f.D;
     sc->group_plan = (sc->groups >= BWD_GROUP_MIN || sc->nkt <= 1) && dq_bytes <= BWD_GROUP_DQ_MAX;
     f.dq_rows = sc->group_plan ? f.G * f.Lq : BWD_MQ;
-    ta_arena one = ta_arena_measure();
-    bwd_ws w;
-    ws_layout(&one, &w, &f);
-    f.ws_bytes = ta_arena_bytes(&one);
+    f.ws_bytes = ws_bytes(&f);
     sc->qtiles = (f.Lq + BWD_MQ - 1) / BWD_MQ;
     sc->items1 = sc->group_plan ? sc->groups : sc->groups * sc->nkt;
     sc->items2 = f.B * f.H * sc->qtiles;
@@ -314,15 +319,37 @@ static void layout(ta_arena *a, bwd_mem *m, const bwd_plan *f, const bwd_sched *
     m->dout = needs_copy(p->dO) ? TA_ARENA_TAKE(a, float, ta_tensor_numel(p->dO)) : NULL;
 }
 
+static size_t plan_bytes(const bwd_plan *f, const bwd_sched *sc)
+{
+    ta_arena a = ta_arena_measure();
+    bwd_mem m;
+    layout(&a, &m, f, sc);
+    return ta_arena_bytes(&a);
+}
+
 size_t ta_sdpa_backward_fused_scratch(const ta_sdpa_problem *p)
 {
     if (p->B * p->Hkv == 0) return 0;
     bwd_sched sc;
     bwd_plan f = make_plan(p, &sc);
-    ta_arena a = ta_arena_measure();
-    bwd_mem m;
-    layout(&a, &m, &f, &sc);
-    return ta_arena_bytes(&a);
+    return plan_bytes(&f, &sc);
+}
+
+/* At least the scratch of any problem like p with Lq' <= Lq, Lk' <= Lk (the sequences of
+ * a variable-length batch whose whole is p). Rows, copies and tiles grow with Lq and Lk;
+ * the plan does not: a shorter problem (one key tile) may take plan "group" where p does
+ * not, with a dQ buffer of G * Lq' rows up to BWD_GROUP_DQ_MAX bytes. */
+size_t ta_sdpa_backward_fused_scratch_bound(const ta_sdpa_problem *p)
+{
+    if (p->B * p->Hkv == 0) return 0;
+    bwd_sched sc;
+    bwd_plan f = make_plan(p, &sc);
+    int64_t lq = f.G * f.D > 0 ? TA_MIN(f.Lq, BWD_GROUP_DQ_MAX / (4 * f.G * f.D)) : f.Lq;
+    f.dq_rows = TA_MAX(BWD_MQ, f.G * lq);
+    f.ws_bytes = ws_bytes(&f);
+    int64_t most = TA_MAX(sc.groups * TA_MAX(sc.nkt, 1), sc.items2);
+    sc.nt = (int)TA_MIN((int64_t)ta_threads(), TA_MAX(most, 1));
+    return plan_bytes(&f, &sc);
 }
 
 ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch)

@@ -71,6 +71,7 @@ typedef struct fused_plan {
     int64_t G, mq_max, ldo, nchunks, chunk_keys;
     int64_t tpg, ngroups, ntiles; /* tiles per (batch, kv head) group, groups, tiles */
     int64_t mq_used, part_floats; /* rows of a tile's partial (split), its floats */
+    int64_t nitems, nparts; /* work items at most; partial slots (split only) */
     bool split;          /* the keys are cut into chunks merged by LSE (decode) */
     bool too_big;        /* D or Dv above TA_FUSED_DIM_MAX: the scratch cannot fit */
     bool pack_k, pack_v; /* K or V not unit-stride along D: copy each key tile */
@@ -443,6 +444,14 @@ static int64_t tile_in_order(const fused_plan *f, int64_t k)
     return g * per_head + pos;
 }
 
+/* The threads of a call with nitems work items (at least one). */
+static int plan_threads(int64_t nitems)
+{
+    int nt = ta_threads();
+    if (nt > nitems) nt = (int)nitems;
+    return nt < 1 ? 1 : nt;
+}
+
 /* Everything about a call that does not depend on data: tiles, the key split, packing,
  * threads. The same for the size query and the run. */
 static fused_plan make_plan(const ta_sdpa_problem *p)
@@ -474,10 +483,9 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
     f.mq_used = TA_MIN(f.mq_max, p->Lq >= f.mq_max ? f.mq_max : f.G * p->Lq);
     f.part_floats = 2 * f.mq_used + f.mq_used * p->Dv;
     f.mrows = mask_table_rows(&p->mask);
-    int64_t nitems_max = f.ntiles * f.nchunks;
-    f.nt = ta_threads();
-    if (f.nt > nitems_max) f.nt = (int)nitems_max;
-    if (f.nt < 1) f.nt = 1;
+    f.nitems = f.ntiles * f.nchunks;
+    f.nparts = f.split ? f.nitems : 0;
+    f.nt = plan_threads(f.nitems);
     return f;
 }
 
@@ -498,21 +506,44 @@ static void layout(ta_arena *a, fused_mem *m, const fused_plan *f)
         return;
     }
     m->ws = TA_ARENA_TAKE2(a, unsigned char, (int64_t)f->ws_bytes, f->nt);
-    m->parts = f->split ? TA_ARENA_TAKE2(a, float, f->part_floats, f->ntiles * f->nchunks) : NULL;
-    m->items = TA_ARENA_TAKE(a, fused_item, f->ntiles * f->nchunks);
+    m->parts = f->split ? TA_ARENA_TAKE2(a, float, f->part_floats, f->nparts) : NULL;
+    m->items = TA_ARENA_TAKE(a, fused_item, f->nitems);
     m->t_r0 = TA_ARENA_TAKE(a, int64_t, f->tpg);
     m->t_mq = TA_ARENA_TAKE(a, int64_t, f->tpg);
     m->mt = f->mrows ? TA_ARENA_TAKE2(a, int64_t, f->mrows, 2) : NULL;
+}
+
+static size_t plan_bytes(const fused_plan *f)
+{
+    ta_arena a = ta_arena_measure();
+    fused_mem m;
+    layout(&a, &m, f);
+    return ta_arena_bytes(&a);
 }
 
 size_t ta_sdpa_forward_fused_scratch(const ta_sdpa_problem *p)
 {
     if (p->B * p->H * p->Lq == 0) return 0;
     fused_plan f = make_plan(p);
-    ta_arena a = ta_arena_measure();
-    fused_mem m;
-    layout(&a, &m, &f);
-    return ta_arena_bytes(&a);
+    return plan_bytes(&f);
+}
+
+/* At least the scratch of any problem like p with Lq' <= Lq, Lk' <= Lk (the sequences of
+ * a variable-length batch whose whole is p). All but the key split grows with Lq and Lk;
+ * a shorter problem may split where p does not (below TA_FUSED_FEW_TILES tiles), into at
+ * most min(TA_FUSED_MAX_CHUNKS, ceil(Lk / TA_FUSED_SPLIT)) chunks. */
+size_t ta_sdpa_forward_fused_scratch_bound(const ta_sdpa_problem *p)
+{
+    if (p->B * p->H * p->Lq == 0) return 0;
+    fused_plan f = make_plan(p);
+    if (p->Lk >= 2 * TA_FUSED_SPLIT) {
+        int64_t chunks = TA_MIN(TA_FUSED_MAX_CHUNKS, (p->Lk + TA_FUSED_SPLIT - 1) / TA_FUSED_SPLIT);
+        f.split = true;
+        f.nparts = TA_MIN(f.ntiles, TA_FUSED_FEW_TILES - 1) * chunks;
+        f.nitems = TA_MAX(f.ntiles, f.nparts);
+        f.nt = plan_threads(f.nitems);
+    }
+    return plan_bytes(&f);
 }
 
 /* The empty partial of a chunk with no keys to visit: "nothing seen". */
