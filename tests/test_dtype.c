@@ -48,38 +48,12 @@ static float f_bits(uint32_t b)
     return x;
 }
 
-static uint64_t bits_d(double x)
-{
-    uint64_t b;
-    memcpy(&b, &x, 8);
-    return b;
-}
-
 static double oracle_value(uint16_t h, ta_dtype dt)
 {
     return dt == TA_F16 ? ta_oracle_f16_value(h) : ta_oracle_bf16_value(h);
 }
 
-/* The float32 the library must give for pattern h: the value, or for a NaN (float16:
- * the quiet bit set, sign and payload kept; bfloat16: the pattern shifted). */
-static uint32_t widened_bits(uint16_t h, ta_dtype dt)
-{
-    if (dt == TA_BF16) return (uint32_t)h << 16;
-    if (ta_oracle_is_nan(h, dt))
-        return ((uint32_t)(h & 0x8000) << 16) | 0x7fc00000u | ((uint32_t)(h & 0x3ff) << 13);
-    return bits_f((float)ta_oracle_f16_value(h));
-}
-
-/* What narrowing x must give. */
-static uint16_t expect_from_f32(float x, ta_dtype dt)
-{
-    return isnan(x) ? ta_oracle_nan_from_f32(bits_f(x), dt) : ta_oracle_round(x, dt);
-}
-
-static uint16_t expect_from_f64(double x, ta_dtype dt)
-{
-    return isnan(x) ? ta_oracle_nan_from_f64(bits_d(x), dt) : ta_oracle_round(x, dt);
-}
+static uint32_t widened_bits(uint16_t h, ta_dtype dt) { return bits_f(ta_oracle_widen(h, dt)); }
 
 static void (*narrow_kernel(ta_dtype dt))(uint16_t *, const float *, int64_t)
 {
@@ -129,7 +103,7 @@ static void test_widening_is_exact_for_every_pattern(void **state)
         ta_dtype from = halves[t], to = halves[1 - t];
         TA_CHECK_OK(ta_convert(out, to, h, from, 65536));
         for (uint32_t i = 0; i < 65536; i++) {
-            uint16_t want = expect_from_f32(f_bits(widened_bits(h[i], from)), to);
+            uint16_t want = ta_oracle_from_f32(f_bits(widened_bits(h[i], from)), to);
             if (out[i] != want)
                 fail_msg("%s 0x%04x -> %s: 0x%04x, expected 0x%04x", ta_dtype_name(from), i,
                          ta_dtype_name(to), out[i], want);
@@ -202,7 +176,7 @@ static void check_narrow_f32(const float *x, size_t n, const char *what)
         narrow_kernel(dt)(got, x, (int64_t)n);
         TA_CHECK_OK(ta_convert(conv, dt, x, TA_F32, n));
         for (size_t i = 0; i < n; i++) {
-            uint16_t want = expect_from_f32(x[i], dt);
+            uint16_t want = ta_oracle_from_f32(x[i], dt);
             uint16_t scalar = dt == TA_F16 ? ta_f32_to_f16(x[i]) : ta_f32_to_bf16(x[i]);
             if (got[i] != want || conv[i] != want || scalar != want)
                 fail_msg("%s: f32 0x%08x (%.9g) -> %s: kernel 0x%04x, ta_convert 0x%04x, scalar "
@@ -280,7 +254,7 @@ static void test_f64_narrowing_rounds_once(void **state)
         TA_CHECK_OK(ta_convert(got, dt, in.x, TA_F64, n));
         size_t through_f32_differs = 0;
         for (size_t i = 0; i < n; i++) {
-            uint16_t want = expect_from_f64(in.x[i], dt);
+            uint16_t want = ta_oracle_from_f64(in.x[i], dt);
             uint16_t scalar = dt == TA_F16 ? ta_f64_to_f16(in.x[i]) : ta_f64_to_bf16(in.x[i]);
             if (got[i] != want || scalar != want)
                 fail_msg("f64 %.17g -> %s: ta_convert 0x%04x, scalar 0x%04x, expected 0x%04x",
@@ -338,10 +312,10 @@ static void test_kernels_handle_every_tail(void **state)
             assert_int_equal(dst[-1], 0xabcd);
             assert_true(wide[-1] == 7.0f);
             for (int64_t i = 0; i < n; i++) {
-                if (dst[i] != expect_from_f32(src[i], dt))
+                if (dst[i] != ta_oracle_from_f32(src[i], dt))
                     fail_msg("%s narrow, n = %lld, element %lld: 0x%08x -> 0x%04x, expected 0x%04x",
                              ta_dtype_name(dt), (long long)n, (long long)i, bits_f(src[i]), dst[i],
-                             expect_from_f32(src[i], dt));
+                             ta_oracle_from_f32(src[i], dt));
                 if (bits_f(wide[i]) != widened_bits(hsrc[i], dt))
                     fail_msg("%s widen, n = %lld, element %lld: 0x%04x -> 0x%08x",
                              ta_dtype_name(dt), (long long)n, (long long)i, hsrc[i], bits_f(wide[i]));
@@ -388,9 +362,9 @@ static void test_rows_convert_with_any_stride(void **state)
                 if (dt == TA_F16 || dt == TA_BF16) {
                     uint16_t h;
                     memcpy(&h, p, 2);
-                    if (h != expect_from_f32(src[j], dt))
+                    if (h != ta_oracle_from_f32(src[j], dt))
                         fail_msg("stride %lld, %s, element %d: 0x%04x, expected 0x%04x",
-                                 (long long)s, ta_dtype_name(dt), j, h, expect_from_f32(src[j], dt));
+                                 (long long)s, ta_dtype_name(dt), j, h, ta_oracle_from_f32(src[j], dt));
                     want = f_bits(widened_bits(h, dt));
                 } else {
                     want = src[j]; /* float32 and float64 hold it exactly */

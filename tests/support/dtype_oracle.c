@@ -86,6 +86,31 @@ uint16_t ta_oracle_nan_from_f64(uint64_t bits, ta_dtype dtype)
     return (uint16_t)(((uint32_t)(bits >> 48) & 0x8000u) | exp | quiet | payload);
 }
 
+uint16_t ta_oracle_from_f32(float x, ta_dtype dtype)
+{
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    return isnan(x) ? ta_oracle_nan_from_f32(b, dtype) : ta_oracle_round(x, dtype);
+}
+
+uint16_t ta_oracle_from_f64(double x, ta_dtype dtype)
+{
+    uint64_t b;
+    memcpy(&b, &x, 8);
+    return isnan(x) ? ta_oracle_nan_from_f64(b, dtype) : ta_oracle_round(x, dtype);
+}
+
+float ta_oracle_widen(uint16_t h, ta_dtype dtype)
+{
+    if (dtype == TA_F16 && !ta_oracle_is_nan(h, dtype)) return (float)ta_oracle_f16_value(h);
+    uint32_t b = (uint32_t)h << 16; /* a bfloat16: the top half of a float32 */
+    if (dtype == TA_F16) /* a float16 NaN: quiet, sign and payload kept */
+        b = ((uint32_t)(h & 0x8000) << 16) | 0x7fc00000u | ((uint32_t)(h & 0x3ff) << 13);
+    float x;
+    memcpy(&x, &b, 4);
+    return x;
+}
+
 bool ta_oracle_is_nan(uint16_t h, ta_dtype dtype)
 {
     format f = format_of(dtype);

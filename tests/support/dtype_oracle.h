@@ -23,6 +23,12 @@ uint16_t ta_oracle_round(double x, ta_dtype dtype);
  * bits kept), from the input's float32 / float64 bits. */
 uint16_t ta_oracle_nan_from_f32(uint32_t bits, ta_dtype dtype);
 uint16_t ta_oracle_nan_from_f64(uint64_t bits, ta_dtype dtype);
+/* What the library must give: narrowing x (NaN or not) to dtype, and widening pattern h
+ * of dtype to float32 (the value; a float16 NaN quiet with sign and payload kept, a
+ * bfloat16 NaN shifted as it is). */
+uint16_t ta_oracle_from_f32(float x, ta_dtype dtype);
+uint16_t ta_oracle_from_f64(double x, ta_dtype dtype);
+float ta_oracle_widen(uint16_t h, ta_dtype dtype);
 /* Whether pattern h of dtype is a NaN. */
 bool ta_oracle_is_nan(uint16_t h, ta_dtype dtype);
 /* got[i] == want[i] bitwise for i < n (what names the case on failure); nan_any: a NaN
