@@ -78,7 +78,12 @@ static void copy_strided(unsigned char *d, int64_t ds, const unsigned char *s, i
         return;
     }
     int64_t dstep = ds * (int64_t)size, sstep = ss * (int64_t)size;
-    for (int64_t j = 0; j < n; j++) memcpy(d + j * dstep, s + j * sstep, size);
+    /* constant sizes, so that each memcpy is one load and one store */
+    switch (size) {
+    case 2: for (int64_t j = 0; j < n; j++) memcpy(d + j * dstep, s + j * sstep, 2); break;
+    case 4: for (int64_t j = 0; j < n; j++) memcpy(d + j * dstep, s + j * sstep, 4); break;
+    default: for (int64_t j = 0; j < n; j++) memcpy(d + j * dstep, s + j * sstep, 8); break;
+    }
 }
 
 /* Contiguous runs through the table's vector converters; returns 0 when the pair has
