@@ -12,13 +12,20 @@ each was checked to be refused by the official reader (safetensors 0.8.0).
 For each valid file, `<name>.expected.f32` holds the values the C reader must return,
 as raw little-endian float32 computed here by numpy (and torch for bfloat16 when it is
 importable): the test reads those with fread, independent of the code under test.
+`<name>.expected.f16` and `.expected.bf16` hold, as raw little-endian bit patterns, what
+reading into TA_F16 / TA_BF16 must give: numpy's float16 rounding, torch's bfloat16
+rounding (torch 1.13, Debian's python3-torch; without torch the committed files stay),
+and for float64 sources an exact rounding done here with fractions (torch rounds a double
+to bfloat16 through float32, i.e. twice), checked against numpy's for float16.
 
 Run: /usr/bin/python3 tools/gen_io_fixtures.py   (deterministic; numpy >= 1.17)
 """
 import json
+import math
 import os
 import struct
 import sys
+from fractions import Fraction
 
 import numpy as np
 
@@ -57,6 +64,129 @@ def npy_raw(header, data=b"", version=1, magic=b"\x93NUMPY", pad=True):
     if version == 1:
         return magic + bytes([1, 0]) + struct.pack("<H", len(h)) + h + data
     return magic + bytes([version, 0]) + struct.pack("<I", len(h)) + h + data
+
+
+def exact_round(x, mb, eb):
+    """The float16 (mb 10, eb 5) / bfloat16 (mb 7, eb 8) bit pattern nearest to the double
+    x (not NaN), ties to even, in exact rational arithmetic; past the largest finite: inf."""
+    sign = 0x8000 if math.copysign(1.0, x) < 0 else 0
+    inf = ((1 << eb) - 1) << mb
+    if math.isinf(x):
+        return sign | inf
+    a = Fraction(abs(x))
+    if a == 0:
+        return sign
+    emin = 2 - (1 << (eb - 1))
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    while Fraction(2) ** e > a:
+        e -= 1
+    while Fraction(2) ** (e + 1) <= a:
+        e += 1
+    e = max(e, emin)
+    q = a / Fraction(2) ** (e - mb)  # the significand in units of the last place
+    n = math.floor(q)
+    if q - n > Fraction(1, 2) or (q - n == Fraction(1, 2) and n % 2 == 1):
+        n += 1
+    bits = ((e - emin) << mb) + n  # a normal n carries the implicit bit into the exponent
+    return sign | min(bits, inf)
+
+
+def exact_bits(values, dtype):
+    mb, eb = (10, 5) if dtype == "f16" else (7, 8)
+    return np.array([exact_round(float(v), mb, eb) for v in values.ravel()], dtype="<u2")
+
+
+def expect_bits(name, suffix, bits):
+    """Raw little-endian bit patterns of what reading into TA_F16 / TA_BF16 must give
+    (None: torch is missing, the committed file stays)."""
+    if bits is None:
+        print("torch not importable: keeping", name + ".expected." + suffix, file=sys.stderr)
+        return
+    write(name + ".expected." + suffix, np.ascontiguousarray(bits, dtype="<u2").tobytes())
+
+
+def f16_bits(values):
+    """numpy's float16 rounding (float32 or float64 input, rounded once), as bits."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(values).astype("<f2").view("<u2")
+
+
+def torch_bf16_bits(values32):
+    """torch's float32 -> bfloat16 rounding as bits, or None without torch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    t = torch.from_numpy(np.ascontiguousarray(values32, dtype=np.float32)).to(torch.bfloat16)
+    return t.view(torch.int16).numpy().view("<u2")
+
+
+def torch_f16_bits(values32):
+    """torch's float32 -> float16 rounding as bits (checked against numpy's)."""
+    bits = f16_bits(np.asarray(values32, dtype=np.float32))
+    try:
+        import torch
+        t = torch.from_numpy(np.ascontiguousarray(values32, dtype=np.float32)).to(torch.float16)
+        tb = t.view(torch.int16).numpy().view("<u2")
+        nan = np.isnan(np.asarray(values32, dtype=np.float32)).ravel()
+        assert np.array_equal(tb.ravel()[~nan], bits.ravel()[~nan]), "torch and numpy disagree on float16"
+    except ImportError:
+        pass
+    return bits
+
+
+def rounding_values():
+    """float32 values around both half types' ties, edges and a few random ones (quiet
+    positive NaN only: torch makes every NaN 0x7fc0)."""
+    v = [1 + 2.0**-11, 1 + 3 * 2.0**-11, 1 + 2.0**-11 + 2.0**-23, 1 + 2.0**-11 - 2.0**-24,
+         1 + 2.0**-8, 1 + 3 * 2.0**-8, 1 + 2.0**-8 + 2.0**-23, 65504, 65519, 65520, 65536,
+         -65520, 3.0e38, 3.4e38, 2.0**-24, 2.0**-25, 1.5 * 2.0**-25, 2.0**-26, 2.0**-133,
+         2.0**-134, 1.5 * 2.0**-134, 2.0**-149, 0.1, -2.5, 1 / 3, 0.0, -0.0, np.inf, -np.inf,
+         np.nan]
+    rng = np.random.default_rng(11)
+    v += list(rng.standard_normal(34) * 10.0 ** rng.integers(-6, 6, 34))
+    return np.array(v, dtype="<f4")
+
+
+def gen_npy_dtypes():
+    """Files for ta_npy_load_dtype and ta_npy_save with TA_F16 / TA_BF16 / TA_F64."""
+    bits = np.array([0x0001, 0x03FF, 0x0400, 0x7BFF, 0x7C00, 0xFC00, 0x7E00, 0x8000,
+                     0x3C00, 0xC000, 0x3555, 0x8201], dtype="<u2")
+    expect_bits("f2_12.npy", "f16", bits)  # into float16: the file's own bits
+    expect_bits("f2_12.npy", "bf16", torch_bf16_bits(bits.view("<f2").astype(np.float32)))
+
+    f4 = rounding_values().reshape(8, 8)
+    npy("f4_round.npy", f4)
+    expect_bits("f4_round.npy", "f16", torch_f16_bits(f4))
+    expect_bits("f4_round.npy", "bf16", torch_bf16_bits(f4))
+
+    # doubles beside the ties of both types: rounding through float32 would make them
+    # ties and round them the other way
+    ties = []
+    for m in (10, 7):
+        for k in range(1, 8):
+            t = 1 + (2 * k - 1) * 2.0**-(m + 1)
+            ties += [t + 2.0**-40, t - 2.0**-40, -(t + 2.0**-45), t * 2.0**-9]
+    f8 = np.array(ties + [1e300, -1e-300, 65519.999999, 65520.0000001, 2.0**-25 + 2.0**-60,
+                          0.1, 1 / 3, np.inf, np.nan], dtype="<f8")
+    npy("f8_round.npy", f8)
+    e16 = exact_bits(np.nan_to_num(f8, nan=0.0), "f16")
+    e16[np.isnan(f8)] = 0x7E00
+    assert np.array_equal(e16, f16_bits(f8)), "numpy's float64 -> float16 is not exact"
+    expect_bits("f8_round.npy", "f16", e16)
+    eb = exact_bits(np.nan_to_num(f8, nan=0.0), "bf16")
+    eb[np.isnan(f8)] = 0x7FC0
+    expect_bits("f8_round.npy", "bf16", eb)
+
+    # integers: exact in float32, then rounded once (2^24 overflows float16)
+    expect_bits("i4_4.npy", "f16", f16_bits(np.array([5, 0, 17, 2**24], dtype=np.float32)))
+
+    # ta_npy_save of a bfloat16 tensor writes '<f4' exactly: numpy's file of the widened
+    # values, and the bits the test builds the tensor from
+    b = torch_bf16_bits(np.delete(rounding_values(), 29).reshape(7, 9))  # no NaN
+    if b is not None:
+        npy("bf16_save.npy", (b.astype(np.uint32) << 16).view("<f4"))
+        expect_bits("bf16_save.npy", "bf16", b)
 
 
 def gen_npy():
@@ -252,6 +382,40 @@ def gen_safetensors():
     write("st_9d.safetensors", safetensors([("a", "F32", (1,) * 8 + (6,), six)]))
 
 
+def gen_safetensors_dtypes():
+    """dtypes.safetensors: one tensor of each readable float dtype, made by torch (the
+    safetensors package is not needed: the file is assembled as above), with what
+    ta_safetensors_get_dtype must give for TA_F32, TA_F16 and TA_BF16."""
+    try:
+        import torch
+    except ImportError:
+        print("torch not importable: keeping dtypes.safetensors", file=sys.stderr)
+        return
+    g = torch.Generator().manual_seed(5)
+    r = rounding_values()
+    h = torch.randn(3, 4, generator=g).to(torch.float16)
+    h[0, 0], h[0, 1], h[0, 2] = float("inf"), 2.0**-24, -0.0  # a subnormal, -0
+    b = (torch.randn(2, 5, generator=g) * 1e-3).to(torch.bfloat16)
+    b[1, 4] = 2.0**-130  # a bfloat16 subnormal
+    f = torch.from_numpy(r[r == r][:24].reshape(2, 3, 4).copy())  # no NaN
+    d64 = np.array([1 + 2.0**-11 + 2.0**-40, -(1 + 2.0**-8 + 2.0**-40), 1e300, 2.0**-1074,
+                    0.1, 65519.99], dtype="<f8")
+    raw = lambda t: t.contiguous().view(torch.int16).numpy().view("<u2")
+    tensors = [("h.f16", "F16", (3, 4), raw(h).tobytes()),
+               ("b.bf16", "BF16", (2, 5), raw(b).tobytes()),
+               ("f.f32", "F32", (2, 3, 4), f.numpy().astype("<f4").tobytes()),
+               ("d.f64", "F64", (6,), d64.tobytes())]
+    write("dtypes.safetensors", safetensors(tensors, metadata={"format": "pt"}))
+    for name, t in (("h.f16", h), ("b.bf16", b), ("f.f32", f)):
+        expect("dtypes." + name, t.float().numpy())
+        expect_bits("dtypes." + name, "f16", raw(t.float().to(torch.float16)))
+        expect_bits("dtypes." + name, "bf16", raw(t.float().to(torch.bfloat16)))
+    with np.errstate(over="ignore"):
+        expect("dtypes.d.f64", d64.astype(np.float32))
+    expect_bits("dtypes.d.f64", "f16", exact_bits(d64, "f16"))
+    expect_bits("dtypes.d.f64", "bf16", exact_bits(d64, "bf16"))
+
+
 def gen_official():
     """official.safetensors, written by the safetensors package itself (PyTorch
     framework, so bfloat16 is included). The package is optional: where it is not
@@ -277,7 +441,9 @@ def gen_official():
 def main():
     os.makedirs(OUT, exist_ok=True)
     gen_npy()
+    gen_npy_dtypes()
     gen_safetensors()
+    gen_safetensors_dtypes()
     gen_official()
     print("wrote", len(os.listdir(OUT)), "files to", os.path.normpath(OUT), file=sys.stderr)
 

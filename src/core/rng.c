@@ -60,7 +60,7 @@ static float sample(dist_kind kind, uint64_t n, uint64_t seed, float lo, float h
 static ta_status fill(const char *fn, ta_tensor *t, dist_kind kind, float lo, float hi,
                       uint64_t seed)
 {
-    ta_status st = ta_tensor_check(fn, "t", t);
+    ta_status st = ta_tensor_check_dtypes(fn, "t", t, TA_ACCEPT_ANY);
     if (st) return st;
     int64_t n = ta_tensor_numel(t);
     int nd = t->ndim;
@@ -76,7 +76,8 @@ static ta_status fill(const char *fn, ta_tensor *t, dist_kind kind, float lo, fl
                 rem /= t->shape[i];
             }
             for (int64_t e = begin; e < end; e++) {
-                *ta_tensor_at(t, idx) = sample(kind, (uint64_t)e, seed, lo, hi);
+                /* the float32 sample, rounded to t's dtype (nearest-even) */
+                ta_dtype_store(ta_tensor_ptr(t, idx), t->dtype, sample(kind, (uint64_t)e, seed, lo, hi));
                 ta_index_next(nd, t->shape, idx);
             }
         }

@@ -1,11 +1,12 @@
-/* ta_tensor: constructors, views and element-wise copies. */
+/* ta_tensor: constructors, argument checks and views (copies: tensor_copy.c). */
 #include "core/core.h"
 #include "core/tensor_internal.h"
 
 #include <stddef.h>
 #include <string.h>
 
-static ta_status check_shape(const char *fn, int ndim, const int64_t *shape, int64_t *numel)
+static ta_status check_shape(const char *fn, int ndim, const int64_t *shape, size_t size,
+                             int64_t *numel)
 {
     if (ndim < 0 || ndim > TA_MAX_DIMS)
         return ta_error(TA_EINVAL, "%s: ndim must be in [0, %d], got %d", fn, TA_MAX_DIMS, ndim);
@@ -15,8 +16,8 @@ static ta_status check_shape(const char *fn, int ndim, const int64_t *shape, int
             return ta_error(TA_EINVAL, "%s: shape[%d] is negative (%lld)", fn, i, (long long)shape[i]);
     int64_t n;
     size_t bytes;
-    if (!ta_shape_numel(&n, ndim, shape) || !ta_mul_size(&bytes, (size_t)n, sizeof(float)) ||
-        n > (int64_t)(SIZE_MAX / sizeof(float))) {
+    if (!ta_shape_numel(&n, ndim, shape) || !ta_mul_size(&bytes, (size_t)n, size) ||
+        bytes > (size_t)PTRDIFF_MAX) {
         char s[TA_SHAPE_STR_MAX];
         return ta_error(TA_EINVAL, "%s: shape %s has too many elements", fn,
                         ta_shape_str(s, sizeof s, ndim, shape));
@@ -34,19 +35,24 @@ void ta_contiguous_strides(int64_t *stride, int ndim, const int64_t *shape)
     }
 }
 
-/* The allocating constructors; fn names the public function in messages. */
-static ta_status make(const char *fn, ta_tensor *t, int ndim, const int64_t *shape)
+/* The allocating constructors; fn names the public function in messages. zeroed: all
+ * bits 0, which is +0 in every dtype. */
+static ta_status make(const char *fn, ta_tensor *t, ta_dtype dtype, int ndim,
+                      const int64_t *shape, bool zeroed)
 {
     if (!t) return ta_error(TA_EINVAL, "%s: t is NULL", fn);
-    int64_t n;
-    ta_status st = check_shape(fn, ndim, shape, &n);
+    ta_status st = ta_dtype_check(fn, "dtype", dtype, TA_ACCEPT_ANY);
     if (st) return st;
-    float *data = ta_alloc((size_t)(n ? n : 1) * sizeof(float));
+    int64_t n;
+    size_t size = ta_dtype_size(dtype);
+    if ((st = check_shape(fn, ndim, shape, size, &n))) return st;
+    size_t bytes = (size_t)(n ? n : 1) * size;
+    void *data = zeroed ? ta_alloc_zeroed(bytes) : ta_alloc(bytes);
     if (!data) return TA_ENOMEM;
     memset(t, 0, sizeof *t);
     t->data = data;
     t->owned = data;
-    t->dtype = TA_F32;
+    t->dtype = dtype;
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
     ta_contiguous_strides(t->stride, ndim, shape);
@@ -55,13 +61,23 @@ static ta_status make(const char *fn, ta_tensor *t, int ndim, const int64_t *sha
 
 ta_status ta_tensor_empty(ta_tensor *t, int ndim, const int64_t *shape)
 {
-    return make("ta_tensor_empty", t, ndim, shape);
+    return make("ta_tensor_empty", t, TA_F32, ndim, shape, false);
+}
+
+ta_status ta_tensor_empty_dtype(ta_tensor *t, ta_dtype dtype, int ndim, const int64_t *shape)
+{
+    return make("ta_tensor_empty_dtype", t, dtype, ndim, shape, false);
+}
+
+ta_status ta_tensor_zeros_dtype(ta_tensor *t, ta_dtype dtype, int ndim, const int64_t *shape)
+{
+    return make("ta_tensor_zeros_dtype", t, dtype, ndim, shape, true);
 }
 
 static ta_status make_full(const char *fn, ta_tensor *t, int ndim, const int64_t *shape,
                            float value)
 {
-    ta_status st = make(fn, t, ndim, shape);
+    ta_status st = make(fn, t, TA_F32, ndim, shape, false);
     if (st) return st;
     float *p = t->data;
     int64_t n = ta_tensor_numel(t);
@@ -84,17 +100,18 @@ ta_status ta_tensor_ones(ta_tensor *t, int ndim, const int64_t *shape)
     return make_full("ta_tensor_ones", t, ndim, shape, 1.0f);
 }
 
-ta_status ta_tensor_from_buffer(ta_tensor *t, float *data, int ndim, const int64_t *shape,
-                                const int64_t *strides)
+static ta_status from_buffer(const char *fn, ta_tensor *t, void *data, ta_dtype dtype,
+                             int ndim, const int64_t *shape, const int64_t *strides)
 {
-    if (!t) return ta_error(TA_EINVAL, "ta_tensor_from_buffer: t is NULL");
-    int64_t n;
-    ta_status st = check_shape("ta_tensor_from_buffer", ndim, shape, &n);
+    if (!t) return ta_error(TA_EINVAL, "%s: t is NULL", fn);
+    ta_status st = ta_dtype_check(fn, "dtype", dtype, TA_ACCEPT_ANY);
     if (st) return st;
-    if (!data && n > 0) return ta_error(TA_EINVAL, "ta_tensor_from_buffer: data is NULL");
+    int64_t n;
+    if ((st = check_shape(fn, ndim, shape, ta_dtype_size(dtype), &n))) return st;
+    if (!data && n > 0) return ta_error(TA_EINVAL, "%s: data is NULL", fn);
     memset(t, 0, sizeof *t);
     t->data = data;
-    t->dtype = TA_F32;
+    t->dtype = dtype;
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
     if (strides)
@@ -102,6 +119,18 @@ ta_status ta_tensor_from_buffer(ta_tensor *t, float *data, int ndim, const int64
     else
         ta_contiguous_strides(t->stride, ndim, shape);
     return TA_OK;
+}
+
+ta_status ta_tensor_from_buffer(ta_tensor *t, float *data, int ndim, const int64_t *shape,
+                                const int64_t *strides)
+{
+    return from_buffer("ta_tensor_from_buffer", t, data, TA_F32, ndim, shape, strides);
+}
+
+ta_status ta_tensor_from_buffer_dtype(ta_tensor *t, void *data, ta_dtype dtype, int ndim,
+                                      const int64_t *shape, const int64_t *strides)
+{
+    return from_buffer("ta_tensor_from_buffer_dtype", t, data, dtype, ndim, shape, strides);
 }
 
 void ta_tensor_free(ta_tensor *t)
@@ -145,15 +174,19 @@ float *ta_tensor_at(ta_tensor *t, const int64_t *idx)
     return p;
 }
 
-static ta_status check(const char *fn, const char *name, const ta_tensor *t, bool data)
+static ta_status check(const char *fn, const char *name, const ta_tensor *t, bool data,
+                       unsigned accept)
 {
     if (!t) return ta_error(TA_EINVAL, "%s: %s is NULL", fn, name);
     if (t->ndim < 0 || t->ndim > TA_MAX_DIMS)
         return ta_error(TA_EINVAL, "%s: %s has ndim %d, must be in [0, %d]", fn, name, t->ndim,
                         TA_MAX_DIMS);
-    if (t->dtype != TA_F32)
-        return ta_error(TA_EUNSUPPORTED, "%s: %s has dtype %d; only float32 is supported", fn,
-                        name, (int)t->dtype);
+    if (!ta_dtype_valid(t->dtype))
+        return ta_error(TA_EINVAL, "%s: %s has dtype %d, not a ta_dtype", fn, name, (int)t->dtype);
+    if (!(accept >> t->dtype & 1u))
+        return ta_error(TA_EUNSUPPORTED, "%s: %s has dtype %s; %s takes %s", fn, name,
+                        ta_dtype_name(t->dtype), fn, ta_dtype_list(accept));
+    const ptrdiff_t size = (ptrdiff_t)ta_dtype_size(t->dtype);
     int64_t n;
     if (!ta_shape_numel(&n, t->ndim, t->shape)) {
         char s[TA_SHAPE_STR_MAX];
@@ -161,14 +194,14 @@ static ta_status check(const char *fn, const char *name, const ta_tensor *t, boo
                         ta_shape_str(s, sizeof s, t->ndim, t->shape));
     }
     if (data && n > 0 && !t->data) return ta_error(TA_EINVAL, "%s: %s has NULL data", fn, name);
-    /* Every element offset sum(idx[d] * stride[d]) must fit a ptrdiff_t of floats, so
+    /* Every element offset sum(idx[d] * stride[d]) must fit a ptrdiff_t of elements, so
      * that no pointer arithmetic downstream can overflow, whatever the caller's strides. */
     int64_t span = 0;
     for (int d = 0; n > 0 && d < t->ndim; d++) {
         int64_t s = t->stride[d], part;
         if (s == INT64_MIN || __builtin_mul_overflow(t->shape[d] - 1, s < 0 ? -s : s, &part) ||
             __builtin_add_overflow(span, part, &span) ||
-            span > (int64_t)(PTRDIFF_MAX / (ptrdiff_t)sizeof(float))) {
+            span > (int64_t)(PTRDIFF_MAX / size)) {
             char s1[TA_SHAPE_STR_MAX], s2[TA_SHAPE_STR_MAX];
             return ta_error(TA_EINVAL, "%s: %s's strides %s over shape %s overflow the index range",
                             fn, name, ta_shape_str(s1, sizeof s1, t->ndim, t->stride),
@@ -180,7 +213,12 @@ static ta_status check(const char *fn, const char *name, const ta_tensor *t, boo
 
 ta_tensor ta_tensor_view(void *data, int ndim, const int64_t *shape)
 {
-    ta_tensor t = {.data = data, .dtype = TA_F32, .ndim = ndim};
+    return ta_tensor_view_dtype(data, TA_F32, ndim, shape);
+}
+
+ta_tensor ta_tensor_view_dtype(void *data, ta_dtype dtype, int ndim, const int64_t *shape)
+{
+    ta_tensor t = {.data = data, .dtype = dtype, .ndim = ndim};
     for (int d = 0; d < ndim; d++) t.shape[d] = shape[d];
     ta_contiguous_strides(t.stride, ndim, shape);
     return t;
@@ -188,19 +226,26 @@ ta_tensor ta_tensor_view(void *data, int ndim, const int64_t *shape)
 
 ta_status ta_tensor_check(const char *fn, const char *name, const ta_tensor *t)
 {
-    return check(fn, name, t, true);
+    return check(fn, name, t, true, TA_ACCEPT_F32);
 }
 
 ta_status ta_tensor_check_layout(const char *fn, const char *name, const ta_tensor *t)
 {
-    return check(fn, name, t, false);
+    return check(fn, name, t, false, TA_ACCEPT_F32);
+}
+
+ta_status ta_tensor_check_dtypes(const char *fn, const char *name, const ta_tensor *t,
+                                 unsigned accept)
+{
+    return check(fn, name, t, true, accept);
 }
 
 ta_status ta_tensor_check_shape(const char *fn, const char *name, const ta_tensor *t, int ndim,
                                 const int64_t *shape, const char *dims, int flags)
 {
     const bool output = flags & TA_CHECK_OUTPUT;
-    ta_status st = check(fn, name, t, !(flags & TA_CHECK_LAYOUT_ONLY));
+    ta_status st = check(fn, name, t, !(flags & TA_CHECK_LAYOUT_ONLY),
+                         flags & TA_CHECK_STORAGE ? TA_ACCEPT_STORAGE : TA_ACCEPT_F32);
     if (st) return st;
     bool same = t->ndim == ndim;
     for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
@@ -252,7 +297,7 @@ static bool view_strides(int64_t *nst, const ta_tensor *t, int ndim, const int64
 ta_status ta_tensor_reshape(ta_tensor *view, const ta_tensor *t, int ndim, const int64_t *shape)
 {
     const char *fn = "ta_tensor_reshape";
-    ta_status st = ta_tensor_check(fn, "t", t);
+    ta_status st = ta_tensor_check_dtypes(fn, "t", t, TA_ACCEPT_ANY);
     if (st) return st;
     if (!view) return ta_error(TA_EINVAL, "%s: view is NULL", fn);
     if (ndim < 0 || ndim > TA_MAX_DIMS)
@@ -307,7 +352,7 @@ ta_status ta_tensor_reshape(ta_tensor *view, const ta_tensor *t, int ndim, const
 ta_status ta_tensor_permute(ta_tensor *view, const ta_tensor *t, const int *perm)
 {
     const char *fn = "ta_tensor_permute";
-    ta_status st = ta_tensor_check(fn, "t", t);
+    ta_status st = ta_tensor_check_dtypes(fn, "t", t, TA_ACCEPT_ANY);
     if (st) return st;
     if (!view) return ta_error(TA_EINVAL, "%s: view is NULL", fn);
     if (!perm && t->ndim > 0) return ta_error(TA_EINVAL, "%s: perm is NULL", fn);
@@ -332,7 +377,7 @@ ta_status ta_tensor_permute(ta_tensor *view, const ta_tensor *t, const int *perm
 ta_status ta_tensor_transpose(ta_tensor *view, const ta_tensor *t, int dim0, int dim1)
 {
     const char *fn = "ta_tensor_transpose";
-    ta_status st = ta_tensor_check(fn, "t", t);
+    ta_status st = ta_tensor_check_dtypes(fn, "t", t, TA_ACCEPT_ANY);
     if (st) return st;
     if (dim0 < 0) dim0 += t->ndim;
     if (dim1 < 0) dim1 += t->ndim;
@@ -350,7 +395,7 @@ ta_status ta_tensor_slice(ta_tensor *view, const ta_tensor *t, int dim, int64_t 
                           int64_t stop, int64_t step)
 {
     const char *fn = "ta_tensor_slice";
-    ta_status st = ta_tensor_check(fn, "t", t);
+    ta_status st = ta_tensor_check_dtypes(fn, "t", t, TA_ACCEPT_ANY);
     if (st) return st;
     if (!view) return ta_error(TA_EINVAL, "%s: view is NULL", fn);
     if (dim < 0) dim += t->ndim;
@@ -368,107 +413,10 @@ ta_status ta_tensor_slice(ta_tensor *view, const ta_tensor *t, int dim, int64_t 
     int64_t len = stop > start ? (stop - start - 1) / step + 1 : 0;
     ta_tensor v = *t;
     v.owned = NULL;
-    if (len > 0) v.data = (float *)t->data + start * t->stride[dim];
+    if (len > 0) v.data = (char *)t->data + start * t->stride[dim] * (int64_t)ta_dtype_size(t->dtype);
     v.shape[dim] = len;
     if (len > 1) v.stride[dim] = t->stride[dim] * step; /* |stride * step| < the span of t */
     *view = v;
     return TA_OK;
 }
 
-/* Visits every element of an n-d index space in row-major order. */
-void ta_index_next(int ndim, const int64_t *shape, int64_t *idx)
-{
-    for (int i = ndim - 1; i >= 0; i--) {
-        if (++idx[i] < shape[i]) return;
-        idx[i] = 0;
-    }
-}
-
-ta_status ta_tensor_copy(ta_tensor *dst, const ta_tensor *src)
-{
-    const char *fn = "ta_tensor_copy";
-    ta_status st = ta_tensor_check(fn, "dst", dst);
-    if (!st) st = ta_tensor_check(fn, "src", src);
-    if (st) return st;
-    char s1[TA_SHAPE_STR_MAX], s2[TA_SHAPE_STR_MAX];
-    bool same = dst->ndim == src->ndim;
-    for (int i = 0; same && i < dst->ndim; i++) same = dst->shape[i] == src->shape[i];
-    if (!same)
-        return ta_error(TA_ESHAPE, "%s: dst has shape %s but src has %s", fn,
-                        ta_shape_str(s1, sizeof s1, dst->ndim, dst->shape),
-                        ta_shape_str(s2, sizeof s2, src->ndim, src->shape));
-    int64_t n = ta_tensor_numel(src);
-    if (n == 0) return TA_OK;
-    int nd = src->ndim;
-    int64_t inner = nd ? src->shape[nd - 1] : 1;
-    int64_t ds = nd ? dst->stride[nd - 1] : 0, ss = nd ? src->stride[nd - 1] : 0;
-    int64_t idx[TA_MAX_DIMS] = {0};
-    for (int64_t done = 0; done < n; done += inner) {
-        float *d = ta_tensor_at(dst, idx);
-        const float *s = ta_tensor_at_const(src, idx);
-        if (ds == 1 && ss == 1)
-            memcpy(d, s, (size_t)inner * sizeof(float));
-        else
-            for (int64_t j = 0; j < inner; j++) d[j * ds] = s[j * ss];
-        if (nd) {
-            idx[nd - 1] = inner - 1;
-            ta_index_next(nd, src->shape, idx);
-        }
-    }
-    return TA_OK;
-}
-
-ta_status ta_tensor_contiguous(ta_tensor *out, const ta_tensor *t)
-{
-    const char *fn = "ta_tensor_contiguous";
-    ta_status st = ta_tensor_check(fn, "t", t);
-    if (st) return st;
-    if (!out) return ta_error(TA_EINVAL, "%s: out is NULL", fn);
-    ta_tensor c;
-    st = ta_tensor_empty(&c, t->ndim, t->shape);
-    if (st) return st;
-    ta_tensor_copy(&c, t);
-    *out = c;
-    return TA_OK;
-}
-
-ta_status ta_tensor_fill(ta_tensor *t, float value)
-{
-    ta_status st = ta_tensor_check("ta_tensor_fill", "t", t);
-    if (st) return st;
-    int64_t n = ta_tensor_numel(t);
-    int64_t idx[TA_MAX_DIMS] = {0};
-    for (int64_t i = 0; i < n; i++) {
-        *ta_tensor_at(t, idx) = value;
-        ta_index_next(t->ndim, t->shape, idx);
-    }
-    return TA_OK;
-}
-
-static ta_status tri(const char *fn, ta_tensor *t, int64_t diagonal, bool lower)
-{
-    ta_status st = ta_tensor_check(fn, "t", t);
-    if (st) return st;
-    if (t->ndim < 2)
-        return ta_error(TA_ESHAPE, "%s: t must have at least 2 dims, got %d", fn, t->ndim);
-    int64_t n = ta_tensor_numel(t);
-    int64_t idx[TA_MAX_DIMS] = {0};
-    int r = t->ndim - 2, c = t->ndim - 1;
-    for (int64_t e = 0; e < n; e++) {
-        int64_t i = idx[r], j = idx[c];
-        bool keep = lower ? j <= i + diagonal : j >= i + diagonal;
-        if (!keep) *ta_tensor_at(t, idx) = 0.0f;
-        ta_index_next(t->ndim, t->shape, idx);
-    }
-    return TA_OK;
-}
-
-ta_status ta_tensor_tril(ta_tensor *t, int64_t diagonal)
-{
-    return tri("ta_tensor_tril", t, diagonal, true);
-}
-
-ta_status ta_tensor_triu(ta_tensor *t, int64_t diagonal)
-{
-    return tri("ta_tensor_triu", t, diagonal, false);
-}

@@ -2,6 +2,7 @@
 #ifndef TA_TENSOR_INTERNAL_H
 #define TA_TENSOR_INTERNAL_H
 
+#include "core/dtype.h"
 #include "tensorattn.h"
 
 #include <stdbool.h>
@@ -9,28 +10,51 @@
 
 /* Validates a float32 tensor argument: not NULL, rank in range, shape valid, strides
  * within the index range, data set when non-empty. The message names fn and the
- * argument name. */
+ * argument name; another dtype is TA_EUNSUPPORTED ("ta_einsum: a has dtype f16;
+ * ta_einsum takes f32"), a dtype outside the enum TA_EINVAL. */
 ta_status ta_tensor_check(const char *fn, const char *name, const ta_tensor *t);
 /* ta_tensor_check but for the data pointer (a tensor described before its memory exists). */
 ta_status ta_tensor_check_layout(const char *fn, const char *name, const ta_tensor *t);
+/* ta_tensor_check accepting the dtypes of mask accept (TA_ACCEPT_F32, TA_ACCEPT_STORAGE:
+ * f32, f16 or bf16, TA_ACCEPT_ANY; core/dtype.h): "ta_sdpa: Q has dtype f64; ta_sdpa
+ * takes f32, f16 or bf16". Index ranges are checked in elements of t's dtype. */
+ta_status ta_tensor_check_dtypes(const char *fn, const char *name, const ta_tensor *t,
+                                 unsigned accept);
+/* ta_tensor_check for the storage types ta_sdpa takes (f32, f16, bf16). */
+static inline ta_status ta_tensor_check_storage(const char *fn, const char *name,
+                                                const ta_tensor *t)
+{
+    return ta_tensor_check_dtypes(fn, name, t, TA_ACCEPT_STORAGE);
+}
 /* Flags of ta_tensor_check_shape. */
-enum { TA_CHECK_OUTPUT = 1, TA_CHECK_LAYOUT_ONLY = 2 };
+enum { TA_CHECK_OUTPUT = 1, TA_CHECK_LAYOUT_ONLY = 2, TA_CHECK_STORAGE = 4 };
 /* ta_tensor_check, and t has exactly shape[0..ndim-1] ("X has shape [..], expected
  * <dims> = [..]", dims naming the extents, e.g. "[B, H, Lq, D]"). TA_CHECK_OUTPUT: an
  * output must also not repeat an element through a stride 0 over an extent > 1;
- * TA_CHECK_LAYOUT_ONLY: the data pointer is not checked (ta_tensor_check_layout). */
+ * TA_CHECK_LAYOUT_ONLY: the data pointer is not checked (ta_tensor_check_layout);
+ * TA_CHECK_STORAGE: f16 and bf16 are accepted besides f32 (ta_tensor_check_storage). */
 ta_status ta_tensor_check_shape(const char *fn, const char *name, const ta_tensor *t, int ndim,
                                 const int64_t *shape, const char *dims, int flags);
 /* A C-contiguous float32 view of data with shape (no checks; data may be NULL while a
  * scratch layout is being measured: only shapes and strides are read then). */
 ta_tensor ta_tensor_view(void *data, int ndim, const int64_t *shape);
+/* The same of another dtype (a float16 scratch row block, say). */
+ta_tensor ta_tensor_view_dtype(void *data, ta_dtype dtype, int ndim, const int64_t *shape);
+/* Address of element idx[0..ndim-1] of t in any dtype (no bounds check). */
+static inline void *ta_tensor_ptr(const ta_tensor *t, const int64_t *idx)
+{
+    int64_t off = 0;
+    for (int i = 0; i < t->ndim; i++) off += idx[i] * t->stride[i];
+    return (char *)t->data + off * (int64_t)ta_dtype_size(t->dtype);
+}
 /* C-contiguous element strides for shape. */
 void ta_contiguous_strides(int64_t *stride, int ndim, const int64_t *shape);
 /* Advances a row-major multi-index over shape (wraps to all zeros at the end). */
 void ta_index_next(int ndim, const int64_t *shape, int64_t *idx);
 
-/* Whether the element address ranges of a and b intersect (conservative: two
- * interleaved views that share no element still count as overlapping). */
+/* Whether the byte ranges of a's and b's elements intersect, each in its own dtype's
+ * size (conservative: two interleaved views that share no element still count as
+ * overlapping). */
 static inline bool ta_tensors_overlap(const ta_tensor *a, const ta_tensor *b)
 {
     uintptr_t lo[2], hi[2]; /* integers: comparing unrelated pointers is undefined */
@@ -43,9 +67,9 @@ static inline bool ta_tensors_overlap(const ta_tensor *a, const ta_tensor *b)
             if (span < 0) neg += span; else pos += span;
         }
         if (n == 0) return false;
-        uintptr_t base = (uintptr_t)t[k]->data;
-        lo[k] = base - (uintptr_t)(-neg) * sizeof(float);
-        hi[k] = base + (uintptr_t)(pos + 1) * sizeof(float);
+        uintptr_t base = (uintptr_t)t[k]->data, size = ta_dtype_size(t[k]->dtype);
+        lo[k] = base - (uintptr_t)(-neg) * size;
+        hi[k] = base + (uintptr_t)(pos + 1) * size;
     }
     return lo[0] < hi[1] && lo[1] < hi[0];
 }

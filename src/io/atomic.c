@@ -1,5 +1,5 @@
-/* Whole-or-nothing file writes, tensor serialisation and half-precision decoding shared
- * by the .npy and .safetensors writers and readers. */
+/* Whole-or-nothing file writes and tensor serialisation shared by the .npy and
+ * .safetensors writers. */
 #include "io/io_internal.h"
 
 #include "core/tensor_internal.h"
@@ -102,67 +102,39 @@ fail:;
     return ta_error(TA_EIO, "%s: %s: %s failed: %s", f->fn, f->path, what, strerror(e));
 }
 
-/* t: any shape and strides, float32. Rows of the last dimension are gathered into a
- * bounded buffer so a strided or broadcast view is written without a full copy. */
-ta_status ta_atomic_write_tensor(ta_atomic_file *f, const ta_tensor *t)
+/* t: any shape, strides and dtype, written as dtype `as`. Rows of the last dimension
+ * are gathered (and converted) into a bounded buffer, so a strided or broadcast view is
+ * written without a full copy. */
+ta_status ta_atomic_write_tensor(ta_atomic_file *f, const ta_tensor *t, ta_dtype as)
 {
     int64_t numel = ta_tensor_numel(t);
     if (numel == 0) return TA_OK;
-    if (ta_tensor_is_contiguous(t))
-        return ta_atomic_write(f, t->data, (size_t)numel * sizeof(float));
-    float buf[4096]; /* 16 KiB: small enough for any thread's stack */
-    const size_t cap = sizeof buf / sizeof buf[0];
+    size_t out = ta_dtype_size(as);
+    if (as == t->dtype && ta_tensor_is_contiguous(t))
+        return ta_atomic_write(f, t->data, (size_t)numel * out);
+    unsigned char buf[16384]; /* small enough for any thread's stack */
+    const int64_t cap = (int64_t)(sizeof buf / out);
     /* Iterate over all dims but the last; the last one is walked with its stride. */
-    int outer = t->ndim - 1;
+    int nd = t->ndim, outer = nd ? nd - 1 : 0;
     int64_t idx[TA_MAX_DIMS] = {0};
-    int64_t len = t->shape[t->ndim - 1], step = t->stride[t->ndim - 1];
-    int64_t rows = numel / len;
-    size_t used = 0;
+    int64_t len = nd ? t->shape[nd - 1] : 1, step = nd ? t->stride[nd - 1] : 1;
+    int64_t rows = numel / len, used = 0;
+    size_t in = ta_dtype_size(t->dtype);
     for (int64_t r = 0; r < rows; r++) {
-        const float *row = t->data;
-        for (int d = 0; d < outer; d++) row += idx[d] * t->stride[d];
-        for (int64_t j = 0; j < len; j++) {
-            buf[used++] = row[j * step];
+        const unsigned char *row = ta_tensor_ptr(t, idx);
+        for (int64_t j = 0; j < len;) {
+            int64_t k = TA_MIN(len - j, cap - used);
+            ta_convert_strided(buf + used * (int64_t)out, as, 1, row + j * step * (int64_t)in,
+                               t->dtype, step, k);
+            used += k;
+            j += k;
             if (used == cap) {
-                ta_status st = ta_atomic_write(f, buf, used * sizeof(float));
+                ta_status st = ta_atomic_write(f, buf, (size_t)used * out);
                 if (st) return st;
                 used = 0;
             }
         }
         ta_index_next(outer, t->shape, idx);
     }
-    return ta_atomic_write(f, buf, used * sizeof(float));
-}
-
-float ta_half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;
-    if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | (mant << 13); /* inf, or NaN with its payload */
-    } else if (exp != 0) {
-        bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-    } else if (mant == 0) {
-        bits = sign; /* +-0 */
-    } else {
-        /* Subnormal: mant * 2^-24. Normalise so the leading 1 moves to bit 10. */
-        int e = -1;
-        do {
-            mant <<= 1;
-            e++;
-        } while (!(mant & 0x400u));
-        bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-float ta_bfloat16_to_float(uint16_t b)
-{
-    /* bfloat16 is the top half of a float32: exact for every pattern. */
-    uint32_t bits = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
+    return ta_atomic_write(f, buf, (size_t)used * out);
 }

@@ -1,9 +1,10 @@
-/* Shared helpers of the file formats layer: atomic writes, exact reads, and the
- * half-precision conversions. */
+/* Shared helpers of the file formats layer: atomic writes and exact reads (the dtype
+ * conversions are core/dtype.h's). */
 #ifndef TA_IO_INTERNAL_H
 #define TA_IO_INTERNAL_H
 
 #include "core/core.h"
+#include "core/dtype.h"
 
 #include <stdio.h>
 
@@ -34,14 +35,10 @@ ta_status ta_atomic_commit(ta_atomic_file *f);
  * to call on a file already aborted or committed. */
 void ta_atomic_abort(ta_atomic_file *f);
 
-/* Writes t's elements in row-major order as little-endian float32 (any strides),
- * through a bounded buffer. */
-ta_status ta_atomic_write_tensor(ta_atomic_file *f, const ta_tensor *t);
-
-/* IEEE binary16 and bfloat16 bit patterns to float32: exact, subnormals, infinities
- * and NaN (payload kept) included. */
-float ta_half_to_float(uint16_t h);
-float ta_bfloat16_to_float(uint16_t b);
+/* Writes t's elements (any strides and dtype) in row-major order as little-endian
+ * values of dtype `as` (converted as ta_convert when it differs), through a bounded
+ * buffer. */
+ta_status ta_atomic_write_tensor(ta_atomic_file *f, const ta_tensor *t, ta_dtype as);
 
 /* Bytes in a bounded conversion buffer (a multiple of every item size). */
 #define TA_IO_CHUNK ((size_t)1 << 16)

@@ -328,65 +328,72 @@ static ta_status npy_finish(npy_file *f, ta_status st)
     return st;
 }
 
-/* src: count items of kind k, element `first` onwards, into float32 dst. */
-static ta_status to_float(npy_file *f, float *dst, const unsigned char *src, size_t count,
-                          size_t first)
+/* The dtype that a floating-point kind of the file is, or -1 (integers, booleans). */
+static int kind_dtype(npy_kind kind)
+{
+    return kind == NPY_F4 ? TA_F32 : kind == NPY_F8 ? TA_F64 : kind == NPY_F2 ? TA_F16 : -1;
+}
+
+/* src: count items of an integer or boolean kind, element `first` onwards, into float32
+ * dst, each exactly. */
+static ta_status int_to_float(npy_file *f, float *dst, const unsigned char *src, size_t count,
+                              size_t first)
 {
     for (size_t i = 0; i < count; i++) {
         const unsigned char *p = src + i * f->itemsize;
-        switch (f->kind) {
-        case NPY_F4: memcpy(&dst[i], p, 4); break;
-        case NPY_F8: {
-            double d;
-            memcpy(&d, p, 8);
-            dst[i] = (float)d;
-            break;
+        int64_t v;
+        if (f->kind == NPY_B1) {
+            dst[i] = p[0] ? 1.0f : 0.0f;
+            continue;
         }
-        case NPY_F2: dst[i] = ta_half_to_float((uint16_t)(p[0] | p[1] << 8)); break;
-        case NPY_B1: dst[i] = p[0] ? 1.0f : 0.0f; break;
-        case NPY_U1: dst[i] = (float)p[0]; break;
-        case NPY_I4:
-        case NPY_I8: {
-            int64_t v;
-            if (f->kind == NPY_I4) {
-                int32_t w;
-                memcpy(&w, p, 4);
-                v = w;
-            } else {
-                memcpy(&v, p, 8);
-            }
-            float x = (float)v;
-            /* 2^63 as a float is out of int64 range: such values are never exact. */
-            if (x >= 0x1p63f || (int64_t)x != v)
-                return npy_fail(f, TA_EUNSUPPORTED,
-                                "element %zu (%lld) is not exactly representable as float32; "
-                                "load integers with ta_npy_load_int64",
-                                first + i, (long long)v);
-            dst[i] = x;
-            break;
+        if (f->kind == NPY_U1) {
+            v = p[0];
+        } else if (f->kind == NPY_I4) {
+            int32_t w;
+            memcpy(&w, p, 4);
+            v = w;
+        } else {
+            memcpy(&v, p, 8);
         }
-        }
+        float x = (float)v;
+        /* 2^63 as a float is out of int64 range: such values are never exact. */
+        if (x >= 0x1p63f || (int64_t)x != v)
+            return npy_fail(f, TA_EUNSUPPORTED,
+                            "element %zu (%lld) is not exactly representable as float32; "
+                            "load integers with ta_npy_load_int64",
+                            first + i, (long long)v);
+        dst[i] = x;
     }
     return TA_OK;
 }
 
-static ta_status load_float(ta_tensor *out, npy_file *f)
+/* The data into a new tensor of dtype: a copy when the file holds that type, else in
+ * chunks, floats converted once (a float64 rounds straight to the type), integers and
+ * booleans through float32 (exact, or refused by int_to_float). */
+static ta_status load(ta_tensor *out, npy_file *f, ta_dtype dtype)
 {
     ta_tensor t;
-    ta_status st = ta_tensor_empty(&t, f->ndim, f->shape);
+    ta_status st = ta_tensor_empty_dtype(&t, dtype, f->ndim, f->shape);
     if (st) return st;
-    float *dst = t.data;
-    size_t n = (size_t)f->numel;
-    if (f->kind == NPY_F4) {
+    unsigned char *dst = t.data;
+    size_t n = (size_t)f->numel, size = ta_dtype_size(dtype);
+    int file_dtype = kind_dtype(f->kind);
+    if (file_dtype == (int)dtype) {
         st = npy_read(f, dst, f->data_bytes, "data");
     } else {
-        unsigned char *buf = ta_alloc(TA_IO_CHUNK);
+        unsigned char *buf = ta_alloc(2 * TA_IO_CHUNK);
         if (!buf) st = TA_ENOMEM;
-        size_t per = TA_IO_CHUNK / f->itemsize;
+        float *tmp = (float *)(buf + TA_IO_CHUNK);
+        size_t per = TA_IO_CHUNK / 8;
         for (size_t done = 0; !st && done < n; done += per) {
             size_t k = TA_MIN(per, n - done);
-            st = npy_read(f, buf, k * f->itemsize, "data");
-            if (!st) st = to_float(f, dst + done, buf, k, done);
+            void *d = dst + done * size;
+            if ((st = npy_read(f, buf, k * f->itemsize, "data"))) break;
+            if (file_dtype >= 0)
+                ta_convert_strided(d, dtype, 1, buf, (ta_dtype)file_dtype, 1, (int64_t)k);
+            else if (!(st = int_to_float(f, dtype == TA_F32 ? d : tmp, buf, k, done)) &&
+                     dtype != TA_F32)
+                ta_convert_strided(d, dtype, 1, tmp, TA_F32, 1, (int64_t)k);
         }
         ta_free(buf);
     }
@@ -399,15 +406,26 @@ static ta_status load_float(ta_tensor *out, npy_file *f)
     return TA_OK;
 }
 
-ta_status ta_npy_load(ta_tensor *out, const char *path)
+static ta_status load_path(const char *fn, ta_tensor *out, const char *path, ta_dtype dtype)
 {
-    const char *fn = "ta_npy_load";
     if (!out) return ta_error(TA_EINVAL, "%s: out is NULL", fn);
     if (!path || !*path) return ta_error(TA_EINVAL, "%s: path is NULL or empty", fn);
+    ta_status st = ta_dtype_check(fn, "dtype", dtype, TA_ACCEPT_STORAGE);
+    if (st) return st;
     npy_file f;
-    ta_status st = npy_open(&f, fn, path, NPY_FLOAT_KINDS, NPY_FLOAT_LIST);
-    if (!st) st = load_float(out, &f);
+    st = npy_open(&f, fn, path, NPY_FLOAT_KINDS, NPY_FLOAT_LIST);
+    if (!st) st = load(out, &f, dtype);
     return npy_finish(&f, st);
+}
+
+ta_status ta_npy_load(ta_tensor *out, const char *path)
+{
+    return load_path("ta_npy_load", out, path, TA_F32);
+}
+
+ta_status ta_npy_load_dtype(ta_tensor *out, const char *path, ta_dtype dtype)
+{
+    return load_path("ta_npy_load_dtype", out, path, dtype);
 }
 
 ta_status ta_npy_load_int64(int64_t **values, int *ndim, int64_t shape[TA_MAX_DIMS],
@@ -450,19 +468,22 @@ void ta_npy_free(void *values) { ta_free(values); }
 
 /* ------------------------------------------------------------------ writer */
 
-/* t: any shape and strides, float32. */
+/* t: any shape and strides; f32 as '<f4', f16 '<f2', f64 '<f8', bf16 widened to '<f4'. */
 ta_status ta_npy_save(const char *path, const ta_tensor *t)
 {
     const char *fn = "ta_npy_save";
     if (!path || !*path) return ta_error(TA_EINVAL, "%s: path is NULL or empty", fn);
-    ta_status st = ta_tensor_check(fn, "t", t);
+    ta_status st = ta_tensor_check_dtypes(fn, "t", t, TA_ACCEPT_ANY);
     if (st) return st;
+    ta_dtype as = t->dtype == TA_BF16 ? TA_F32 : t->dtype;
+    const char *descr = as == TA_F16 ? "<f2" : as == TA_F64 ? "<f8" : "<f4";
 
     /* Preamble (10 bytes) + dict + '\n', padded with spaces to a multiple of 64 as
      * numpy writes it (format.ARRAY_ALIGN), so the data can be mapped aligned. Eight
      * 19-digit dimensions need 232 bytes before padding: 256 in all. */
     char head[320];
-    int n = snprintf(head + 10, sizeof head - 10, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
+    int n = snprintf(head + 10, sizeof head - 10, "{'descr': '%s', 'fortran_order': False, 'shape': (",
+                     descr);
     for (int i = 0; i < t->ndim; i++)
         n += snprintf(head + 10 + n, sizeof head - 10 - (size_t)n, "%lld,%s",
                       (long long)t->shape[i], i + 1 < t->ndim ? " " : "");
@@ -480,6 +501,6 @@ ta_status ta_npy_save(const char *path, const ta_tensor *t)
     ta_atomic_file af;
     if ((st = ta_atomic_open(&af, fn, path))) return st;
     if ((st = ta_atomic_write(&af, head, total))) return st;
-    if ((st = ta_atomic_write_tensor(&af, t))) return st;
+    if ((st = ta_atomic_write_tensor(&af, t, as))) return st;
     return ta_atomic_commit(&af);
 }

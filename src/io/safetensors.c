@@ -24,18 +24,18 @@
 /* Integers in the header arrive as doubles; beyond 2^53 they are not exact. */
 #define ST_MAX_INT 9007199254740992.0
 
-typedef enum st_kind { ST_F32, ST_F16, ST_BF16, ST_F64, ST_OTHER } st_kind;
-
+/* The format's dtypes; dtype: the ta_dtype it is, or -1 for those we do not read. The
+ * first four, indexed by ta_dtype, name the dtypes the writer writes. */
 static const struct st_dtype {
     const char *name;
     size_t size;
-    st_kind kind;
+    int dtype;
 } st_dtypes[] = {
-    {"F32", 4, ST_F32},     {"F16", 2, ST_F16},     {"BF16", 2, ST_BF16},
-    {"F64", 8, ST_F64},     {"BOOL", 1, ST_OTHER},  {"U8", 1, ST_OTHER},
-    {"I8", 1, ST_OTHER},    {"F8_E4M3", 1, ST_OTHER}, {"F8_E5M2", 1, ST_OTHER},
-    {"I16", 2, ST_OTHER},   {"U16", 2, ST_OTHER},   {"I32", 4, ST_OTHER},
-    {"U32", 4, ST_OTHER},   {"I64", 8, ST_OTHER},   {"U64", 8, ST_OTHER},
+    [TA_F32] = {"F32", 4, TA_F32},   [TA_F64] = {"F64", 8, TA_F64},
+    [TA_F16] = {"F16", 2, TA_F16},   [TA_BF16] = {"BF16", 2, TA_BF16},
+    {"BOOL", 1, -1},    {"U8", 1, -1},  {"I8", 1, -1},  {"F8_E4M3", 1, -1}, {"F8_E5M2", 1, -1},
+    {"I16", 2, -1},     {"U16", 2, -1}, {"I32", 4, -1}, {"U32", 4, -1},     {"I64", 8, -1},
+    {"U64", 8, -1},
 };
 
 typedef struct st_entry {
@@ -359,37 +359,20 @@ int ta_safetensors_find(const ta_safetensors *st, const char *name)
     return e ? (int)(e - st->entries) : -1;
 }
 
-/* src: count items of the entry's dtype into float32 dst. */
-static void convert(float *dst, const unsigned char *src, size_t count, st_kind kind)
+/* out: [shape of the entry], of dtype, C-contiguous, new: a copy when the file holds
+ * that dtype, else converted in chunks (each value rounded once). */
+static ta_status get(const char *fn, ta_tensor *out, const ta_safetensors *st, const char *name,
+                     ta_dtype dtype)
 {
-    for (size_t i = 0; i < count; i++) {
-        switch (kind) {
-        case ST_F16: dst[i] = ta_half_to_float((uint16_t)(src[2 * i] | src[2 * i + 1] << 8)); break;
-        case ST_BF16:
-            dst[i] = ta_bfloat16_to_float((uint16_t)(src[2 * i] | src[2 * i + 1] << 8));
-            break;
-        case ST_F64: {
-            double d;
-            memcpy(&d, src + 8 * i, 8);
-            dst[i] = (float)d;
-            break;
-        }
-        default: memcpy(&dst[i], src + 4 * i, 4); break;
-        }
-    }
-}
-
-/* out: [shape of the entry], float32, C-contiguous, new. */
-ta_status ta_safetensors_get(ta_tensor *out, const ta_safetensors *st, const char *name)
-{
-    const char *fn = "ta_safetensors_get";
     if (!out) return ta_error(TA_EINVAL, "%s: out is NULL", fn);
     if (!st) return ta_error(TA_EINVAL, "%s: st is NULL", fn);
     if (!name) return ta_error(TA_EINVAL, "%s: name is NULL", fn);
+    ta_status status = ta_dtype_check(fn, "dtype", dtype, TA_ACCEPT_STORAGE);
+    if (status) return status;
     int i = ta_safetensors_find(st, name);
     if (i < 0) return ta_error(TA_EINVAL, "%s: no tensor named '%s' in %s", fn, name, st->path);
     const st_entry *e = &st->entries[i];
-    if (e->dtype->kind == ST_OTHER)
+    if (e->dtype->dtype < 0)
         return st_fail(fn, st->path, TA_EUNSUPPORTED,
                        "tensor '%s' has dtype %s; only F32, F16, BF16 and F64 can be read", name,
                        e->dtype->name);
@@ -398,12 +381,12 @@ ta_status ta_safetensors_get(ta_tensor *out, const ta_safetensors *st, const cha
                        "tensor '%s' has %d dimensions; at most %d are supported", name, e->ndim,
                        TA_MAX_DIMS);
     ta_tensor t;
-    ta_status status = ta_tensor_empty(&t, e->ndim, e->shape);
-    if (status) return status;
-    size_t n = (size_t)ta_tensor_numel(&t), size = e->dtype->size;
+    if ((status = ta_tensor_empty_dtype(&t, dtype, e->ndim, e->shape))) return status;
+    size_t n = (size_t)ta_tensor_numel(&t), size = e->dtype->size, osize = ta_dtype_size(dtype);
+    ta_dtype from = (ta_dtype)e->dtype->dtype;
     uint64_t at = st->data_start + e->begin;
-    if (e->dtype->kind == ST_F32) {
-        status = read_at(fn, st->path, st->fd, t.data, n * 4, at);
+    if (from == dtype) {
+        status = read_at(fn, st->path, st->fd, t.data, n * size, at);
     } else {
         unsigned char *buf = ta_alloc(TA_IO_CHUNK);
         if (!buf) status = TA_ENOMEM;
@@ -411,7 +394,9 @@ ta_status ta_safetensors_get(ta_tensor *out, const ta_safetensors *st, const cha
         for (size_t done = 0; !status && done < n; done += per) {
             size_t k = TA_MIN(per, n - done);
             status = read_at(fn, st->path, st->fd, buf, k * size, at + done * size);
-            if (!status) convert((float *)t.data + done, buf, k, e->dtype->kind);
+            if (!status)
+                ta_convert_strided((unsigned char *)t.data + done * osize, dtype, 1, buf, from, 1,
+                                   (int64_t)k);
         }
         ta_free(buf);
     }
@@ -421,6 +406,17 @@ ta_status ta_safetensors_get(ta_tensor *out, const ta_safetensors *st, const cha
     }
     *out = t;
     return TA_OK;
+}
+
+ta_status ta_safetensors_get(ta_tensor *out, const ta_safetensors *st, const char *name)
+{
+    return get("ta_safetensors_get", out, st, name, TA_F32);
+}
+
+ta_status ta_safetensors_get_dtype(ta_tensor *out, const ta_safetensors *st, const char *name,
+                                   ta_dtype dtype)
+{
+    return get("ta_safetensors_get_dtype", out, st, name, dtype);
 }
 
 /* ------------------------------------------------------------------ writer */
@@ -519,7 +515,7 @@ static ta_status check_save_args(const char *fn, int n, const char *const *names
                                 names[i]);
         char arg[32];
         snprintf(arg, sizeof arg, "tensors[%d]", i);
-        ta_status st = ta_tensor_check(fn, arg, tensors[i]);
+        ta_status st = ta_tensor_check_dtypes(fn, arg, tensors[i], TA_ACCEPT_ANY);
         if (st) return st;
     }
     return TA_OK;
@@ -534,12 +530,14 @@ static ta_status build_header(const char *fn, strbuf *b, int n, const char *cons
     sb_str(b, "{\"__metadata__\":{\"format\":\"pt\"}");
     for (int i = 0; i < n; i++) {
         const ta_tensor *t = tensors[i];
-        uint64_t bytes = (uint64_t)ta_tensor_numel(t) * 4;
-        if (bytes / 4 != (uint64_t)ta_tensor_numel(t) || offset + bytes < offset)
+        uint64_t size = ta_dtype_size(t->dtype), bytes = (uint64_t)ta_tensor_numel(t) * size;
+        if (bytes / size != (uint64_t)ta_tensor_numel(t) || offset + bytes < offset)
             return ta_error(TA_EINVAL, "%s: the tensors hold more than 2^64 bytes", fn);
         sb_str(b, ",");
         sb_json_string(b, names[i]);
-        sb_str(b, ":{\"dtype\":\"F32\",\"shape\":[");
+        sb_str(b, ":{\"dtype\":\"");
+        sb_str(b, st_dtypes[t->dtype].name);
+        sb_str(b, "\",\"shape\":[");
         for (int d = 0; d < t->ndim; d++) {
             snprintf(num, sizeof num, d ? ",%lld" : "%lld", (long long)t->shape[d]);
             sb_str(b, num);
@@ -573,7 +571,7 @@ ta_status ta_safetensors_save(const char *path, int n, const char *const *names,
     st = ta_atomic_open(&af, fn, path);
     if (!st) st = ta_atomic_write(&af, lenb, 8);
     if (!st) st = ta_atomic_write(&af, b.p, b.len);
-    for (int i = 0; i < n && !st; i++) st = ta_atomic_write_tensor(&af, tensors[i]);
+    for (int i = 0; i < n && !st; i++) st = ta_atomic_write_tensor(&af, tensors[i], tensors[i]->dtype);
     if (!st) st = ta_atomic_commit(&af);
     ta_free(b.p);
     return st;

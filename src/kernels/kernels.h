@@ -80,6 +80,17 @@ typedef struct ta_kernels {
     void (*attn_bwd_dsoftmax)(float *s, float *dp, int64_t ld, const float *lse,
                               const float *di, int64_t m, int64_t n, float scale,
                               void (*exp_row)(float *, const float *, int64_t));
+
+    /* ---- conversions between float32 and the storage types (docs/kernels.md,
+     * "Conversions"; filled by ta_cvt_fill_<isa> in src/kernels/cvt_<isa>.c): n >= 0
+     * contiguous elements, any alignment, nothing read or written past n; dst and src
+     * do not overlap. Widening is exact; narrowing rounds to nearest-even (overflow to
+     * +-inf); NaN stays NaN, quiet, as in src/core/dtype.h: every ISA gives the same
+     * bits as the scalar conversions there. */
+    void (*cvt_f16_f32)(float *dst, const uint16_t *src, int64_t n);
+    void (*cvt_f32_f16)(uint16_t *dst, const float *src, int64_t n);
+    void (*cvt_bf16_f32)(float *dst, const uint16_t *src, int64_t n);
+    void (*cvt_f32_bf16)(uint16_t *dst, const float *src, int64_t n);
 } ta_kernels;
 
 /* The table in use (the best usable, or TA_ARCH's choice). Never NULL. */
@@ -98,15 +109,16 @@ const char *ta_kernels_init_error(void);
 int ta_kernels_check(const ta_kernels *k, char *why, size_t n);
 
 /* Every row of isa_table.def declares its CPU predicate and filler here, and the
- * fillers its templates define (gemm_template.h, attn_template.h, attn_bwd_template.h
- * instantiated by gemm_<name>.c, attn_<name>.c, attn_bwd_<name>.c), which the ISA's
- * filler (kernels_<name>.c) calls. */
+ * fillers its templates define (gemm_template.h, attn_template.h, attn_bwd_template.h,
+ * cvt_template.h instantiated by gemm_<name>.c, attn_<name>.c, attn_bwd_<name>.c,
+ * cvt_<name>.c), which the ISA's filler (kernels_<name>.c) calls. */
 #define TA_ISA(isa, name, parent, supported, fill, arch, cflags)                              \
     int supported(void);                                                                     \
     void fill(ta_kernels *k);                                                                \
     void ta_gemm_fill_##name(ta_kernels *k);                                                 \
     void ta_attn_fill_##name(ta_kernels *k);                                                 \
-    void ta_attn_bwd_fill_##name(ta_kernels *k);
+    void ta_attn_bwd_fill_##name(ta_kernels *k);                                             \
+    void ta_cvt_fill_##name(ta_kernels *k);
 #include "kernels/isa_table.def"
 #undef TA_ISA
 

@@ -1,5 +1,6 @@
 /* Helpers of the file-format tests (io_files.h). */
 #include "io_files.h"
+#include "dtype_oracle.h"
 #include "ta_test.h"
 
 #include <dirent.h>
@@ -71,6 +72,30 @@ void ta_test_assert_matches_expected(const ta_tensor *t, const char *expected)
     assert_non_null(t->owned);
     assert_int_equal(t->dtype, TA_F32);
     ta_test_assert_same_floats(t->data, want, size / 4, expected);
+    free(want);
+}
+
+uint16_t *ta_test_expected_bits(const char *expected, ta_dtype dtype, size_t *n)
+{
+    char p[512];
+    snprintf(p, sizeof p, TA_TEST_IO_FIX "%s.expected.%s", expected, ta_dtype_name(dtype));
+    size_t size;
+    uint16_t *want = (uint16_t *)ta_test_slurp(p, &size);
+    if (!want) fail_msg("missing %s (run tools/gen_io_fixtures.py)", p);
+    *n = size / 2;
+    return want;
+}
+
+void ta_test_assert_matches_bits(const ta_tensor *t, const char *expected, ta_dtype dtype,
+                                 bool nan_any)
+{
+    size_t n;
+    uint16_t *want = ta_test_expected_bits(expected, dtype, &n);
+    assert_int_equal(n, (size_t)ta_tensor_numel(t));
+    assert_true(ta_tensor_is_contiguous(t));
+    assert_non_null(t->owned);
+    assert_int_equal(t->dtype, dtype);
+    ta_oracle_assert_halves(t->data, want, n, dtype, nan_any, expected);
     free(want);
 }
 

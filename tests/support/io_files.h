@@ -24,6 +24,13 @@ void ta_test_assert_same_floats(const float *got, const float *want, size_t n, c
 /* t is an owning contiguous float32 tensor equal to the raw float32 file
  * TA_TEST_IO_FIX "<expected>.expected.f32" (C order). */
 void ta_test_assert_matches_expected(const ta_tensor *t, const char *expected);
+/* t is an owning contiguous tensor of dtype (TA_F16 or TA_BF16) whose bits equal the raw
+ * file TA_TEST_IO_FIX "<expected>.expected.f16" / ".bf16"; nan_any: a NaN matches any NaN
+ * (expectations from torch, which makes every NaN 0x7fc0). */
+void ta_test_assert_matches_bits(const ta_tensor *t, const char *expected, ta_dtype dtype,
+                                 bool nan_any);
+/* The raw expected bits of that file (malloc'd), *n their count. */
+uint16_t *ta_test_expected_bits(const char *expected, ta_dtype dtype, size_t *n);
 void ta_test_assert_shape(const ta_tensor *t, int ndim, const int64_t *shape);
 
 /* A malformed fixture file and the error it must give. */

@@ -1,0 +1,135 @@
+/* ta_tensor element-wise writes: copies (converting between dtypes), contiguous copies,
+ * fill, tril/triu. Every dtype (f32, f16, bf16, f64); rounding as in ta_convert. */
+#include "core/core.h"
+#include "core/tensor_internal.h"
+
+#include <string.h>
+
+/* Visits every element of an n-d index space in row-major order. */
+void ta_index_next(int ndim, const int64_t *shape, int64_t *idx)
+{
+    for (int i = ndim - 1; i >= 0; i--) {
+        if (++idx[i] < shape[i]) return;
+        idx[i] = 0;
+    }
+}
+
+/* Moves idx from the start of a row of the last dim to the start of the next one. */
+static void next_row(int ndim, const int64_t *shape, int64_t *idx)
+{
+    if (!ndim) return;
+    idx[ndim - 1] = shape[ndim - 1] - 1;
+    ta_index_next(ndim, shape, idx);
+}
+
+ta_status ta_tensor_copy(ta_tensor *dst, const ta_tensor *src)
+{
+    const char *fn = "ta_tensor_copy";
+    ta_status st = ta_tensor_check_dtypes(fn, "dst", dst, TA_ACCEPT_ANY);
+    if (!st) st = ta_tensor_check_dtypes(fn, "src", src, TA_ACCEPT_ANY);
+    if (st) return st;
+    char s1[TA_SHAPE_STR_MAX], s2[TA_SHAPE_STR_MAX];
+    bool same = dst->ndim == src->ndim;
+    for (int i = 0; same && i < dst->ndim; i++) same = dst->shape[i] == src->shape[i];
+    if (!same)
+        return ta_error(TA_ESHAPE, "%s: dst has shape %s but src has %s", fn,
+                        ta_shape_str(s1, sizeof s1, dst->ndim, dst->shape),
+                        ta_shape_str(s2, sizeof s2, src->ndim, src->shape));
+    int64_t n = ta_tensor_numel(src);
+    if (n == 0) return TA_OK;
+    int nd = src->ndim;
+    int64_t inner = nd ? src->shape[nd - 1] : 1;
+    int64_t ds = nd ? dst->stride[nd - 1] : 1, ss = nd ? src->stride[nd - 1] : 1;
+    int64_t idx[TA_MAX_DIMS] = {0};
+    /* a row at a time: contiguous rows convert with the vector kernels */
+    for (int64_t done = 0; done < n; done += inner) {
+        ta_convert_strided(ta_tensor_ptr(dst, idx), dst->dtype, ds, ta_tensor_ptr(src, idx),
+                           src->dtype, ss, inner);
+        next_row(nd, src->shape, idx);
+    }
+    return TA_OK;
+}
+
+ta_status ta_tensor_contiguous(ta_tensor *out, const ta_tensor *t)
+{
+    const char *fn = "ta_tensor_contiguous";
+    ta_status st = ta_tensor_check_dtypes(fn, "t", t, TA_ACCEPT_ANY);
+    if (st) return st;
+    if (!out) return ta_error(TA_EINVAL, "%s: out is NULL", fn);
+    ta_tensor c;
+    st = ta_tensor_empty_dtype(&c, t->dtype, t->ndim, t->shape);
+    if (st) return st;
+    ta_tensor_copy(&c, t);
+    *out = c;
+    return TA_OK;
+}
+
+/* n elements of size bytes at p, p + stride, ...: each set to the bytes at value. */
+static void fill_row(unsigned char *p, int64_t stride, int64_t n, const unsigned char *value,
+                     size_t size)
+{
+    int64_t step = stride * (int64_t)size;
+    uint16_t h;
+    uint32_t w;
+    uint64_t q;
+    switch (size) {
+    case 2:
+        memcpy(&h, value, 2);
+        for (int64_t j = 0; j < n; j++) memcpy(p + j * step, &h, 2);
+        break;
+    case 4:
+        memcpy(&w, value, 4);
+        for (int64_t j = 0; j < n; j++) memcpy(p + j * step, &w, 4);
+        break;
+    default:
+        memcpy(&q, value, 8);
+        for (int64_t j = 0; j < n; j++) memcpy(p + j * step, &q, 8);
+        break;
+    }
+}
+
+ta_status ta_tensor_fill(ta_tensor *t, float value)
+{
+    ta_status st = ta_tensor_check_dtypes("ta_tensor_fill", "t", t, TA_ACCEPT_ANY);
+    if (st) return st;
+    unsigned char v[8];
+    ta_dtype_store(v, t->dtype, value); /* rounded once, to nearest-even */
+    int64_t n = ta_tensor_numel(t);
+    int nd = t->ndim;
+    int64_t inner = nd ? t->shape[nd - 1] : 1, stride = nd ? t->stride[nd - 1] : 1;
+    int64_t idx[TA_MAX_DIMS] = {0};
+    for (int64_t done = 0; done < n; done += inner) {
+        fill_row(ta_tensor_ptr(t, idx), stride, inner, v, ta_dtype_size(t->dtype));
+        next_row(nd, t->shape, idx);
+    }
+    return TA_OK;
+}
+
+static ta_status tri(const char *fn, ta_tensor *t, int64_t diagonal, bool lower)
+{
+    ta_status st = ta_tensor_check_dtypes(fn, "t", t, TA_ACCEPT_ANY);
+    if (st) return st;
+    if (t->ndim < 2)
+        return ta_error(TA_ESHAPE, "%s: t must have at least 2 dims, got %d", fn, t->ndim);
+    int64_t n = ta_tensor_numel(t);
+    int64_t idx[TA_MAX_DIMS] = {0};
+    int r = t->ndim - 2, c = t->ndim - 1;
+    size_t size = ta_dtype_size(t->dtype);
+    for (int64_t e = 0; e < n; e++) {
+        int64_t i = idx[r], j = idx[c];
+        bool keep = lower ? j <= i + diagonal : j >= i + diagonal;
+        if (!keep) memset(ta_tensor_ptr(t, idx), 0, size); /* +0 in every dtype */
+        ta_index_next(t->ndim, t->shape, idx);
+    }
+    return TA_OK;
+}
+
+ta_status ta_tensor_tril(ta_tensor *t, int64_t diagonal)
+{
+    return tri("ta_tensor_tril", t, diagonal, true);
+}
+
+ta_status ta_tensor_triu(ta_tensor *t, int64_t diagonal)
+{
+    return tri("ta_tensor_triu", t, diagonal, false);
+}
