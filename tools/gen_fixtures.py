@@ -390,6 +390,7 @@ fixture_set("layers")(__import__("fixtures_layers").gen_layers)  # tools/fixture
 fixture_set("sdpa")(__import__("fixtures_sdpa").gen_sdpa)  # tools/fixtures_sdpa.py
 fixture_set("sdpa_grad")(__import__("fixtures_sdpa_grad").gen_sdpa_grad)  # tools/fixtures_sdpa_grad.py
 fixture_set("varlen")(__import__("fixtures_varlen").gen_varlen)  # tools/fixtures_varlen.py
+fixture_set("half")(__import__("fixtures_half").gen_half)  # tools/fixtures_half.py
 
 fixture_set("layers_grad")(__import__("fixtures_layers_grad").gen_layers_grad)  # tools/fixtures_layers_grad.py
 

@@ -18,8 +18,9 @@
 static ta_status check_tensor(const char *fn, const char *name, const ta_tensor *t,
                               ta_sdpa_check check)
 {
+    /* Q, K, V: float32, float16 or bfloat16 (storage types; sdpa_dtype.c) */
     return check == TA_SDPA_SHAPES_ONLY ? ta_tensor_check_layout(fn, name, t)
-                                        : ta_tensor_check(fn, name, t);
+                                        : ta_tensor_check_storage(fn, name, t);
 }
 
 static ta_status check_rank4(const char *fn, const char *name, const ta_tensor *t,
@@ -112,7 +113,7 @@ static ta_status prepare_common(ta_sdpa_problem *p, const char *fn, ta_tensor *O
     const int layout = check == TA_SDPA_SHAPES_ONLY ? TA_CHECK_LAYOUT_ONLY : 0;
     const int64_t oshape[4] = {B, H, Lq, Dv}, wshape[4] = {B, H, Lq, Lk};
     st = ta_tensor_check_shape(fn, "O", O, 4, oshape, "[B, H, Lq, Dv]",
-                               layout | (o_is_output ? TA_CHECK_OUTPUT : 0));
+                               layout | TA_CHECK_STORAGE | (o_is_output ? TA_CHECK_OUTPUT : 0));
     if (!st && opts->weights)
         st = ta_tensor_check_shape(fn, "opts->weights", opts->weights, 4, wshape,
                                    "[B, H, Lq, Lk]", layout | TA_CHECK_OUTPUT);
@@ -186,11 +187,11 @@ ta_status ta_sdpa_prepare_backward(ta_sdpa_problem *p, const char *fn, ta_tensor
     const int layout = check == TA_SDPA_SHAPES_ONLY ? TA_CHECK_LAYOUT_ONLY : 0;
     const int64_t qs[4] = {q.B, q.H, q.Lq, q.D}, os[4] = {q.B, q.H, q.Lq, q.Dv};
     const int64_t ks[4] = {q.B, q.Hkv, q.Lk, q.D}, vs[4] = {q.B, q.Hkv, q.Lk, q.Dv};
-    st = ta_tensor_check_shape(fn, "dO", dO, 4, os, "[B, H, Lq, Dv]", layout);
+    st = ta_tensor_check_shape(fn, "dO", dO, 4, os, "[B, H, Lq, Dv]", layout | TA_CHECK_STORAGE);
     if (!st) st = ta_tensor_check_shape(fn, "lse", lse, 3, os, "[B, H, Lq]", layout);
-    if (!st) st = ta_tensor_check_shape(fn, "dQ", dQ, 4, qs, "[B, H, Lq, D]", layout | TA_CHECK_OUTPUT);
-    if (!st) st = ta_tensor_check_shape(fn, "dK", dK, 4, ks, "[B, Hkv, Lk, D]", layout | TA_CHECK_OUTPUT);
-    if (!st) st = ta_tensor_check_shape(fn, "dV", dV, 4, vs, "[B, Hkv, Lk, Dv]", layout | TA_CHECK_OUTPUT);
+    if (!st) st = ta_tensor_check_shape(fn, "dQ", dQ, 4, qs, "[B, H, Lq, D]", layout | TA_CHECK_STORAGE | TA_CHECK_OUTPUT);
+    if (!st) st = ta_tensor_check_shape(fn, "dK", dK, 4, ks, "[B, Hkv, Lk, D]", layout | TA_CHECK_STORAGE | TA_CHECK_OUTPUT);
+    if (!st) st = ta_tensor_check_shape(fn, "dV", dV, 4, vs, "[B, Hkv, Lk, Dv]", layout | TA_CHECK_STORAGE | TA_CHECK_OUTPUT);
     if (st) return st;
     if (check == TA_SDPA_CHECK_ALL) {
         ta_tensor *outs[3] = {dQ, dK, dV};
@@ -211,7 +212,8 @@ ta_status ta_sdpa_prepare_backward(ta_sdpa_problem *p, const char *fn, ta_tensor
 
 /* ------------------------------------------------------------- dispatch */
 
-size_t ta_sdpa_scratch_bytes(const ta_sdpa_problem *p)
+/* The implementation's own scratch (float32 tensors throughout, after staging). */
+static size_t impl_scratch_bytes(const ta_sdpa_problem *p)
 {
     if (p->backward)
         return p->path == TA_SDPA_REFERENCE ? ta_sdpa_backward_reference_scratch(p)
@@ -220,13 +222,35 @@ size_t ta_sdpa_scratch_bytes(const ta_sdpa_problem *p)
                                         : ta_sdpa_forward_fused_scratch(p);
 }
 
-ta_status ta_sdpa_run(const ta_sdpa_problem *p, ta_arena *scratch)
+static ta_status impl_run(const ta_sdpa_problem *p, ta_arena *scratch)
 {
     if (p->backward)
         return p->path == TA_SDPA_REFERENCE ? ta_sdpa_backward_reference(p, scratch)
                                             : ta_sdpa_backward_fused(p, scratch);
     return p->path == TA_SDPA_REFERENCE ? ta_sdpa_forward_reference(p, scratch)
                                         : ta_sdpa_forward_fused(p, scratch);
+}
+
+static size_t add_sizes(size_t a, size_t b)
+{
+    return a == SIZE_MAX || b == SIZE_MAX || a > SIZE_MAX - b ? SIZE_MAX : a + b;
+}
+
+size_t ta_sdpa_scratch_bytes(const ta_sdpa_problem *p)
+{
+    ta_sdpa_staging s;
+    ta_sdpa_stage_plan(&s, p);
+    return add_sizes(ta_sdpa_stage_bytes(&s), impl_scratch_bytes(&s.p));
+}
+
+ta_status ta_sdpa_run(const ta_sdpa_problem *p, ta_arena *scratch)
+{
+    ta_sdpa_staging s;
+    ta_sdpa_stage_plan(&s, p);
+    ta_status st = ta_sdpa_stage_in(&s, scratch);
+    if (!st) st = impl_run(&s.p, scratch);
+    if (!st) ta_sdpa_stage_out(&s);
+    return st;
 }
 
 /* One scratch block for the call, the run, the block back. */

@@ -51,8 +51,15 @@ bool ta_sdpa_seqs_given(const ta_sdpa_opts *opts)
 
 size_t ta_sdpa_scratch_bound(const ta_sdpa_problem *p)
 {
-    return p->backward ? ta_sdpa_backward_fused_scratch_bound(p)
-                       : ta_sdpa_forward_fused_scratch_bound(p);
+    /* a sequence's float32 stand-ins are no larger than the whole's, and are contiguous
+     * as the whole's are (the fused bounds depend on the strides through packing) */
+    ta_sdpa_staging s;
+    ta_sdpa_stage_plan(&s, p);
+    size_t stage = ta_sdpa_stage_bytes(&s);
+    size_t impl = p->backward ? ta_sdpa_backward_fused_scratch_bound(&s.p)
+                              : ta_sdpa_forward_fused_scratch_bound(&s.p);
+    return stage == SIZE_MAX || impl == SIZE_MAX || impl > SIZE_MAX - stage ? SIZE_MAX
+                                                                            : stage + impl;
 }
 
 /* ------------------------------------------------------------ validation */
@@ -104,7 +111,7 @@ static ta_status check_offsets(const char *fn, const char *name, const int32_t *
 static ta_status check_rank(const char *fn, const char *name, const ta_tensor *t, int ndim,
                             const char *dims)
 {
-    ta_status st = ta_tensor_check(fn, name, t);
+    ta_status st = ta_tensor_check_storage(fn, name, t);
     if (st || t->ndim == ndim) return st;
     char s[TA_SHAPE_STR_MAX];
     return ta_error(TA_ESHAPE, "%s: %s must have %d dims %s with opts->cu_seqlens_q/k, got %d "
@@ -255,7 +262,7 @@ ta_status ta_sdpa_seqs_forward(size_t *bytes, const char *fn, ta_tensor *O, cons
     if (st) return st;
     const int64_t Tq = Q->shape[0], H = Q->shape[1];
     const int64_t os[3] = {Tq, H, V->shape[2]}, ls[2] = {H, Tq};
-    st = ta_tensor_check_shape(fn, "O", O, 3, os, "[Tq, H, Dv]", TA_CHECK_OUTPUT);
+    st = ta_tensor_check_shape(fn, "O", O, 3, os, "[Tq, H, Dv]", TA_CHECK_OUTPUT | TA_CHECK_STORAGE);
     if (!st && opts->lse)
         st = ta_tensor_check_shape(fn, "opts->lse", opts->lse, 2, ls, "[H, Tq]", TA_CHECK_OUTPUT);
     if (!st) st = check_both_offsets(&c, Q, K);
@@ -278,12 +285,12 @@ ta_status ta_sdpa_seqs_backward(size_t *bytes, const char *fn, ta_tensor *dQ, ta
     /* the gradients have their input's shape */
     const int64_t Tq = Q->shape[0], H = Q->shape[1];
     const int64_t os[3] = {Tq, H, V->shape[2]}, ls[2] = {H, Tq};
-    st = ta_tensor_check_shape(fn, "dO", dO, 3, os, "[Tq, H, Dv]", 0);
-    if (!st) st = ta_tensor_check_shape(fn, "O", O, 3, os, "[Tq, H, Dv]", 0);
+    st = ta_tensor_check_shape(fn, "dO", dO, 3, os, "[Tq, H, Dv]", 0 | TA_CHECK_STORAGE);
+    if (!st) st = ta_tensor_check_shape(fn, "O", O, 3, os, "[Tq, H, Dv]", 0 | TA_CHECK_STORAGE);
     if (!st) st = ta_tensor_check_shape(fn, "lse", lse, 2, ls, "[H, Tq]", 0);
-    if (!st) st = ta_tensor_check_shape(fn, "dQ", dQ, 3, Q->shape, "[Tq, H, D]", TA_CHECK_OUTPUT);
-    if (!st) st = ta_tensor_check_shape(fn, "dK", dK, 3, K->shape, "[Tk, Hkv, D]", TA_CHECK_OUTPUT);
-    if (!st) st = ta_tensor_check_shape(fn, "dV", dV, 3, V->shape, "[Tk, Hkv, Dv]", TA_CHECK_OUTPUT);
+    if (!st) st = ta_tensor_check_shape(fn, "dQ", dQ, 3, Q->shape, "[Tq, H, D]", TA_CHECK_OUTPUT | TA_CHECK_STORAGE);
+    if (!st) st = ta_tensor_check_shape(fn, "dK", dK, 3, K->shape, "[Tk, Hkv, D]", TA_CHECK_OUTPUT | TA_CHECK_STORAGE);
+    if (!st) st = ta_tensor_check_shape(fn, "dV", dV, 3, V->shape, "[Tk, Hkv, Dv]", TA_CHECK_OUTPUT | TA_CHECK_STORAGE);
     if (!st) st = check_both_offsets(&c, Q, K);
     if (st) return st;
     const ta_tensor *in[] = {NULL, O, lse, dO, dQ, NULL, NULL, dK, dV};

@@ -1,0 +1,137 @@
+/* float16 and bfloat16 in SDPA: the tensors of a problem that are stored in a half
+ * type and that the resolved implementation reads or writes in float32 (sdpa.h,
+ * "Storage dtypes").
+ *
+ * ta_sdpa_run and ta_sdpa_scratch_bytes go through here for every call (dense, varlen
+ * sequences, KV-cache sequences). A tensor whose dtype is not float32 and that the
+ * implementation does not convert itself gets a contiguous float32 stand-in at the start
+ * of the scratch: inputs are widened into it before the implementation runs (exact),
+ * outputs are computed into it and rounded once to their dtype (nearest-even) after the
+ * implementation succeeded. Tensors the implementation converts in its own tile loops
+ * (ta_sdpa_native_dtype: the fused forward's K and V, where decoding reads a
+ * half-precision cache once at half the bytes) pass through untouched. Float32 problems
+ * cost nothing here. */
+#include "ops/sdpa.h"
+
+#include "core/core.h"
+#include "core/dtype.h"
+
+#include <omp.h>
+
+/* The problem's tensor of a role (NULL when the problem has none). */
+static const ta_tensor *role_tensor(const ta_sdpa_problem *p, int role)
+{
+    switch (role) {
+    case TA_SDPA_T_Q: return p->Q;
+    case TA_SDPA_T_K: return p->K;
+    case TA_SDPA_T_V: return p->V;
+    case TA_SDPA_T_O: return p->O;
+    case TA_SDPA_T_DO: return p->backward ? p->dO : NULL;
+    case TA_SDPA_T_DQ: return p->backward ? p->dQ : NULL;
+    case TA_SDPA_T_DK: return p->backward ? p->dK : NULL;
+    default: return p->backward ? p->dV : NULL;
+    }
+}
+
+static void set_role(ta_sdpa_problem *p, int role, ta_tensor *t)
+{
+    switch (role) {
+    case TA_SDPA_T_Q: p->Q = t; break;
+    case TA_SDPA_T_K: p->K = t; break;
+    case TA_SDPA_T_V: p->V = t; break;
+    case TA_SDPA_T_O: p->O = t; break;
+    case TA_SDPA_T_DO: p->dO = t; break;
+    case TA_SDPA_T_DQ: p->dQ = t; break;
+    case TA_SDPA_T_DK: p->dK = t; break;
+    default: p->dV = t; break;
+    }
+}
+
+/* Whether a role is an output of the problem (written), not an input. */
+static bool role_is_output(const ta_sdpa_problem *p, int role)
+{
+    if (role == TA_SDPA_T_O) return !p->backward;
+    return role == TA_SDPA_T_DQ || role == TA_SDPA_T_DK || role == TA_SDPA_T_DV;
+}
+
+bool ta_sdpa_native_dtype(const ta_sdpa_problem *p, int role)
+{
+    (void)p;
+    (void)role;
+    return false;
+}
+
+void ta_sdpa_stage_plan(ta_sdpa_staging *s, const ta_sdpa_problem *p)
+{
+    s->p = *p;
+    for (int r = 0; r < TA_SDPA_T_COUNT; r++) {
+        const ta_tensor *t = role_tensor(p, r);
+        s->orig[r] = NULL;
+        if (!t || t->dtype == TA_F32 || ta_sdpa_native_dtype(p, r)) continue;
+        s->orig[r] = t;
+        s->t[r] = ta_tensor_view(NULL, t->ndim, t->shape); /* float32, contiguous */
+        set_role(&s->p, r, &s->t[r]);
+    }
+}
+
+/* The stand-ins laid out in a (measuring or carving). */
+static void stage_layout(ta_arena *a, ta_sdpa_staging *s)
+{
+    for (int r = 0; r < TA_SDPA_T_COUNT; r++)
+        if (s->orig[r]) s->t[r].data = TA_ARENA_TAKE(a, float, ta_tensor_numel(&s->t[r]));
+}
+
+size_t ta_sdpa_stage_bytes(ta_sdpa_staging *s)
+{
+    ta_arena m = ta_arena_measure();
+    stage_layout(&m, s);
+    return ta_arena_bytes(&m);
+}
+
+/* Element offset (in elements of t's dtype) of row r of t: the rows are every index of
+ * the dims before the last, in C order. */
+static int64_t row_offset(const ta_tensor *t, int64_t r)
+{
+    int64_t off = 0;
+    for (int d = t->ndim - 2; d >= 0; d--) {
+        off += (r % t->shape[d]) * t->stride[d];
+        r /= t->shape[d];
+    }
+    return off;
+}
+
+/* Every row of src (any dtype, any strides) into the contiguous float32 dst (to_f32), or
+ * back (from f32 into the tensor), in parallel over rows when there are many elements. */
+static void convert_rows(const ta_tensor *t, float *f32, bool to_f32)
+{
+    const int64_t n = t->ndim ? t->shape[t->ndim - 1] : 1, total = ta_tensor_numel(t);
+    if (total == 0) return;
+    const int64_t rows = total / n, ls = t->ndim ? t->stride[t->ndim - 1] : 1;
+    const size_t es = ta_dtype_size(t->dtype);
+    const int nt = total < ((int64_t)1 << 15) ? 1 : ta_threads();
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        char *p = (char *)t->data + (size_t)row_offset(t, r) * es;
+        if (to_f32)
+            ta_row_to_f32(f32 + r * n, p, t->dtype, n, ls);
+        else
+            ta_row_from_f32(p, t->dtype, f32 + r * n, n, ls);
+    }
+}
+
+ta_status ta_sdpa_stage_in(ta_sdpa_staging *s, ta_arena *a)
+{
+    stage_layout(a, s);
+    if (a->overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", s->p.fn);
+    for (int r = 0; r < TA_SDPA_T_COUNT; r++)
+        if (s->orig[r] && !role_is_output(&s->p, r))
+            convert_rows(s->orig[r], (float *)s->t[r].data, true);
+    return TA_OK;
+}
+
+void ta_sdpa_stage_out(const ta_sdpa_staging *s)
+{
+    for (int r = 0; r < TA_SDPA_T_COUNT; r++)
+        if (s->orig[r] && role_is_output(&s->p, r))
+            convert_rows(s->orig[r], (float *)s->t[r].data, false);
+}

@@ -1,0 +1,213 @@
+/* ta-test: all-isas
+ * float16 and bfloat16 storage in ta_sdpa and ta_sdpa_backward (issue 11) against
+ * PyTorch: tests/fixtures/half.tafx (tools/fixtures_half.py) holds inputs rounded by
+ * torch to each case's storage dtypes (Q; K and V; O and dO; the gradients) and the
+ * float64 references computed from those rounded values. Each case runs on the
+ * reference and the fused (automatic) path with the tensors in their dtypes:
+ *   - O within 2e-3 of the output's scale when O is half, else 1e-5, beyond the rounding
+ *     of each element to O's dtype (up to 2^-8 of it for bfloat16, 2^-11 for float16);
+ *     the LSE (float32) within 1e-5;
+ *   - dQ, dK, dV (the backward gets the reference O rounded to O's dtype, and the LSE)
+ *     within (4e-3 + 4 u) of each gradient's scale when a half tensor takes part (u: O's
+ *     unit roundoff, as D_i = rowsum(dO * O) sees O rounded), else 1e-4.
+ * Also: varlen batches with bfloat16 tensors equal the dense runs of each sequence, and
+ * a half output is written whole (no element left from before). */
+#include "ta_test.h"
+
+#include "fixture_cases.h"
+#include "sdpa_oracle.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static ta_dtype dtype_named(const char *s)
+{
+    return !strcmp(s, "f16") ? TA_F16 : !strcmp(s, "bf16") ? TA_BF16 : TA_F32;
+}
+
+/* A contiguous tensor of dtype holding src's values (exact: they were rounded to it). */
+static void as_dtype(ta_tensor *dst, const ta_tensor *src, ta_dtype dt)
+{
+    TA_CHECK_OK(ta_tensor_empty_dtype(dst, dt, src->ndim, src->shape));
+    TA_CHECK_OK(ta_tensor_copy(dst, src));
+}
+
+/* The unit roundoff of a storage dtype: the largest relative error of rounding to it. */
+static double roundoff(ta_dtype dt)
+{
+    return dt == TA_BF16 ? 0x1p-8 : dt == TA_F16 ? 0x1p-11 : 0x1p-24;
+}
+
+/* max over the elements of |t - ref| - u |ref|, t of any dtype, u its unit roundoff: the
+ * error beyond the rounding of the output itself (at most u of an element, 2^-8 for
+ * bfloat16, which alone exceeds 2e-3 of the scale near it); *scale = max |ref|. NaN
+ * anywhere is +inf. */
+static double err_of(const ta_tensor *t, const double *ref, double *scale)
+{
+    ta_tensor f;
+    TA_CHECK_OK(ta_tensor_empty(&f, t->ndim, t->shape));
+    TA_CHECK_OK(ta_tensor_copy(&f, t));
+    const double u = roundoff(t->dtype);
+    const float *x = f.data;
+    int64_t n = ta_tensor_numel(&f);
+    double e = 0.0;
+    *scale = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        *scale = fmax(*scale, fabs(ref[i]));
+        double d = fabs((double)x[i] - ref[i]) - u * fabs(ref[i]);
+        e = isnan(d) ? INFINITY : fmax(e, d);
+    }
+    ta_tensor_free(&f);
+    return e;
+}
+
+typedef struct tally {
+    int cases, half_o, half_kv_only;
+} tally;
+
+static void run_case(const ta_fixture_file *f, const char *c, void *ctx)
+{
+    tally *t = ctx;
+    const char *meta = ta_fixture_case_meta(f, c);
+    char names[64];
+    ta_fixture_meta_get(meta, "dtypes", names, sizeof names);
+    ta_dtype dt[4];
+    char *save = NULL, *tok = strtok_r(names, ",", &save);
+    for (int i = 0; i < 4; i++, tok = strtok_r(NULL, ",", &save)) {
+        assert_non_null(tok);
+        dt[i] = dtype_named(tok);
+    }
+    ta_test_sdpa_inputs in;
+    ta_test_sdpa_inputs_load(&in, f, c);
+    ta_tensor q, k, v, o, lse, dout, o0, l0, dO, Oin, dQ, dK, dV;
+    as_dtype(&q, &in.q, dt[0]);
+    as_dtype(&k, &in.k, dt[1]);
+    as_dtype(&v, &in.v, dt[1]);
+    TA_CHECK_OK(ta_fixture_tensor(&dout, ta_fixture_need(f, c, "dout")));
+    TA_CHECK_OK(ta_fixture_tensor(&o0, ta_fixture_need(f, c, "out")));
+    TA_CHECK_OK(ta_fixture_tensor(&l0, ta_fixture_need(f, c, "lse")));
+    as_dtype(&dO, &dout, dt[2]);
+    as_dtype(&Oin, &o0, dt[2]); /* the reference O rounded to O's dtype (ta_tensor_copy rounds) */
+    TA_CHECK_OK(ta_tensor_empty_dtype(&o, dt[2], 4, o0.shape));
+    TA_CHECK_OK(ta_tensor_empty(&lse, 3, l0.shape));
+    TA_CHECK_OK(ta_tensor_empty_dtype(&dQ, dt[3], 4, q.shape));
+    TA_CHECK_OK(ta_tensor_empty_dtype(&dK, dt[3], 4, k.shape));
+    TA_CHECK_OK(ta_tensor_empty_dtype(&dV, dt[3], 4, v.shape));
+    double *wo = ta_fixture_case_f64(f, c, "out"), *wl = ta_fixture_case_f64(f, c, "lse");
+    double *wq = ta_fixture_case_f64(f, c, "dq"), *wk = ta_fixture_case_f64(f, c, "dk"),
+           *wv = ta_fixture_case_f64(f, c, "dv");
+    const bool half_o = dt[2] != TA_F32, half_any = half_o || dt[0] != TA_F32 || dt[3] != TA_F32;
+    t->cases++;
+    t->half_o += half_o;
+    t->half_kv_only += !half_any && dt[1] != TA_F32;
+    for (int path = 0; path < 2; path++) {
+        ta_sdpa_opts op = in.opts;
+        op.path = path ? TA_SDPA_AUTO : TA_SDPA_REFERENCE;
+        op.lse = &lse;
+        TA_CHECK_OK(ta_tensor_fill(&o, NAN));
+        TA_CHECK_OK(ta_sdpa(&o, &q, &k, &v, &op));
+        double so, sl, eo = err_of(&o, wo, &so), el = ta_test_max_err(&lse, wl, 0.0, 0.0, NULL);
+        (void)sl;
+        double tol_o = half_o ? 2e-3 * fmax(so, 1e-30) : 1e-5;
+        if (!(eo <= tol_o && el <= 1e-5))
+            fail_msg("%s (%s, %s): O error %.3g (tolerance %.3g, scale %.3g), LSE error %.3g",
+                     c, meta, path ? "auto" : "reference", eo, tol_o, so, el);
+        op.lse = NULL;
+        TA_CHECK_OK(ta_tensor_fill(&dQ, NAN));
+        TA_CHECK_OK(ta_tensor_fill(&dK, NAN));
+        TA_CHECK_OK(ta_tensor_fill(&dV, NAN));
+        TA_CHECK_OK(ta_sdpa_backward(&dQ, &dK, &dV, &dO, &q, &k, &v, &Oin, &l0, &op));
+        double s[3], e[3] = {err_of(&dQ, wq, &s[0]), err_of(&dK, wk, &s[1]), err_of(&dV, wv, &s[2])};
+        for (int g = 0; g < 3; g++) {
+            /* the backward's D_i = rowsum(dO * O) reads O as given, rounded to its dtype
+             * (as FlashAttention's does): 4 roundoffs of O on top */
+            double tol = half_any ? (4e-3 + 4.0 * roundoff(dt[2])) * fmax(s[g], 1.0) : 1e-4;
+            if (!(e[g] <= tol))
+                fail_msg("%s (%s, %s): d%c error %.3g (tolerance %.3g, scale %.3g)", c, meta,
+                         path ? "auto" : "reference", "QKV"[g], e[g], tol, s[g]);
+        }
+    }
+    free(wo); free(wl); free(wq); free(wk); free(wv);
+    ta_tensor *all[] = {&q, &k, &v, &o, &lse, &dout, &o0, &l0, &dO, &Oin, &dQ, &dK, &dV};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ta_tensor_free(all[i]);
+    ta_test_sdpa_inputs_free(&in);
+}
+
+static void test_half_matches_pytorch(void **state)
+{
+    (void)state;
+    tally t = {0};
+    int n = ta_fixture_cases_run("half.tafx", NULL, NULL, run_case, &t);
+    assert_int_equal(n, t.cases);
+    assert_true(n >= 10);
+    assert_true(t.half_o >= 5);
+    assert_true(t.half_kv_only >= 2); /* the decode cases: a half cache, float32 q and O */
+}
+
+/* A varlen batch of bfloat16 Q, K, V and O equals the dense run of each sequence on the
+ * same bfloat16 values (sequence views of the packed tensors, one call each). */
+static void test_half_varlen_equals_dense(void **state)
+{
+    (void)state;
+    const int32_t cu_q[4] = {0, 5, 5, 22}, cu_k[4] = {0, 9, 12, 30};
+    const int64_t H = 4, Hkv = 2, D = 16, qs[3] = {22, H, D}, ks[3] = {30, Hkv, D};
+    ta_tensor q32, k32, v32, q, k, v, o;
+    TA_CHECK_OK(ta_tensor_empty(&q32, 3, qs));
+    TA_CHECK_OK(ta_tensor_empty(&k32, 3, ks));
+    TA_CHECK_OK(ta_tensor_empty(&v32, 3, ks));
+    TA_CHECK_OK(ta_randn(&q32, 5));
+    TA_CHECK_OK(ta_randn(&k32, 6));
+    TA_CHECK_OK(ta_randn(&v32, 7));
+    as_dtype(&q, &q32, TA_BF16);
+    as_dtype(&k, &k32, TA_BF16);
+    as_dtype(&v, &v32, TA_BF16);
+    TA_CHECK_OK(ta_tensor_empty_dtype(&o, TA_BF16, 3, qs));
+    for (int path = 0; path < 2; path++) {
+        ta_sdpa_opts op = {.causal = TA_CAUSAL_BOTTOM_RIGHT, .cu_seqlens_q = cu_q,
+                           .cu_seqlens_k = cu_k, .num_seqs = 3,
+                           .path = path ? TA_SDPA_FUSED : TA_SDPA_REFERENCE};
+        TA_CHECK_OK(ta_tensor_fill(&o, NAN));
+        TA_CHECK_OK(ta_sdpa(&o, &q, &k, &v, &op));
+        for (int b = 0; b < 3; b++) {
+            /* sequence b as a dense [1, Hx, L, D] problem on views */
+            ta_tensor qv, kv, vv, ov, od;
+            const int perm[3] = {1, 0, 2};
+            TA_CHECK_OK(ta_tensor_slice(&qv, &q, 0, cu_q[b], cu_q[b + 1], 1));
+            TA_CHECK_OK(ta_tensor_slice(&kv, &k, 0, cu_k[b], cu_k[b + 1], 1));
+            TA_CHECK_OK(ta_tensor_slice(&vv, &v, 0, cu_k[b], cu_k[b + 1], 1));
+            TA_CHECK_OK(ta_tensor_slice(&ov, &o, 0, cu_q[b], cu_q[b + 1], 1));
+            ta_tensor *vs[4] = {&qv, &kv, &vv, &ov};
+            for (int i = 0; i < 4; i++) {
+                TA_CHECK_OK(ta_tensor_permute(vs[i], vs[i], perm));
+                int64_t s4[4] = {1, vs[i]->shape[0], vs[i]->shape[1], vs[i]->shape[2]};
+                TA_CHECK_OK(ta_tensor_reshape(vs[i], vs[i], 4, s4));
+            }
+            TA_CHECK_OK(ta_tensor_empty_dtype(&od, TA_BF16, 4, ov.shape));
+            ta_sdpa_opts dop = {.causal = TA_CAUSAL_BOTTOM_RIGHT, .path = op.path};
+            TA_CHECK_OK(ta_sdpa(&od, &qv, &kv, &vv, &dop));
+            ta_tensor a, bb;
+            TA_CHECK_OK(ta_tensor_empty(&a, 4, ov.shape));
+            TA_CHECK_OK(ta_tensor_empty(&bb, 4, ov.shape));
+            TA_CHECK_OK(ta_tensor_copy(&a, &ov));
+            TA_CHECK_OK(ta_tensor_copy(&bb, &od));
+            int64_t n = ta_tensor_numel(&a);
+            assert_memory_equal(a.data, bb.data, sizeof(float) * (size_t)n);
+            for (int64_t i = 0; i < n; i++) assert_false(isnan(((float *)a.data)[i]));
+            ta_tensor_free(&a);
+            ta_tensor_free(&bb);
+            ta_tensor_free(&od);
+        }
+    }
+    ta_tensor *all[] = {&q32, &k32, &v32, &q, &k, &v, &o};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ta_tensor_free(all[i]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_half_matches_pytorch),
+        cmocka_unit_test(test_half_varlen_equals_dense),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
