@@ -367,7 +367,7 @@ static void test_errors_name_argument_and_shapes(void **state)
     TA_CHECK_OK(ta_tensor_from_buffer(&Oz, e.O.data, 4, os, zst));
     TA_CHECK_ERR(ta_sdpa(&Oz, Q, K, V, &o), TA_EINVAL, "ta_sdpa: O has stride 0 in dim 0");
     ta_tensor Qf = *Q;
-    Qf.dtype = TA_F16;
+    Qf.dtype = TA_F64; /* f16 and bf16 are storage types ta_sdpa takes */
     TA_CHECK_ERR(ta_sdpa(O, &Qf, K, V, &o), TA_EUNSUPPORTED, "ta_sdpa: Q has dtype");
 
     expect_untouched(&e);
