@@ -391,6 +391,7 @@ fixture_set("sdpa")(__import__("fixtures_sdpa").gen_sdpa)  # tools/fixtures_sdpa
 fixture_set("sdpa_grad")(__import__("fixtures_sdpa_grad").gen_sdpa_grad)  # tools/fixtures_sdpa_grad.py
 
 fixture_set("layers_grad")(__import__("fixtures_layers_grad").gen_layers_grad)  # tools/fixtures_layers_grad.py
+fixture_set("sdpa_variants")(__import__("fixtures_variants").gen_sdpa_variants)  # tools/fixtures_variants.py
 
 # ------------------------------------------------------------------ main
 
