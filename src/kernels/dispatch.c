@@ -70,7 +70,8 @@ const char *ta_isa_name(ta_isa isa)
 int ta_kernels_check(const ta_kernels *k, char *why, size_t n)
 {
     CHECK(k->sgemm_ukr && k->attn_qk && k->attn_qk_rows && k->attn_softmax && k->attn_pv &&
-              k->attn_exp && k->attn_pack_t && k->attn_bwd_gemm && k->attn_bwd_dsoftmax,
+              k->attn_exp && k->attn_pack_t && k->attn_bwd_gemm && k->attn_bwd_dsoftmax &&
+              k->attn_softcap,
           "a kernel entry is not set");
     CHECK(k->sgemm_mr >= 1 && k->sgemm_nr >= 1 &&
               (int64_t)k->sgemm_mr * k->sgemm_nr <= TA_SGEMM_TILE_MAX,

@@ -16,4 +16,5 @@ void ta_kernels_fill_avx2(ta_kernels *k)
     k->sgemm_nc = 2048;
     ta_attn_fill_avx2(k);     /* attention kernels: attn_avx2.c */
     ta_attn_bwd_fill_avx2(k); /* attention backward kernels: attn_bwd_avx2.c */
+    ta_attn_variants_fill_avx2(k); /* softcap's tanh: attn_variants_avx2.c */
 }

@@ -11,4 +11,5 @@ void ta_kernels_fill_scalar(ta_kernels *k)
     k->sgemm_nc = 2048;
     ta_attn_fill_scalar(k);     /* attention kernels: attn_scalar.c */
     ta_attn_bwd_fill_scalar(k); /* attention backward kernels: attn_bwd_scalar.c */
+    ta_attn_variants_fill_scalar(k); /* softcap's tanh: attn_variants_scalar.c */
 }
