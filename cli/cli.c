@@ -125,6 +125,56 @@ bool cli_mask_mode(const cli_opt *mode_opt, const cli_opt *mask_opt, ta_mask_mod
     return true;
 }
 
+/* One integer >= -1 of a "LEFT,RIGHT" pair: digits with an optional leading '-' (no
+ * spaces, no '+'), ending at stop; *next is where it ended. */
+static bool window_bound(const char *text, char stop, long long *v, const char **next)
+{
+    char *end;
+    if (!(text[0] == '-' || (text[0] >= '0' && text[0] <= '9'))) return false;
+    errno = 0;
+    *v = strtoll(text, &end, 10);
+    *next = end;
+    return !errno && end != text && *end == stop && *v >= -1;
+}
+
+bool cli_variant_flags(cli_opt *opts, ta_sdpa_opts *so)
+{
+    cli_opt *w = cli_find(opts, "--window"), *c = cli_find(opts, "--softcap");
+    if (w && w->given) {
+        long long left, right;
+        const char *next;
+        if (!window_bound(w->value, ',', &left, &next) ||
+            !window_bound(next + 1, '\0', &right, &next))
+            return cli_error(CLI_USAGE, "--window expects LEFT,RIGHT, two integers >= -1 "
+                             "(-1: unbounded), got '%s'", w->value), false;
+        so->has_window = 1;
+        so->window_left = left;
+        so->window_right = right;
+    }
+    if (c && c->given) {
+        if (!cli_float("--softcap", c->value, &so->softcap)) return false;
+        if (!(so->softcap > 0.0f))
+            return cli_error(CLI_USAGE, "--softcap must be > 0 (leave it out for no softcap), "
+                             "got '%s'", c->value), false;
+    }
+    return true;
+}
+
+bool cli_variant_files(cli_opt *opts, ta_sdpa_opts *so, ta_tensor *slopes, ta_tensor *sinks)
+{
+    cli_opt *a = cli_find(opts, "--alibi-slopes"), *s = cli_find(opts, "--sinks");
+    ta_status st;
+    if (a && a->given) {
+        if ((st = ta_npy_load(slopes, a->value))) return cli_fail(st, "reading --alibi-slopes"), false;
+        so->alibi_slopes = slopes;
+    }
+    if (s && s->given) {
+        if ((st = ta_npy_load(sinks, s->value))) return cli_fail(st, "reading --sinks"), false;
+        so->sinks = sinks;
+    }
+    return true;
+}
+
 bool cli_threads(cli_opt *opts)
 {
     cli_opt *o = cli_find(opts, "--threads");

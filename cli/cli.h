@@ -41,6 +41,15 @@ bool cli_float(const char *opt, const char *text, float *out);
  * false after printing a usage error. */
 bool cli_mask_mode(const cli_opt *mode_opt, const cli_opt *mask_opt, ta_mask_mode *mode);
 
+/* The attention variants' flags of sdpa (and kvcache), found in opts by name:
+ * --window LEFT,RIGHT (integers >= -1) and --softcap C (> 0) into *so when given; returns
+ * false after printing a usage error (exit 2). */
+bool cli_variant_flags(cli_opt *opts, ta_sdpa_opts *so);
+/* --alibi-slopes S.npy and --sinks S.npy when given: loaded into *slopes and *sinks (free
+ * them with ta_tensor_free) and set in *so; returns false after printing an error (exit
+ * 1). Their shapes are the library's to check. */
+bool cli_variant_files(cli_opt *opts, ta_sdpa_opts *so, ta_tensor *slopes, ta_tensor *sinks);
+
 /* Applies --threads if given (returns false after printing an error). */
 bool cli_threads(cli_opt *opts);
 

@@ -13,9 +13,12 @@ static const char help[] =
     "                       [--key-lengths L.npy] [--scale S] [--threads N]\n"
     "                       [--weights W.npy] [--lse LSE.npy]\n"
     "                       [--grad-out dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]\n"
+    "                       [--window LEFT,RIGHT] [--softcap C] [--alibi-slopes S.npy]\n"
+    "                       [--sinks S.npy] [--dsinks dS.npy]\n"
     "       tensorattn sdpa --q Q.npy --k K.npy --v V.npy --cu-seqlens-q CQ.npy\n"
     "                       --cu-seqlens-k CK.npy -o O.npy [--causal ...] [--scale S]\n"
     "                       [--threads N] [--lse LSE.npy] [--grad-out ... --dv dV.npy]\n"
+    "                       [variants as above]\n"
     "\n"
     "Scaled dot-product attention softmax(Q K^T * scale + mask) V.\n"
     "  Q [B,H,Lq,D], K [B,Hkv,Lk,D], V [B,Hkv,Lk,Dv] (H % Hkv == 0), O [B,H,Lq,Dv].\n"
@@ -40,13 +43,22 @@ static const char help[] =
     "Lq and Lk for bottom_right). O and dO are [Tq,H,Dv], --lse [H,Tq], the gradients\n"
     "packed like their inputs. --mask, --key-lengths and --weights do not combine with\n"
     "the offsets.\n"
+    "Variants (FlashAttention's definitions; with query i, key j: rel = j - (i + delta),\n"
+    "delta = 0 for --causal top_left, else Lk - Lq):\n"
+    "  --window       keys with -LEFT <= rel <= RIGHT only; -1: unbounded on that side\n"
+    "  --softcap      C > 0: scores s = C * tanh(s / C) (after the scale)\n"
+    "  --alibi-slopes <f4 [H] or [B,H]: scores -= slope * |rel| (no gradient)\n"
+    "  --sinks        <f4 [H]: a logit per head in every row's softmax denominator\n"
+    "                 (LSE includes it; a row with no key gets output 0, LSE = sink)\n"
+    "  --dsinks       with --grad-out and --sinks: also write the sinks' gradient [H]\n"
     "A query row that may attend to no key gets output 0, weights 0 and LSE -inf, and\n"
     "contributes no gradient.\n"
     "Outputs are .npy <f4, each written whole or not at all, and only after every\n"
     "computation succeeded.\n";
 
 enum { O_Q, O_K, O_V, O_OUT, O_CAUSAL, O_MASK, O_MODE, O_KLEN, O_SCALE, O_THREADS, O_W, O_LSE,
-       O_GRAD, O_DQ, O_DK, O_DV, O_CUQ, O_CUK };
+       O_GRAD, O_DQ, O_DK, O_DV, O_CUQ, O_CUK, O_WINDOW, O_SOFTCAP, O_ALIBI, O_SINKS,
+       O_DSINKS };
 
 /* --cu-seqlens-q / -k: num_seqs + 1 (>= 1) integers that fit int32, into *out (malloc'd).
  * Returns false after printing the error. */
@@ -118,6 +130,11 @@ int cmd_sdpa(int argc, char **argv)
         [O_DV] = {.name = "--dv", .takes_value = true},
         [O_CUQ] = {.name = "--cu-seqlens-q", .takes_value = true},
         [O_CUK] = {.name = "--cu-seqlens-k", .takes_value = true},
+        [O_WINDOW] = {.name = "--window", .takes_value = true},
+        [O_SOFTCAP] = {.name = "--softcap", .takes_value = true},
+        [O_ALIBI] = {.name = "--alibi-slopes", .takes_value = true},
+        [O_SINKS] = {.name = "--sinks", .takes_value = true},
+        [O_DSINKS] = {.name = "--dsinks", .takes_value = true},
         {0}};
     const char *pos[1];
     int npos;
@@ -149,10 +166,14 @@ int cmd_sdpa(int argc, char **argv)
         return CLI_USAGE;
     if (opts[O_SCALE].given && so.scale == 0.0f)
         return cli_error(CLI_USAGE, "--scale must be nonzero");
+    if (opts[O_DSINKS].given && !(grad && opts[O_SINKS].given))
+        return cli_error(CLI_USAGE, "--dsinks needs the backward pass (--grad-out ...) and "
+                                    "--sinks");
+    if (!cli_variant_flags(opts, &so)) return CLI_USAGE;
     if (!cli_threads(&opts[0])) return CLI_USAGE;
 
     ta_tensor q = {0}, k = {0}, v = {0}, mask = {0}, o = {0}, w = {0}, lse = {0};
-    ta_tensor dout = {0}, dq = {0}, dk = {0}, dv = {0};
+    ta_tensor dout = {0}, dq = {0}, dk = {0}, dv = {0}, slopes = {0}, sinks = {0}, dsinks = {0};
     int64_t *klen = NULL;
     int32_t *cq = NULL, *ck = NULL;
     ta_status st;
@@ -164,6 +185,7 @@ int cmd_sdpa(int argc, char **argv)
         if ((st = ta_npy_load(&mask, opts[O_MASK].value))) { cli_fail(st, "reading --mask"); goto done; }
         so.mask = &mask;
     }
+    if (!cli_variant_files(opts, &so, &slopes, &sinks)) goto done;
     const int nd = varlen ? 3 : 4; /* packed [T,H,D], or [B,H,L,D] */
     if (q.ndim != nd || v.ndim != nd || (grad && k.ndim != nd)) {
         cli_error(CLI_FAIL, "--q, --k and --v must have %d dims %s, got %d, %d and %d", nd,
@@ -210,6 +232,10 @@ int cmd_sdpa(int argc, char **argv)
         int64_t vshape[4] = {k.shape[0], k.shape[1], k.shape[2], k.shape[3]};
         vshape[nd - 1] = v.shape[nd - 1]; /* dV: K's keys and heads, V's Dv */
         if ((st = ta_tensor_empty(&dv, nd, vshape))) { cli_fail(st, "sdpa"); goto done; }
+        if (opts[O_DSINKS].given && (st = ta_tensor_empty(&dsinks, 1, &q.shape[1]))) {
+            cli_fail(st, "sdpa");
+            goto done;
+        }
     }
     if ((st = ta_sdpa(&o, &q, &k, &v, &so))) { cli_fail(st, "sdpa"); goto done; }
     if (grad) {
@@ -217,6 +243,7 @@ int cmd_sdpa(int argc, char **argv)
         bo.weights = NULL;
         bo.lse = NULL;
         bo.path = TA_SDPA_AUTO;
+        bo.dsinks = opts[O_DSINKS].given ? &dsinks : NULL;
         if ((st = ta_sdpa_backward(&dq, &dk, &dv, &dout, &q, &k, &v, &o, &lse, &bo))) {
             cli_fail(st, "sdpa backward");
             goto done;
@@ -228,6 +255,10 @@ int cmd_sdpa(int argc, char **argv)
     if (grad && (st = ta_npy_save(opts[O_DQ].value, &dq))) { cli_fail(st, "writing --dq"); goto done; }
     if (grad && (st = ta_npy_save(opts[O_DK].value, &dk))) { cli_fail(st, "writing --dk"); goto done; }
     if (grad && (st = ta_npy_save(opts[O_DV].value, &dv))) { cli_fail(st, "writing --dv"); goto done; }
+    if (opts[O_DSINKS].given && (st = ta_npy_save(opts[O_DSINKS].value, &dsinks))) {
+        cli_fail(st, "writing --dsinks");
+        goto done;
+    }
     rc = CLI_OK;
 done:
     ta_tensor_free(&q);
@@ -241,6 +272,9 @@ done:
     ta_tensor_free(&dq);
     ta_tensor_free(&dk);
     ta_tensor_free(&dv);
+    ta_tensor_free(&slopes);
+    ta_tensor_free(&sinks);
+    ta_tensor_free(&dsinks);
     ta_npy_free(klen);
     free(cq);
     free(ck);

@@ -48,6 +48,16 @@ def masked_scores(q, k, v, scale=0.0, causal="none", mask=None, mode="keep",
     v = v.repeat_interleave(g, dim=1)
     s = scale if scale != 0.0 else 1.0 / math.sqrt(D)
     scores = torch.einsum("bhid,bhjd->bhij", q, k) * s
+    blocked = blocked_keys(B, H, Lq, Lk, causal, mask, mode, key_lengths)
+    scores = scores.masked_fill(blocked, float("-inf"))
+    if mask is not None and mode == "additive":
+        scores = scores + mask.to(q.dtype)
+    return scores, v
+
+
+def blocked_keys(B, H, Lq, Lk, causal="none", mask=None, mode="keep", key_lengths=None):
+    """[B, H, Lq, Lk] bool: the keys that the causal limit, the key lengths or a keep /
+    block mask hide (an additive mask hides nothing here)."""
     blocked = torch.zeros(B, H, Lq, Lk, dtype=torch.bool)
     if causal == "top_left":
         blocked |= torch.triu(torch.ones(Lq, Lk), diagonal=1).bool()
@@ -60,10 +70,7 @@ def masked_scores(q, k, v, scale=0.0, causal="none", mask=None, mode="keep",
         blocked |= (mask == 0).expand(B, H, Lq, Lk)
     elif mask is not None and mode == "block":
         blocked |= (mask != 0).expand(B, H, Lq, Lk)
-    scores = scores.masked_fill(blocked, float("-inf"))
-    if mask is not None and mode == "additive":
-        scores = scores + mask.to(q.dtype)
-    return scores, v
+    return blocked
 
 
 def sdpa_math64(q, k, v, scale=0.0, causal="none", mask=None, mode="keep",

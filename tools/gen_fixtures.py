@@ -393,6 +393,7 @@ fixture_set("varlen")(__import__("fixtures_varlen").gen_varlen)  # tools/fixture
 fixture_set("half")(__import__("fixtures_half").gen_half)  # tools/fixtures_half.py
 
 fixture_set("layers_grad")(__import__("fixtures_layers_grad").gen_layers_grad)  # tools/fixtures_layers_grad.py
+fixture_set("sdpa_variants")(__import__("fixtures_variants").gen_sdpa_variants)  # tools/fixtures_variants.py
 
 # ------------------------------------------------------------------ main
 

@@ -105,7 +105,7 @@ isas=$(sed -n 's/^TA_ISA([^,]*, *\([a-z0-9_]*\),.*"\(..*\)")$/\1/p' src/kernels/
 isa_flags() { sed -n "s/^TA_ISA([^,]*, *$1,.*\"\(.*\)\")\$/\1/p" src/kernels/isa_table.def; }
 
 for isa in $isas; do
-    for f in gemm attn attn_bwd; do
+    for f in gemm attn attn_bwd attn_variants; do
         src="src/kernels/${f}_${isa}.c"
         [ -f "$src" ] || continue
         # shellcheck disable=SC2046,SC2086
@@ -157,7 +157,8 @@ attn_exp loop|attn|ta_expf_ISA|attn_template.h|V_STOREU\(y \+ i, V_EXP||one vect
 attn_pack_t 8x8 block|attn|ta_attn_pack_t_ISA|attn_template.h|V_TRANSPOSE8_SCALED\(qp||one 8 x 8 block: 8 row loads, 24 shuffles, 8 multiplies by the scale, 8 stores
 bwd_gemm k loop|attn_bwd|ta_attn_bwd_gemm_ISA_[0-9]+x[0-9]+|attn_bwd_template.h|cr\[r\]\[v\] = V_FMA\(ab||one k step: MR rows x NV vectors
 dsoftmax scale loop|attn_bwd|ta_attn_bwd_dsoftmax_ISA|attn_bwd_template.h|V_STOREU\(sr \+ j, V_SUB\(V_MUL||one vector: s * scale - lse
-dsoftmax dS loop|attn_bwd|ta_attn_bwd_dsoftmax_ISA|attn_bwd_template.h|V_STOREU\(dr \+ j, V_MUL||one vector: P * (dP - di)'
+dsoftmax dS loop|attn_bwd|ta_attn_bwd_dsoftmax_ISA|attn_bwd_template.h|V_STOREU\(dr \+ j, V_MUL||one vector: P * (dP - di)
+attn_softcap loop|attn_variants|ta_attn_softcap_ISA|attn_variants_template.h|V_STOREU\(s \+ i, V_SOFTCAP||one vector: cap * tanh(s / cap) (polynomial, exp, division, blend)'
 
 # The tile constants of kernel file $1 (#define NAME <integer>), as NAME=value lines.
 tile_consts() { sed -n 's/^#define \([A-Z][A-Z0-9_]*\) \([0-9][0-9]*\)[[:space:]]*$/\1=\2/p' "$1"; }
@@ -388,8 +389,9 @@ if [ -n "$skipped" ]; then echo "Not run (the model lacks the ISA's instructions
 echo
 printf "Tile constants (the kernel files' #defines):"
 for isa in $isas; do
-    for f in gemm attn attn_bwd; do
-        printf "\n- \`%s\`: %s" "${f}_${isa}.c" "$(tile_consts "src/kernels/${f}_${isa}.c" | tr '\n' ' ' | sed 's/ $//')"
+    for f in gemm attn attn_bwd attn_variants; do
+        c=$(tile_consts "src/kernels/${f}_${isa}.c" | tr '\n' ' ' | sed 's/ $//')
+        if [ -n "$c" ]; then printf "\n- \`%s\`: %s" "${f}_${isa}.c" "$c"; fi
     done
 done
 echo

@@ -71,7 +71,8 @@ int ta_kernels_check(const ta_kernels *k, char *why, size_t n)
 {
     CHECK(k->sgemm_ukr && k->attn_qk && k->attn_qk_rows && k->attn_softmax && k->attn_pv &&
               k->attn_exp && k->attn_pack_t && k->attn_bwd_gemm && k->attn_bwd_dsoftmax &&
-              k->cvt_f16_f32 && k->cvt_f32_f16 && k->cvt_bf16_f32 && k->cvt_f32_bf16,
+              k->cvt_f16_f32 && k->cvt_f32_f16 && k->cvt_bf16_f32 && k->cvt_f32_bf16 &&
+              k->attn_softcap,
           "a kernel entry is not set");
     CHECK(k->sgemm_mr >= 1 && k->sgemm_nr >= 1 &&
               (int64_t)k->sgemm_mr * k->sgemm_nr <= TA_SGEMM_TILE_MAX,

@@ -91,6 +91,11 @@ typedef struct ta_kernels {
     void (*cvt_f32_f16)(uint16_t *dst, const float *src, int64_t n);
     void (*cvt_bf16_f32)(float *dst, const uint16_t *src, int64_t n);
     void (*cvt_f32_bf16)(uint16_t *dst, const float *src, int64_t n);
+    /* ---- attention variants (filled by ta_attn_variants_fill_<isa> in
+     * src/kernels/attn_variants_<isa>.c; docs/kernels.md, "Attention variants"). */
+    /* s[i] = cap * tanh(s[i] / cap) for i < n, in place (2^-126 <= cap <= 2^126): the
+     * softcap of a score tile. */
+    void (*attn_softcap)(float *s, int64_t n, float cap);
 } ta_kernels;
 
 /* The table in use (the best usable, or TA_ARCH's choice). Never NULL. */
@@ -110,8 +115,9 @@ int ta_kernels_check(const ta_kernels *k, char *why, size_t n);
 
 /* Every row of isa_table.def declares its CPU predicate and filler here, and the
  * fillers its templates define (gemm_template.h, attn_template.h, attn_bwd_template.h,
- * cvt_template.h instantiated by gemm_<name>.c, attn_<name>.c, attn_bwd_<name>.c,
- * cvt_<name>.c), which the ISA's filler (kernels_<name>.c) calls. */
+ * cvt_template.h, attn_variants_template.h instantiated by gemm_<name>.c, attn_<name>.c,
+ * attn_bwd_<name>.c, cvt_<name>.c, attn_variants_<name>.c), which the ISA's filler
+ * (kernels_<name>.c) calls. */
 #define TA_ISA(isa, name, parent, supported, fill, arch, cflags)                              \
     int supported(void);                                                                     \
     void fill(ta_kernels *k);                                                                \
@@ -119,6 +125,7 @@ int ta_kernels_check(const ta_kernels *k, char *why, size_t n);
     void ta_attn_fill_##name(ta_kernels *k);                                                 \
     void ta_attn_bwd_fill_##name(ta_kernels *k);                                             \
     void ta_cvt_fill_##name(ta_kernels *k);
+    void ta_attn_variants_fill_##name(ta_kernels *k);
 #include "kernels/isa_table.def"
 #undef TA_ISA
 

@@ -1,8 +1,8 @@
 /* The vector vocabulary of the kernel templates (gemm_template.h, attn_template.h,
  * attn_bwd_template.h) for AVX2 + FMA (include only from *_avx2.c files, built with the
  * avx2 row's flags): VT (the vector type), VL (lanes), the V_* operations with masked
- * tails, and the expf the attention kernels share (accuracy: docs/kernels.md,
- * "Attention"). Header-only: it defines no library symbols. */
+ * tails, and the expf and tanhf the attention kernels share (accuracy: docs/kernels.md,
+ * "Attention", "Attention variants"). Header-only: it defines no library symbols. */
 #ifndef TA_VEC_AVX2_H
 #define TA_VEC_AVX2_H
 
@@ -47,6 +47,24 @@ static inline __m256 exp_avx2(__m256 x)
     return _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
 }
 
+/* c * tanh(x * ic) as softcap_avx512 (vec_avx512.h; accuracy: docs/kernels.md,
+ * "Attention variants"). */
+static inline __m256 softcap_avx2(__m256 x, __m256 c, __m256 ic)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+    __m256 a = _mm256_andnot_ps(sign, x), y = _mm256_mul_ps(a, ic), z = _mm256_mul_ps(y, y);
+    __m256 p = _mm256_set1_ps(-5.70498872745e-3f);
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(2.06390887954e-2f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-5.37397155531e-2f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(1.33314422036e-1f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-3.33332819422e-1f));
+    __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), a, a);
+    __m256 e = exp_avx2(_mm256_mul_ps(y, _mm256_set1_ps(-2.0f)));
+    __m256 big = _mm256_mul_ps(c, _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e)));
+    __m256 lo = _mm256_cmp_ps(y, _mm256_set1_ps(0.625f), _CMP_LT_OQ);
+    return _mm256_or_ps(_mm256_blendv_ps(big, small, lo), _mm256_and_ps(x, sign));
+}
+
 /* The sum of v's lanes in a fixed order: (lo half + hi half), then pairs, then the last
  * two: the same for the same v on every call. */
 static inline float reduce_add_avx2(__m256 v)
@@ -72,6 +90,8 @@ static inline float reduce_add_avx2(__m256 v)
 #define V_NEGINF_TO_ZERO(v) \
     _mm256_andnot_ps(_mm256_cmp_ps(v, _mm256_set1_ps(-__builtin_inff()), _CMP_EQ_OQ), v)
 #define V_EXP(v) exp_avx2(v)
+#define V_SOFTCAP(v, c, ic) softcap_avx2(v, c, ic)
+#define V_TANH(v) softcap_avx2(v, V_SET1(1.0f), V_SET1(1.0f))
 #define V_REDUCE_ADD(v) reduce_add_avx2(v) /* float: the sum of the lanes, fixed order */
 
 #endif

@@ -1,8 +1,8 @@
 /* The vector vocabulary of the kernel templates (gemm_template.h, attn_template.h,
  * attn_bwd_template.h) for AVX-512 (include only from *_avx512.c files, built with the
  * avx512 row's flags): VT (the vector type), VL (lanes), the V_* operations with masked
- * tails, and the expf the attention kernels share (accuracy: docs/kernels.md,
- * "Attention"). Header-only: it defines no library symbols. */
+ * tails, and the expf and tanhf the attention kernels share (accuracy: docs/kernels.md,
+ * "Attention", "Attention variants"). Header-only: it defines no library symbols. */
 #ifndef TA_VEC_AVX512_H
 #define TA_VEC_AVX512_H
 
@@ -37,6 +37,28 @@ static inline __m512 exp_avx512(__m512 x)
     return _mm512_scalef_ps(y, n);
 }
 
+/* c * tanh(x * ic) for c > 0 and ic = 1 / c (softcap; c = ic = 1: tanhf; accuracy:
+ * docs/kernels.md, "Attention variants"), from a = |x| with x's sign, y = a * ic, on
+ * Cephes' split: y < 0.625: a + a y^2 P(y^2) (degree-4 P; so tiny and denormal x come
+ * back exactly); else c (1 - e) / (1 + e) with e = exp(-2y) <= 1 (never overflows; e = 0
+ * past y ~ 52: exactly c). NaN -> NaN (the comparison fails for NaN and the exp branch
+ * keeps it), +-inf -> +-c, -0 -> -0. */
+static inline __m512 softcap_avx512(__m512 x, __m512 c, __m512 ic)
+{
+    const __m512 sign = _mm512_set1_ps(-0.0f), one = _mm512_set1_ps(1.0f);
+    __m512 a = _mm512_andnot_ps(sign, x), y = _mm512_mul_ps(a, ic), z = _mm512_mul_ps(y, y);
+    __m512 p = _mm512_set1_ps(-5.70498872745e-3f);
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(2.06390887954e-2f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-5.37397155531e-2f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(1.33314422036e-1f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-3.33332819422e-1f));
+    __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, z), a, a);
+    __m512 e = exp_avx512(_mm512_mul_ps(y, _mm512_set1_ps(-2.0f)));
+    __m512 big = _mm512_mul_ps(c, _mm512_div_ps(_mm512_sub_ps(one, e), _mm512_add_ps(one, e)));
+    __mmask16 lo = _mm512_cmp_ps_mask(y, _mm512_set1_ps(0.625f), _CMP_LT_OQ);
+    return _mm512_or_ps(_mm512_mask_blend_ps(lo, big, small), _mm512_and_ps(x, sign));
+}
+
 #define V_ZERO() _mm512_setzero_ps()
 #define V_SET1(x) _mm512_set1_ps(x)
 #define V_LOAD(p) _mm512_load_ps(p) /* p aligned to the vector size */
@@ -53,6 +75,8 @@ static inline __m512 exp_avx512(__m512 x)
 #define V_NEGINF_TO_ZERO(v) \
     _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_set1_ps(-__builtin_inff()), _CMP_EQ_OQ), v, _mm512_setzero_ps())
 #define V_EXP(v) exp_avx512(v)
+#define V_SOFTCAP(v, c, ic) softcap_avx512(v, c, ic)
+#define V_TANH(v) softcap_avx512(v, V_SET1(1.0f), V_SET1(1.0f))
 /* float: the sum of the lanes in gcc's fixed tree (halves, then quarters, ...) */
 #define V_REDUCE_ADD(v) _mm512_reduce_add_ps(v)
 

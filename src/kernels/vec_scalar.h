@@ -1,8 +1,9 @@
 /* The vector vocabulary of the kernel templates (gemm_template.h, attn_template.h,
  * attn_bwd_template.h) for portable C with one-lane "vectors" (plain float arithmetic:
  * no FMA contraction under -std=c11): VT (the vector type), VL (lanes), the V_*
- * operations with masked tails, and the expf the attention kernels share (accuracy:
- * docs/kernels.md, "Attention"). Header-only: it defines no library symbols. */
+ * operations with masked tails, and the expf and tanhf the attention kernels share
+ * (accuracy: docs/kernels.md, "Attention", "Attention variants"). Header-only: it
+ * defines no library symbols. */
 #ifndef TA_VEC_SCALAR_H
 #define TA_VEC_SCALAR_H
 
@@ -36,6 +37,24 @@ static inline float exp_scalar(float x)
     return y * s1 * s2;
 }
 
+/* c * tanh(x * ic) as softcap_avx512 (vec_avx512.h), without fused multiply-adds. */
+static inline float softcap_scalar(float x, float c, float ic)
+{
+    float a = __builtin_fabsf(x), y = a * ic, r;
+    if (y < 0.625f) {
+        float z = y * y, p = -5.70498872745e-3f;
+        p = p * z + 2.06390887954e-2f;
+        p = p * z - 5.37397155531e-2f;
+        p = p * z + 1.33314422036e-1f;
+        p = p * z - 3.33332819422e-1f;
+        r = p * z * a + a;
+    } else {
+        float e = exp_scalar(y * -2.0f); /* NaN stays NaN */
+        r = c * ((1.0f - e) / (1.0f + e));
+    }
+    return __builtin_copysignf(r, x);
+}
+
 #define V_ZERO() 0.0f
 #define V_SET1(x) (x)
 #define V_LOAD(p) (*(p)) /* p aligned to the vector size */
@@ -51,6 +70,8 @@ static inline float exp_scalar(float x)
 #define V_MAX(s, m) ((s) > (m) ? (s) : (m))
 #define V_NEGINF_TO_ZERO(v) ((v) == -__builtin_inff() ? 0.0f : (v))
 #define V_EXP(v) exp_scalar(v)
+#define V_SOFTCAP(v, c, ic) softcap_scalar(v, c, ic)
+#define V_TANH(v) softcap_scalar(v, 1.0f, 1.0f)
 #define V_REDUCE_ADD(v) (v) /* float: the sum of the lanes */
 
 #endif

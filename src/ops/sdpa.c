@@ -133,16 +133,25 @@ static ta_status prepare_common(ta_sdpa_problem *p, const char *fn, ta_tensor *O
     st = ta_mask_plan_init(&mp, fn, B, H, Lq, Lk, opts->causal, opts->mask, opts->mask_mode,
                            opts->key_lengths, check == TA_SDPA_CHECK_ALL);
     if (st) return st;
+    ta_sdpa_variants var;
+    st = ta_sdpa_variants_init(&var, fn, opts, B, H, !o_is_output, check == TA_SDPA_CHECK_ALL);
+    if (st) return st;
 
     *p = (ta_sdpa_problem){
         .fn = fn, .B = B, .H = H, .Hkv = Hkv, .G = Hkv ? H / Hkv : 1, .Lq = Lq, .Lk = Lk,
-        .D = D, .Dv = Dv, .mask = mp, .Q = Q, .K = K, .V = V, .O = O,
+        .D = D, .Dv = Dv, .mask = mp, .var = var, .Q = Q, .K = K, .V = V, .O = O,
         .weights = opts->weights, .lse = opts->lse};
     p->scale = opts->scale != 0.0f ? opts->scale
                                    : (D > 0 ? (float)(1.0 / sqrt((double)D)) : 1.0f);
-    /* The fused path never forms the weights: AUTO takes it unless they are wanted. */
-    p->path = opts->path == TA_SDPA_AUTO ? (opts->weights ? TA_SDPA_REFERENCE : TA_SDPA_FUSED)
-                                         : opts->path;
+    /* The fused path never forms the weights: AUTO takes it unless they are wanted (or
+     * a variant it does not implement yet is set). */
+    const char *gap = ta_sdpa_variants_fused_gap(&var);
+    p->path = opts->path != TA_SDPA_AUTO ? opts->path
+              : opts->weights || gap     ? TA_SDPA_REFERENCE
+                                         : TA_SDPA_FUSED;
+    if (p->path == TA_SDPA_FUSED && gap)
+        return ta_error(TA_EUNSUPPORTED, "%s: the fused path (TA_SDPA_FUSED) does not implement "
+                        "%s yet; use TA_SDPA_REFERENCE or TA_SDPA_AUTO", fn, gap);
     return TA_OK;
 }
 
@@ -160,9 +169,11 @@ ta_status ta_sdpa_prepare(ta_sdpa_problem *p, const char *fn, ta_tensor *O, cons
     if (check == TA_SDPA_CHECK_ALL) {
         ta_tensor *outs[3] = {O, q.weights, q.lse};
         const char *out_names[3] = {"O", "opts->weights", "opts->lse"};
-        const ta_tensor *ins[4] = {Q, K, V, opts ? opts->mask : NULL};
-        const char *in_names[4] = {"Q", "K", "V", "opts->mask"};
-        if ((st = check_overlaps(fn, 3, outs, out_names, 4, ins, in_names))) return st;
+        const ta_tensor *ins[6] = {Q, K, V, opts ? opts->mask : NULL,
+                                   opts ? opts->alibi_slopes : NULL, opts ? opts->sinks : NULL};
+        const char *in_names[6] = {"Q", "K", "V", "opts->mask", "opts->alibi_slopes",
+                                   "opts->sinks"};
+        if ((st = check_overlaps(fn, 3, outs, out_names, 6, ins, in_names))) return st;
     }
     *p = q;
     return TA_OK;
@@ -194,11 +205,13 @@ ta_status ta_sdpa_prepare_backward(ta_sdpa_problem *p, const char *fn, ta_tensor
     if (!st) st = ta_tensor_check_shape(fn, "dV", dV, 4, vs, "[B, Hkv, Lk, Dv]", layout | TA_CHECK_STORAGE | TA_CHECK_OUTPUT);
     if (st) return st;
     if (check == TA_SDPA_CHECK_ALL) {
-        ta_tensor *outs[3] = {dQ, dK, dV};
-        const char *out_names[3] = {"dQ", "dK", "dV"};
-        const ta_tensor *ins[7] = {Q, K, V, O, dO, lse, opts ? opts->mask : NULL};
-        const char *in_names[7] = {"Q", "K", "V", "O", "dO", "lse", "opts->mask"};
-        if ((st = check_overlaps(fn, 3, outs, out_names, 7, ins, in_names))) return st;
+        ta_tensor *outs[4] = {dQ, dK, dV, q.var.dsinks};
+        const char *out_names[4] = {"dQ", "dK", "dV", "opts->dsinks"};
+        const ta_tensor *ins[9] = {Q, K, V, O, dO, lse, opts ? opts->mask : NULL,
+                                   opts ? opts->alibi_slopes : NULL, opts ? opts->sinks : NULL};
+        const char *in_names[9] = {"Q", "K", "V", "O", "dO", "lse", "opts->mask",
+                                   "opts->alibi_slopes", "opts->sinks"};
+        if ((st = check_overlaps(fn, 4, outs, out_names, 9, ins, in_names))) return st;
     }
     q.backward = true;
     q.dO = dO;

@@ -23,6 +23,7 @@
 #include "core/tensor_internal.h"
 #include "core/workspace.h"
 #include "ops/mask.h"
+#include "ops/sdpa_variants.h"
 #include "tensorattn.h"
 
 #include <stdbool.h>
@@ -39,6 +40,8 @@ typedef struct ta_sdpa_problem {
     int64_t B, H, Hkv, G, Lq, Lk, D, Dv;
     float scale;              /* opts->scale or 1/sqrt(D) */
     ta_mask_plan mask;        /* causal, mask tensor, key lengths */
+    ta_sdpa_variants var;     /* window, softcap, ALiBi, sinks (sdpa_variants.h); dsinks
+                                 is a backward output */
     const ta_tensor *Q, *K, *V;
     ta_tensor *O;             /* the forward's output (an input of the backward) */
     ta_tensor *weights;       /* forward: NULL or [B, H, Lq, Lk] */

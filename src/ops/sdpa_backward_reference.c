@@ -69,6 +69,25 @@ static ta_status product(const ta_sdpa_problem *p, const ta_sdpa_product *pr,
     return ta_sdpa_product_run(p, pr, &e);
 }
 
+/* One row with variants, from the definitions: raw products s -> P = exp(score - LSE),
+ * dP -> dS = scale P (dP - D) (1 - tanh^2 with softcap: d score / d (scale q.k)). The
+ * LSE holds the sink, so P is the weight of the forward's denominator; a row that
+ * attended to nothing (every key blocked: P = 0; or LSE -inf) contributes nothing. */
+static void variant_row_backward(const ta_sdpa_problem *p, int64_t b, int64_t h, int64_t i,
+                                 float *s, float *dp, double lse, double d)
+{
+    for (int64_t j = 0; j < p->Lk; j++) {
+        double dcap, sc = ta_sdpa_variant_score(p, b, h, i, j, s[j], &dcap);
+        if (lse == -INFINITY) {
+            s[j] = dp[j] = 0.0f;
+            continue;
+        }
+        double P = exp(sc - lse);
+        s[j] = (float)P;
+        dp[j] = (float)((double)p->scale * P * ((double)dp[j] - d) * dcap);
+    }
+}
+
 /* S -> P = exp(scale S masked - LSE), dP -> dS = scale P (dP - D), row by row. */
 static void softmax_backward_rows(const ta_sdpa_problem *p, bref_plan *r)
 {
@@ -86,6 +105,10 @@ static void softmax_backward_rows(const ta_sdpa_problem *p, bref_plan *r)
         for (int64_t c = 0; c < p->Dv; c++)
             d += (double)dout[c * p->dO->stride[3]] * (double)o[c * p->O->stride[3]];
         double lse = *lp;
+        if (p->var.any) {
+            variant_row_backward(p, b, h, i, s, dp, lse, d);
+            continue;
+        }
         ta_mask_apply(&p->mask, b, h, i, 0, Lk, p->scale, s, 1);
         for (int64_t j = 0; j < Lk; j++) {
             if (lse == -INFINITY) { /* attended to nothing: contributes nothing */
@@ -100,10 +123,11 @@ static void softmax_backward_rows(const ta_sdpa_problem *p, bref_plan *r)
 
 ta_status ta_sdpa_backward_reference(const ta_sdpa_problem *p, ta_arena *scratch)
 {
-    if (p->B * p->H * p->Lq == 0 || p->Lk == 0) { /* nothing attends: every gradient is 0 */
+    if (p->B * p->H * p->Lq == 0 || p->Lk == 0) { /* no key attended: dQ, dK, dV are 0 */
         ta_tensor_fill(p->dQ, 0.0f);
         ta_tensor_fill(p->dK, 0.0f);
         ta_tensor_fill(p->dV, 0.0f);
+        ta_sdpa_sinks_grad(p); /* from dO, O and the LSE, as always */
         return TA_OK;
     }
     bref_plan r;
@@ -116,5 +140,6 @@ ta_status ta_sdpa_backward_reference(const ta_sdpa_problem *p, ta_arena *scratch
     if (ta_tensor_numel(p->dV) > 0) st = product(p, &r.dv, &r);
     if (!st && ta_tensor_numel(p->dK) > 0) st = product(p, &r.dk, &r);
     if (!st && ta_tensor_numel(p->dQ) > 0) st = product(p, &r.dq, &r);
+    if (!st) ta_sdpa_sinks_grad(p);
     return st;
 }

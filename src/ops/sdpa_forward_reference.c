@@ -67,7 +67,11 @@ ta_status ta_sdpa_product_run(const ta_sdpa_problem *p, const ta_sdpa_product *p
 /* --------------------------------------------------------- reference path */
 
 /* Mask, softmax and LSE of every score row (b, h, i) of S, in place. Rows are
- * independent, so the thread split cannot change any result. */
+ * independent, so the thread split cannot change any result. With variants the scores
+ * follow their definition (ta_sdpa_variant_row), and with sinks the weights are those of
+ * the denominator that holds the sink: exp(s - LSE) with LSE = log(sum exp(s) + e^sigma),
+ * i.e. the softmax times exp(lse - LSE). lse keeps the keys' log-sum-exp (-inf: the row
+ * attends to nothing). */
 static void softmax_rows(const ta_sdpa_problem *p, ta_tensor *S, float *lse)
 {
     int64_t H = p->H, Lq = p->Lq, Lk = p->Lk, rows = p->B * H * Lq;
@@ -76,8 +80,15 @@ static void softmax_rows(const ta_sdpa_problem *p, ta_tensor *S, float *lse)
     for (int64_t r = 0; r < rows; r++) {
         int64_t b = r / (H * Lq), h = r / Lq % H, i = r % Lq;
         float *s = (float *)S->data + b * S->stride[0] + h * S->stride[1] + i * S->stride[2];
-        ta_mask_apply(&p->mask, b, h, i, 0, Lk, p->scale, s, S->stride[3]);
+        if (p->var.any)
+            ta_sdpa_variant_row(p, b, h, i, s, S->stride[3]);
+        else
+            ta_mask_apply(&p->mask, b, h, i, 0, Lk, p->scale, s, S->stride[3]);
         lse[r] = ta_softmax_row(s, S->stride[3], s, S->stride[3], Lk);
+        if (p->var.sinks && isfinite(lse[r])) {
+            double f = exp((double)lse[r] - ta_sdpa_lse_with_sink(lse[r], ta_sdpa_sink(&p->var, h)));
+            for (int64_t j = 0; j < Lk; j++) s[j * S->stride[3]] = (float)(s[j * S->stride[3]] * f);
+        }
     }
 }
 
@@ -94,12 +105,14 @@ static void zero_empty_rows(const ta_sdpa_problem *p, const float *lse)
     }
 }
 
-static void store_lse(ta_tensor *out, const float *lse, int64_t H, int64_t Lq)
+/* The keys' log-sum-exp of every row, with the row's sink when there are sinks. */
+static void store_lse(const ta_sdpa_problem *p, ta_tensor *out, const float *lse)
 {
-    int64_t rows = out->shape[0] * H * Lq;
+    int64_t H = p->H, Lq = p->Lq, rows = out->shape[0] * H * Lq;
     for (int64_t r = 0; r < rows; r++) {
         int64_t b = r / (H * Lq), h = r / Lq % H, i = r % Lq;
-        ((float *)out->data)[b * out->stride[0] + h * out->stride[1] + i * out->stride[2]] = lse[r];
+        float v = p->var.sinks ? ta_sdpa_lse_with_sink(lse[r], ta_sdpa_sink(&p->var, h)) : lse[r];
+        ((float *)out->data)[b * out->stride[0] + h * out->stride[1] + i * out->stride[2]] = v;
     }
 }
 
@@ -162,6 +175,6 @@ ta_status ta_sdpa_forward_reference(const ta_sdpa_problem *p, ta_arena *scratch)
     }
     if (st) return st;
     zero_empty_rows(p, r.lse);
-    if (p->lse) store_lse(p->lse, r.lse, p->H, p->Lq);
+    if (p->lse) store_lse(p, p->lse, r.lse);
     return TA_OK;
 }

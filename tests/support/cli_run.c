@@ -47,8 +47,10 @@ int ta_cli_run(const char **argv)
 void ta_cli_expect_error(const char **argv, int code, const char *needle)
 {
     char cmd[512] = "";
-    for (int i = 1; argv[i]; i++) {
-        strncat(cmd, argv[i], sizeof cmd - strlen(cmd) - 2);
+    for (int i = 1; argv[i]; i++) { /* truncated when long: room for " " and the NUL */
+        size_t used = strlen(cmd);
+        if (used + 2 >= sizeof cmd) break;
+        strncat(cmd, argv[i], sizeof cmd - used - 2);
         strcat(cmd, " ");
     }
     int rc = ta_cli_run(argv);
