@@ -65,7 +65,7 @@ def test_results_outlive_inputs_and_are_freed(kind):
     q, k, v = (randn(1, 8, 256, 64, seed=i) for i in range(3))
     args = [t.numpy() for t in (q, k, v)] if kind == "numpy" else [q, k, v]
     out = sdpa(*args)
-    expect = np.array(out, copy=True)
+    expect = np.asarray(out).copy()
     del args, q, k, v
     gc.collect()
     assert np.array_equal(np.asarray(out), expect)

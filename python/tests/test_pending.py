@@ -99,7 +99,7 @@ def cache_case(kind, paged):
 def test_kvcache(kind, paged):
     (q, kn, vn, seqlens, table), (kc, vc), caches = cache_case(kind, paged)
     cache_args = [as_kind(t, kind) for t in caches]
-    before = [np.array(c, copy=True) for c in cache_args]
+    before = [np.asarray(c).copy() for c in cache_args]
     call = dict(k=as_kind(kn, kind), v=as_kind(vn, kind), cache_seqlens=as_kind(seqlens, kind),
                 block_table=None if table is None else as_kind(table, kind), causal=True)
     if not F["kvcache"]:
