@@ -29,7 +29,9 @@ const char *ta_py_elem_name(ta_py_elem e)
 
 ta_dtype ta_py_elem_dtype(ta_py_elem e)
 {
-    return e == TA_PY_F16 ? TA_F16 : e == TA_PY_BF16 ? TA_BF16 : e == TA_PY_F64 ? TA_F64 : TA_F32;
+    /* Not a float type: a dtype the library refuses, never memory read as the wrong type. */
+    return e == TA_PY_F32 ? TA_F32 : e == TA_PY_F16 ? TA_F16 : e == TA_PY_BF16 ? TA_BF16
+         : e == TA_PY_F64 ? TA_F64 : (ta_dtype)-1;
 }
 
 /* ------------------------------------------------------------------ errors */

@@ -92,7 +92,8 @@ int32_t *ta_py_int32_copy(const ta_py_array *a, const char *name, int ndim);
 PyObject *ta_py_new_output(ta_py_kind kind, ta_py_elem elem, int ndim, const int64_t *shape,
                            ta_tensor *t);
 
-/* Element type <-> library dtype and names. */
+/* Element type -> library dtype ((ta_dtype)-1, which the library refuses, for a type that
+ * is not a float) and names. */
 ta_dtype ta_py_elem_dtype(ta_py_elem e);
 const char *ta_py_elem_name(ta_py_elem e);
 

@@ -479,8 +479,13 @@ PyObject *ta_py_attention_backward(PyObject *self, PyObject *const *args, Py_ssi
         goto done;
     if (ta_py_array_get(&dy, args[1], "grad_out", 0) ||
         ta_py_check_float_input(&dy, "grad_out") || ta_py_array_get(&y, args[5], "out", 0) ||
-        ta_py_array_get(&ly, args[6], "lse", 0))
+        ta_py_check_float_input(&y, "out") || ta_py_array_get(&ly, args[6], "lse", 0))
         goto done;
+    if (ly.elem != TA_PY_F32) {
+        PyErr_Format(PyExc_TypeError, "lse has dtype %s; expected float32",
+                     ta_py_elem_name(ly.elem));
+        goto done;
+    }
     if (input_view(&dO, &dy, a.layout, 3) || input_view(&O, &y, a.layout, 3) ||
         input_view(&L, &ly, a.layout, 2))
         goto done;

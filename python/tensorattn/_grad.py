@@ -53,6 +53,9 @@ class _Attention(torch.autograd.Function):
 
 def attention(layout, q, k, v, return_lse, mask, opts):
     """The differentiable call: (out, lse) if return_lse else out."""
+    if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
+        raise TypeError("q, k and v must all be torch tensors when one of them requires "
+                        "grad (not a mix with NumPy arrays)")
     if mask is not None and getattr(mask, "requires_grad", False):
         raise NotImplementedError(
             "attn_mask requires grad, but tensorattn's backward gives no gradient for "

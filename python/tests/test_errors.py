@@ -193,3 +193,18 @@ def test_einsum_errors(kind):
         ta.einsum("ij,jk,kl->il", a, a.T, a)
     with pytest.raises(TypeError):
         ta.einsum(3, a)
+
+
+def test_internal_calls_check_their_arrays():
+    """The backward's out and lse (normally the forward's own) are checked too; a mix of
+    NumPy arrays and torch tensors that require grad is refused."""
+    q, k, v = qkv()
+    out, lse = ta._C.attention(0, q, k, v, True, None, 0, None, False, -1, -1, 0.0, None,
+                               None, None, 0, 0)
+    opts = (None, 0, None, False, -1, -1, 0.0, None, None, None, 0, 0)
+    with pytest.raises(TypeError, match="lse has dtype"):
+        ta._C.attention_backward(0, out, q, k, v, out, lse.to(torch.uint8), *opts)
+    with pytest.raises(TypeError, match="out has dtype"):
+        ta._C.attention_backward(0, out, q, k, v, out.bool(), lse, *opts)
+    with pytest.raises(TypeError, match="torch tensors"):
+        sdpa(q.requires_grad_(True), k.numpy(), v)
