@@ -143,6 +143,35 @@ int ta_py_array_compact(ta_py_array *a, int bool_to_f32, int keep_broadcast)
     return compact_from_bytes(a, bstride, size, bool_to_f32, keep_broadcast);
 }
 
+int ta_py_array_widen(ta_py_array *a)
+{
+#if TA_PY_HAVE_HALF
+    if (ta_py_array_compact(a, 0, 1)) return -1;
+    size_t n = 1;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->stride[d] != 0) n *= (size_t)a->shape[d];
+    float *dst = malloc((n ? n : 1) * sizeof *dst);
+    if (!dst) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    ta_status st = ta_convert(dst, TA_F32, a->data, ta_py_elem_dtype(a->elem), n);
+    if (st) {
+        free(dst);
+        ta_py_raise_status(st);
+        return -1;
+    }
+    free(a->copy); /* element strides stay: the layout is the same, the elements wider */
+    a->copy = a->data = (char *)dst;
+    a->elem = TA_PY_F32;
+    return 0;
+#else
+    (void)a;
+    ta_py_not_implemented("a float16/bfloat16 mask", "float16/bfloat16 support (issue 11)");
+    return -1;
+#endif
+}
+
 /* Byte strides -> element strides; memory not aligned to its element is compacted. */
 static int set_strides(ta_py_array *a, const int64_t *bstride, int elements)
 {

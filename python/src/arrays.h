@@ -82,6 +82,10 @@ int ta_py_check_float_input(const ta_py_array *a, const char *name);
  * (MemoryError). */
 int ta_py_array_compact(ta_py_array *a, int bool_to_f32, int keep_broadcast);
 
+/* Makes a float16/bfloat16 array a compact float32 copy (broadcast dims kept), converted
+ * by the library (ta_convert; TA_PY_HAVE_HALF). Returns 0 or -1 (exception set). */
+int ta_py_array_widen(ta_py_array *a);
+
 /* A C-order int32 copy (malloc'ed; free() it) of an integer array (int32 or int64) of
  * rank ndim, each value checked to fit int32. NULL with an exception set on failure. */
 int32_t *ta_py_int32_copy(const ta_py_array *a, const char *name, int ndim);

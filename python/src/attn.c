@@ -246,7 +246,8 @@ static int mask_view(ta_py_attn_args *a, PyObject *obj, const ta_py_array *q, in
     ta_py_array *m = &a->mask;
     if (ta_py_array_get(m, obj, "attn_mask", TA_PY_MASK)) return -1;
     if (m->elem == TA_PY_BOOL) a->opts.mask_mode = TA_MASK_KEEP;
-    else if (m->elem == TA_PY_F32) a->opts.mask_mode = TA_MASK_ADDITIVE;
+    else if (m->elem == TA_PY_F32 || (m->elem == q->elem && TA_PY_HAVE_HALF))
+        a->opts.mask_mode = TA_MASK_ADDITIVE; /* float32, or the query's half type (as torch) */
     else {
         PyErr_Format(PyExc_TypeError, "attn_mask has dtype %s; expected bool (True = may "
                      "attend) or float32 (added to the scores)", ta_py_elem_name(m->elem));
@@ -285,8 +286,11 @@ static int mask_view(ta_py_attn_args *a, PyObject *obj, const ta_py_array *q, in
         ta_py_array_view(&v, m);
         merge_lead(&a->M, &v, 3);
     }
-    if (m->elem == TA_PY_BOOL) { /* a keep mask of floats, broadcast dims kept */
-        if (ta_py_array_compact(m, 1, 1)) return -1;
+    if (m->elem == TA_PY_BOOL || m->elem == TA_PY_F16 || m->elem == TA_PY_BF16) {
+        /* the library's masks are float32: bool as a keep mask of 0/1, half types widened;
+         * broadcast dims kept */
+        if (m->elem == TA_PY_BOOL ? ta_py_array_compact(m, 1, 1) : ta_py_array_widen(m))
+            return -1;
         ta_py_array_view(&v, m);
         merge_lead(&a->M, &v, 3);
     }
