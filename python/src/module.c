@@ -117,7 +117,9 @@ int ta_py_needs_grad(PyObject *const *objs, Py_ssize_t n)
         PyObject *o = objs[i];
         if (o == Py_None || PyObject_CheckBuffer(o) || !ta_py_torch_is_tensor_type(Py_TYPE(o)))
             continue;
-        PyObject *rg = PyObject_GetAttrString(o, "requires_grad");
+        static PyObject *name;
+        if (!name && !(name = PyUnicode_InternFromString("requires_grad"))) return -1;
+        PyObject *rg = PyObject_GetAttr(o, name);
         if (!rg) return -1;
         int yes = PyObject_IsTrue(rg);
         Py_DECREF(rg);
