@@ -119,6 +119,40 @@ def test_kvcache(kind, paged):
         assert np.array_equal(np.asarray(cache_args[0]), kc.numpy())
 
 
+def test_kvcache_full_caches_and_errors(kind):
+    """cache_seqlens=None (every cache full), an int, return_softmax_lse, a cache too
+    small for the new keys (the library's error, nothing written)."""
+    (q, kn, vn, seqlens, _), (kc, vc), caches = cache_case(kind, False)
+    cache_args = [as_kind(t, kind) for t in caches]
+    if not F["kvcache"]:
+        with refused("kvcache", "KV cache"):
+            ta.flash_attn_with_kvcache(as_kind(q, kind), *cache_args)
+        return
+    out, lse = ta.flash_attn_with_kvcache(as_kind(q, kind), *cache_args,
+                                          return_softmax_lse=True)
+    ref, ref_lse = ref_attention(q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2))
+    assert max_err(out, ref.transpose(1, 2)) <= FWD_TOL and max_err(lse, ref_lse) <= FWD_TOL
+    out = ta.flash_attn_with_kvcache(as_kind(q, kind), *cache_args, cache_seqlens=5,
+                                     causal=True)
+    ref = ref_attention(q.transpose(1, 2), kc[:, :5].transpose(1, 2), vc[:, :5].transpose(1, 2),
+                        causal="bottom_right")[0]
+    assert max_err(out, ref.transpose(1, 2)) <= FWD_TOL
+    before = np.asarray(cache_args[0]).copy()
+    with pytest.raises(ValueError):
+        ta.flash_attn_with_kvcache(as_kind(q, kind), *cache_args, k=as_kind(kn, kind),
+                                   v=as_kind(vn, kind), cache_seqlens=15)
+    assert np.array_equal(np.asarray(cache_args[0]), before)
+    with pytest.raises(ValueError, match="full"):
+        ta.flash_attn_with_kvcache(as_kind(q, kind), *cache_args, k=as_kind(kn, kind),
+                                   v=as_kind(vn, kind))
+    if kind == "numpy":
+        ro = np.asarray(cache_args[0]).copy()
+        ro.flags.writeable = False
+        with pytest.raises(ValueError, match="writable"):
+            ta.flash_attn_with_kvcache(q.numpy(), ro, cache_args[1], k=kn.numpy(), v=vn.numpy(),
+                                       cache_seqlens=seqlens.numpy())
+
+
 # ---------------------------------------------------------------- variants
 
 VARIANTS = {
@@ -147,6 +181,26 @@ def test_variants(kind, variant, causal):
     assert max_err(out, ref.transpose(1, 2)) <= FWD_TOL
 
 
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_variants_autograd(variant):
+    """Gradients through the variants (softcap's 1 - tanh^2 in dQ and dK; ALiBi slopes
+    get none, as FlashAttention) against torch autograd of the oracle."""
+    if not F[variant]:
+        pytest.skip(f"the library has no {variant} yet (refusal: test_variants)")
+    ours, theirs, _ = VARIANTS[variant]
+    base = [randn(2, 9, 4, 16, seed=1), randn(2, 11, 2, 16, seed=2), randn(2, 11, 2, 8, seed=3)]
+    mine = [t.clone().requires_grad_(True) for t in base]
+    ref_in = [t.clone().requires_grad_(True) for t in base]
+    out = ta.flash_attn_func(*mine, causal=True, **ours)
+    ref = ref_attention(*(t.transpose(1, 2) for t in ref_in), causal="bottom_right",
+                        **theirs)[0].transpose(1, 2)
+    w = randn(*out.shape, seed=4)
+    (out * w).sum().backward()
+    (ref * w.double()).sum().backward()
+    for a, b in zip(mine, ref_in):
+        assert max_err(a.grad, b.grad) <= GRAD_TOL
+
+
 # ---------------------------------------------------------- half precision
 
 @pytest.mark.parametrize("dtype,tol", [("float16", 3e-3), ("bfloat16", 2e-2)])
@@ -167,3 +221,26 @@ def test_half_precision(kind, dtype, tol):
                                    else out.float()), ref) <= tol
     with pytest.raises(TypeError, match="dtype"):
         ta.scaled_dot_product_attention(args[0], args[1], as_kind(v.float(), kind))
+
+
+@pytest.mark.parametrize("dtype,tol", [("float16", 3e-3), ("bfloat16", 2e-2)])
+def test_half_precision_masks_and_grads(dtype, tol):
+    """A float mask of the query's half dtype (as torch takes it), flash_attn_func, and
+    gradients in the inputs' dtype."""
+    if not F[dtype]:
+        pytest.skip(f"the library has no {dtype} yet (refusal: test_half_precision)")
+    tdt = getattr(torch, dtype)
+    q, k, v = (randn(2, 3, 5, 16, seed=i).to(tdt).requires_grad_(True) for i in range(3))
+    mask = randn(5, 5, seed=7).to(tdt)
+    out = ta.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    ref_in = [t.detach().float().requires_grad_(True) for t in (q, k, v)]
+    ref = ref_attention(*ref_in, mask=mask.float())[0]
+    assert out.dtype == tdt and max_err(out.float(), ref) <= tol
+    w = randn(*out.shape, seed=8)
+    (out.float() * w).sum().backward()
+    (ref * w.double()).sum().backward()
+    for a, b in zip((q, k, v), ref_in):
+        assert a.grad.dtype == tdt and max_err(a.grad.float(), b.grad) <= 4 * tol
+    fl = ta.flash_attn_func(*(t.detach().transpose(1, 2) for t in (q, k, v)), causal=True)
+    ref = ref_attention(*(t.detach().float() for t in (q, k, v)), causal="bottom_right")[0]
+    assert fl.dtype == tdt and max_err(fl.float(), ref.transpose(1, 2)) <= tol
