@@ -198,3 +198,18 @@ def test_library_fixtures(case):
     nan = np.isnan(ref)
     assert np.array_equal(np.isnan(out.numpy()), nan)
     assert np.abs(out.numpy()[~nan] - ref[~nan]).max(initial=0.0) <= 1e-5
+
+
+def test_unaligned_numpy_memory():
+    """float32 elements at odd addresses or byte strides (a field of a packed record, a
+    buffer at offset 1): copied to aligned memory first, still the right answer."""
+    q, k, v = (t.numpy() for t in qkv())
+    rec = np.zeros(q.size, dtype=[("pad", "u1"), ("x", "<f4")])  # 5-byte records
+    rec["x"] = q.ravel()
+    qf = rec["x"].reshape(q.shape)
+    raw = bytearray(k.nbytes + 1)
+    kf = np.frombuffer(raw, dtype=np.float32, offset=1, count=k.size).reshape(k.shape)
+    kf[...] = k
+    assert qf.strides[-1] == 5 and kf.ctypes.data % 4 == 1
+    out = ta.scaled_dot_product_attention(qf, kf, v)
+    check(out, ref_attention(*map(torch.from_numpy, (q, k, v)))[0], "numpy", (B, H, L, DV))
