@@ -64,8 +64,10 @@ valgrind:
 # Left out under valgrind: install_consumer (builds a package, runs no library code of
 # its own); train_reverse_short (a training run: > 12 minutes under valgrind; its layer,
 # backward and optimiser paths are in test_attention_backward and test_optim); mca_loops
-# (gcc and llvm-mca on the kernel sources, no library code).
-VALGRIND_EXCLUDE ?= ^(install_consumer|train_reverse_short|mca_loops)$$
+# (gcc and llvm-mca on the kernel sources, no library code); python_package (pip and a
+# Python interpreter with torch under valgrind: hours; the module's C is small glue over the
+# library calls the other tests cover).
+VALGRIND_EXCLUDE ?= ^(install_consumer|train_reverse_short|mca_loops|python_package)$$
 
 # libFuzzer targets (clang, ASan + UBSan): built into build-fuzz, each run for
 # FUZZ_SECONDS on its committed corpus (fuzz/corpus/<target>); see fuzz/Makefile.
