@@ -14,11 +14,11 @@
 /* float16 and bfloat16 Q, K, V, O (and gradients) in ta_sdpa / ta_sdpa_backward;
  * ta_tensor_from_buffer_dtype and ta_convert exist (issue 11). */
 #ifndef TA_PY_HAVE_HALF
-#define TA_PY_HAVE_HALF 0
+#define TA_PY_HAVE_HALF 1
 #endif
 /* opts.cu_seqlens_q / cu_seqlens_k / num_seqs in ta_sdpa and ta_sdpa_backward (issue 11). */
 #ifndef TA_PY_HAVE_VARLEN
-#define TA_PY_HAVE_VARLEN 0
+#define TA_PY_HAVE_VARLEN 1
 #endif
 /* ta_sdpa_kvcache, contiguous and paged (issue 11). */
 #ifndef TA_PY_HAVE_KVCACHE
@@ -26,15 +26,15 @@
 #endif
 /* opts.has_window / window_left / window_right (issue 12). */
 #ifndef TA_PY_HAVE_WINDOW
-#define TA_PY_HAVE_WINDOW 0
+#define TA_PY_HAVE_WINDOW 1
 #endif
 /* opts.softcap (issue 12). */
 #ifndef TA_PY_HAVE_SOFTCAP
-#define TA_PY_HAVE_SOFTCAP 0
+#define TA_PY_HAVE_SOFTCAP 1
 #endif
 /* opts.alibi_slopes (issue 12). */
 #ifndef TA_PY_HAVE_ALIBI
-#define TA_PY_HAVE_ALIBI 0
+#define TA_PY_HAVE_ALIBI 1
 #endif
 
 #endif /* TA_PY_FEATURES_H */

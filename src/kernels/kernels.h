@@ -124,7 +124,7 @@ int ta_kernels_check(const ta_kernels *k, char *why, size_t n);
     void ta_gemm_fill_##name(ta_kernels *k);                                                 \
     void ta_attn_fill_##name(ta_kernels *k);                                                 \
     void ta_attn_bwd_fill_##name(ta_kernels *k);                                             \
-    void ta_cvt_fill_##name(ta_kernels *k);
+    void ta_cvt_fill_##name(ta_kernels *k);                                                  \
     void ta_attn_variants_fill_##name(ta_kernels *k);
 #include "kernels/isa_table.def"
 #undef TA_ISA
