@@ -175,6 +175,30 @@ bool cli_variant_files(cli_opt *opts, ta_sdpa_opts *so, ta_tensor *slopes, ta_te
     return true;
 }
 
+bool cli_kv_dtype(cli_opt *opts, ta_dtype *dt)
+{
+    cli_opt *o = cli_find(opts, "--kv-dtype");
+    *dt = TA_F32;
+    if (!o || !o->given) return true;
+    if (!strcmp(o->value, "f32")) *dt = TA_F32;
+    else if (!strcmp(o->value, "f16")) *dt = TA_F16;
+    else if (!strcmp(o->value, "bf16")) *dt = TA_BF16;
+    else return cli_error(CLI_USAGE, "--kv-dtype expects f32, f16 or bf16, got '%s'", o->value), false;
+    return true;
+}
+
+bool cli_store_as(ta_tensor *t, ta_dtype dt, const char *what)
+{
+    if (dt == t->dtype) return true;
+    ta_tensor r;
+    ta_status st = ta_tensor_empty_dtype(&r, dt, t->ndim, t->shape);
+    if (!st && (st = ta_tensor_copy(&r, t))) ta_tensor_free(&r);
+    if (st) return cli_fail(st, what), false;
+    ta_tensor_free(t);
+    *t = r;
+    return true;
+}
+
 bool cli_threads(cli_opt *opts)
 {
     cli_opt *o = cli_find(opts, "--threads");

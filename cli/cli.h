@@ -50,6 +50,14 @@ bool cli_variant_flags(cli_opt *opts, ta_sdpa_opts *so);
  * 1). Their shapes are the library's to check. */
 bool cli_variant_files(cli_opt *opts, ta_sdpa_opts *so, ta_tensor *slopes, ta_tensor *sinks);
 
+/* --kv-dtype f32|f16|bf16 (found in opts by name) into *dt (TA_F32 when absent); returns
+ * false after printing a usage error. */
+bool cli_kv_dtype(cli_opt *opts, ta_dtype *dt);
+/* *t (owning, float32) becomes a new tensor of dtype dt with its values rounded to
+ * nearest-even, as an inference engine's cache stores them (nothing for TA_F32); returns
+ * false after printing an error. */
+bool cli_store_as(ta_tensor *t, ta_dtype dt, const char *what);
+
 /* Applies --threads if given (returns false after printing an error). */
 bool cli_threads(cli_opt *opts);
 

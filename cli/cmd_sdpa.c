@@ -14,7 +14,7 @@ static const char help[] =
     "                       [--weights W.npy] [--lse LSE.npy]\n"
     "                       [--grad-out dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]\n"
     "                       [--window LEFT,RIGHT] [--softcap C] [--alibi-slopes S.npy]\n"
-    "                       [--sinks S.npy] [--dsinks dS.npy]\n"
+    "                       [--sinks S.npy] [--dsinks dS.npy] [--kv-dtype f32|f16|bf16]\n"
     "       tensorattn sdpa --q Q.npy --k K.npy --v V.npy --cu-seqlens-q CQ.npy\n"
     "                       --cu-seqlens-k CK.npy -o O.npy [--causal ...] [--scale S]\n"
     "                       [--threads N] [--lse LSE.npy] [--grad-out ... --dv dV.npy]\n"
@@ -51,6 +51,9 @@ static const char help[] =
     "  --sinks        <f4 [H]: a logit per head in every row's softmax denominator\n"
     "                 (LSE includes it; a row with no key gets output 0, LSE = sink)\n"
     "  --dsinks       with --grad-out and --sinks: also write the sinks' gradient [H]\n"
+    "--kv-dtype f16|bf16 stores K and V at that precision (rounded to nearest-even, as an\n"
+    "inference engine's cache would) and computes in float32 from the stored values;\n"
+    "inputs may be <f4, <f8 or <f2, outputs are <f4.\n"
     "A query row that may attend to no key gets output 0, weights 0 and LSE -inf, and\n"
     "contributes no gradient.\n"
     "Outputs are .npy <f4, each written whole or not at all, and only after every\n"
@@ -58,7 +61,7 @@ static const char help[] =
 
 enum { O_Q, O_K, O_V, O_OUT, O_CAUSAL, O_MASK, O_MODE, O_KLEN, O_SCALE, O_THREADS, O_W, O_LSE,
        O_GRAD, O_DQ, O_DK, O_DV, O_CUQ, O_CUK, O_WINDOW, O_SOFTCAP, O_ALIBI, O_SINKS,
-       O_DSINKS };
+       O_DSINKS, O_KVDT };
 
 /* --cu-seqlens-q / -k: num_seqs + 1 (>= 1) integers that fit int32, into *out (malloc'd).
  * Returns false after printing the error. */
@@ -135,6 +138,7 @@ int cmd_sdpa(int argc, char **argv)
         [O_ALIBI] = {.name = "--alibi-slopes", .takes_value = true},
         [O_SINKS] = {.name = "--sinks", .takes_value = true},
         [O_DSINKS] = {.name = "--dsinks", .takes_value = true},
+        [O_KVDT] = {.name = "--kv-dtype", .takes_value = true},
         {0}};
     const char *pos[1];
     int npos;
@@ -170,6 +174,8 @@ int cmd_sdpa(int argc, char **argv)
         return cli_error(CLI_USAGE, "--dsinks needs the backward pass (--grad-out ...) and "
                                     "--sinks");
     if (!cli_variant_flags(opts, &so)) return CLI_USAGE;
+    ta_dtype kv_dtype;
+    if (!cli_kv_dtype(opts, &kv_dtype)) return CLI_USAGE;
     if (!cli_threads(&opts[0])) return CLI_USAGE;
 
     ta_tensor q = {0}, k = {0}, v = {0}, mask = {0}, o = {0}, w = {0}, lse = {0};
@@ -181,6 +187,9 @@ int cmd_sdpa(int argc, char **argv)
     if ((st = ta_npy_load(&q, opts[O_Q].value))) { cli_fail(st, "reading --q"); goto done; }
     if ((st = ta_npy_load(&k, opts[O_K].value))) { cli_fail(st, "reading --k"); goto done; }
     if ((st = ta_npy_load(&v, opts[O_V].value))) { cli_fail(st, "reading --v"); goto done; }
+    /* --kv-dtype: K and V stored at that precision (the gradients stay float32) */
+    if (!cli_store_as(&k, kv_dtype, "--kv-dtype") || !cli_store_as(&v, kv_dtype, "--kv-dtype"))
+        goto done;
     if (opts[O_MASK].given) {
         if ((st = ta_npy_load(&mask, opts[O_MASK].value))) { cli_fail(st, "reading --mask"); goto done; }
         so.mask = &mask;
