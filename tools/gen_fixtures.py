@@ -392,6 +392,8 @@ fixture_set("sdpa_grad")(__import__("fixtures_sdpa_grad").gen_sdpa_grad)  # tool
 
 fixture_set("layers_grad")(__import__("fixtures_layers_grad").gen_layers_grad)  # tools/fixtures_layers_grad.py
 
+fixture_set("kvcache")(__import__("fixtures_kvcache").gen_kvcache)  # tools/fixtures_kvcache.py
+
 # ------------------------------------------------------------------ main
 
 def main(argv=None):

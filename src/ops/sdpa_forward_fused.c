@@ -17,6 +17,11 @@
  * On tiles that a row bound cuts (the causal diagonal, a key length) the kernels get
  * each row's key count and skip the blocks no row of theirs needs.
  *
+ * K and V may be paged (a KV cache's blocks, ta_sdpa_pages): a key tile then spans
+ * blocks, and its scores and P V run block by block (the kernels read each block's rows
+ * in place, at their stride), while the softmax step and O's rescale stay once per tile:
+ * blocks of 16 keys cost about what one 64-key tile does.
+ *
  * Threads take whole work items (a tile, or a tile's key chunk) from a list ordered by
  * group, then within the group by query position from the last tile to the first (a
  * causal tile near the diagonal's end costs the most; with any other bound the tiles
@@ -60,6 +65,8 @@ typedef struct fused_item {
 /* A thread's scratch, sized once per call. */
 typedef struct fused_ws {
     float *qp, *s, *o, *m, *l, *alpha, *kp, *vp;
+    float *ones;      /* 1.0 per row: the rescale of a tile's later runs (tile_pv) */
+    int32_t *rowk_run; /* per row: keys of the current run of a tile it needs */
     int64_t *end;  /* per row: the keys it may see (ta_mask_row_end, or the mask's bound) */
     int64_t *qoff; /* per row: its Q row's offset in elements */
     int32_t *rowk; /* per row: keys of the current tile it needs */
@@ -103,6 +110,8 @@ static void ws_layout(ta_arena *a, fused_ws *w, const fused_plan *f)
     w->end = TA_ARENA_TAKE(a, int64_t, mq);
     w->qoff = TA_ARENA_TAKE(a, int64_t, mq);
     w->rowk = TA_ARENA_TAKE(a, int32_t, mq);
+    w->ones = TA_ARENA_TAKE(a, float, mq);
+    w->rowk_run = TA_ARENA_TAKE(a, int32_t, mq);
     w->kp = f->pack_k ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK, p->D) : NULL;
     w->vp = f->pack_v ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK, p->Dv) : NULL;
 }
@@ -140,14 +149,26 @@ static void pack_q(const fused_plan *f, const fused_item *it, float *qp, int64_t
         for (int64_t d = 0; d < D; d++) qp[r * D + d] = q[qoff[r] + d * s3] * p->scale;
 }
 
-/* Rows [n0, n0 + n) x columns [0, cols) of a [*, L, cols] slice into dst [n, cols]. */
-static void pack_rows(float *dst, const ta_tensor *t, int64_t b, int64_t hkv, int64_t n0,
-                      int64_t n, int64_t cols)
+/* The tile of keys [j0, j0 + nk) of the item's group in K (value false) or V, which
+ * ta_sdpa_kv_run says lie in one run (one block of a paged cache): a pointer to its
+ * first row and the row stride in *ld, or, when the rows are not unit-stride along D, a
+ * copy in buf [nk, cols]. The one place the forward reads K and V. */
+static const float *kv_tile(const fused_plan *f, const fused_item *it, bool value, int64_t j0,
+                            int64_t nk, float *buf, int64_t *ld)
 {
-    const float *src = (const float *)t->data + b * t->stride[0] + hkv * t->stride[1];
-    for (int64_t j = 0; j < n; j++)
+    const ta_sdpa_problem *p = f->p;
+    const ta_tensor *t = value ? p->V : p->K;
+    const float *src = (const float *)t->data + ta_sdpa_kv_offset(p, value, it->b, it->hkv, j0);
+    if (!(value ? f->pack_v : f->pack_k)) {
+        *ld = t->stride[2];
+        return src;
+    }
+    const int64_t cols = value ? p->Dv : p->D;
+    for (int64_t j = 0; j < nk; j++)
         for (int64_t c = 0; c < cols; c++)
-            dst[j * cols + c] = src[(n0 + j) * t->stride[2] + c * t->stride[3]];
+            buf[j * cols + c] = src[j * t->stride[2] + c * t->stride[3]];
+    *ld = cols;
+    return buf;
 }
 
 /* Blocks the scores of a key tile [j0, j0 + nk) that a bound or the mask tensor hides:
@@ -275,13 +296,60 @@ static int64_t row_bound(const fused_plan *f, int64_t b, int64_t h, int64_t i, b
     return end;
 }
 
+/* A tile's keys come in runs that share a stride (ta_sdpa_kv_run): the whole tile, or
+ * one block of a paged cache each. The per-row key counts of the tile of nk keys (rowk,
+ * or NULL) for the run [a, a + n) of it. */
+static const int32_t *run_rowk(const fused_plan *f, const fused_ws *w, const int32_t *rowk,
+                               int64_t nk, int64_t a, int64_t n)
+{
+    if (!rowk || n == nk) return rowk;
+    for (int64_t r = 0; r < f->mq_max; r++) {
+        int64_t e = rowk[r] - a;
+        w->rowk_run[r] = (int32_t)(e < 0 ? 0 : e > n ? n : e);
+    }
+    return w->rowk_run;
+}
+
+/* The scores of keys [j0, j0 + nk), s = (scale Q) K^T, run by run into the tile's
+ * columns: a paged cache's tile spans blocks (its softmax and rescale stay per tile). */
+static void tile_scores(const fused_plan *f, const fused_item *it, const fused_ws *w,
+                        int64_t j0, int64_t nk, const int32_t *rowk)
+{
+    const ta_sdpa_problem *p = f->p;
+    int64_t n, ld;
+    for (int64_t a = 0; a < nk; a += n) {
+        n = TA_MIN(nk - a, ta_sdpa_kv_run(p, j0 + a));
+        const float *kt = kv_tile(f, it, false, j0 + a, n, w->kp, &ld);
+        float *s = w->s + a * f->mq_max;
+        if (few_rows(f, it))
+            f->k->attn_qk_rows(s, w->qp, p->D, it->mq, kt, ld, n, p->D);
+        else
+            f->k->attn_qk(s, w->qp, kt, ld, n, p->D, run_rowk(f, w, rowk, nk, a, n));
+    }
+}
+
+/* O = O alpha + P V over keys [j0, j0 + nk), run by run: alpha rescales O once, with the
+ * first run (the others scale by ones). */
+static void tile_pv(const fused_plan *f, const fused_item *it, const fused_ws *w, int64_t j0,
+                    int64_t nk, const int32_t *rowk)
+{
+    const ta_sdpa_problem *p = f->p;
+    int64_t n, ld;
+    for (int64_t a = 0; a < nk; a += n) {
+        n = TA_MIN(nk - a, ta_sdpa_kv_run(p, j0 + a));
+        const float *vt = kv_tile(f, it, true, j0 + a, n, w->vp, &ld);
+        f->k->attn_pv(w->o, f->ldo, w->s + a * f->mq_max, a ? w->ones : w->alpha, vt, ld, n,
+                      p->Dv, it->mq, run_rowk(f, w, rowk, nk, a, n));
+    }
+}
+
 /* The online softmax of one work item: leaves the unnormalised O, m and l of its rows
  * in the workspace. */
 static void run_item(const fused_plan *f, const fused_item *it, const fused_ws *w)
 {
     const ta_sdpa_problem *p = f->p;
     const ta_kernels *k = f->k;
-    int64_t MQ = f->mq_max, D = p->D, Dv = p->Dv;
+    int64_t MQ = f->mq_max;
     for (int64_t r = 0; r < MQ; r++) {
         w->m[r] = -INFINITY;
         w->l[r] = 0.0f;
@@ -307,20 +375,10 @@ static void run_item(const fused_plan *f, const fused_item *it, const fused_ws *
      * every kernel's key block), so the keys a bound cuts (the causal diagonal) share as
      * few tiles as they can. */
     const int64_t cut_start = clean_end < it->jhi ? TA_MAX(it->jlo, clean_end / 16 * 16) : it->jhi;
-    const ta_tensor *K = p->K, *V = p->V;
-    const float *kb = (const float *)K->data + it->b * K->stride[0] + it->hkv * K->stride[1];
-    const float *vb = (const float *)V->data + it->b * V->stride[0] + it->hkv * V->stride[1];
     int64_t nk;
     for (int64_t j0 = it->jlo; j0 < it->jhi; j0 += nk) {
         nk = TA_MIN(TA_FUSED_NK, (j0 < cut_start ? cut_start : it->jhi) - j0);
         if (use_mask && tile_blocked(f, it, w, j0, nk)) continue;
-        const float *kt = kb + j0 * K->stride[2];
-        int64_t ldk = K->stride[2];
-        if (f->pack_k) {
-            pack_rows(w->kp, K, it->b, it->hkv, j0, nk, D);
-            kt = w->kp;
-            ldk = D;
-        }
         /* A tile that a row bound cuts (the causal diagonal, a key length): each row's
          * key count lets the kernels skip the blocks no row of theirs needs. */
         const int32_t *rowk = NULL;
@@ -332,21 +390,10 @@ static void run_item(const fused_plan *f, const fused_item *it, const fused_ws *
             }
             rowk = w->rowk;
         }
-        if (few_rows(f, it))
-            k->attn_qk_rows(w->s, w->qp, D, it->mq, kt, ldk, nk, D);
-        else
-            k->attn_qk(w->s, w->qp, kt, ldk, nk, D, rowk);
+        tile_scores(f, it, w, j0, nk, rowk);
         if (use_mask || cut) mask_tile(f, it, w, w->s, j0, nk, use_mask);
         k->attn_softmax(w->s, w->m, w->l, w->alpha, nk, it->mq);
-        if (Dv == 0) continue;
-        const float *vt = vb + j0 * V->stride[2];
-        int64_t ldv = V->stride[2];
-        if (f->pack_v) {
-            pack_rows(w->vp, V, it->b, it->hkv, j0, nk, Dv);
-            vt = w->vp;
-            ldv = Dv;
-        }
-        k->attn_pv(w->o, f->ldo, w->s, w->alpha, vt, ldv, nk, Dv, it->mq, rowk);
+        if (p->Dv > 0) tile_pv(f, it, w, j0, nk, rowk);
     }
 }
 
@@ -620,6 +667,7 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
         /* Scores a kernel skips stay as they were (the caller masks those of real rows):
          * the padding lanes hold a previous item's values, finite or not, after this. */
         memset(w.s, 0, sizeof(float) * (size_t)(f.mq_max * TA_FUSED_NK));
+        for (int64_t r = 0; r < f.mq_max; r++) w.ones[r] = 1.0f;
 #pragma omp for schedule(dynamic, grab)
         for (int64_t n = 0; n < nitems; n++) {
             const fused_item *it = &m.items[n];
