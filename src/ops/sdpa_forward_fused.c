@@ -533,6 +533,7 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
 typedef struct fused_mem {
     fused_item *items;
     int64_t *t_r0, *t_mq;
+    int64_t *t_nch;    /* split: per tile, its chunks that hold keys (the first ones) */
     unsigned char *ws; /* nt per-thread workspaces of ws_bytes */
     float *parts;
     int64_t *mt;       /* the mask's bound table: 2 per row (mask_bounds) */
@@ -549,6 +550,7 @@ static void layout(ta_arena *a, fused_mem *m, const fused_plan *f)
     m->items = TA_ARENA_TAKE(a, fused_item, f->ntiles * f->nchunks);
     m->t_r0 = TA_ARENA_TAKE(a, int64_t, f->tpg);
     m->t_mq = TA_ARENA_TAKE(a, int64_t, f->tpg);
+    m->t_nch = f->split ? TA_ARENA_TAKE(a, int64_t, f->ntiles) : NULL;
     m->mt = f->mrows ? TA_ARENA_TAKE2(a, int64_t, f->mrows, 2) : NULL;
 }
 
@@ -560,16 +562,6 @@ size_t ta_sdpa_forward_fused_scratch(const ta_sdpa_problem *p)
     fused_mem m;
     layout(&a, &m, &f);
     return ta_arena_bytes(&a);
-}
-
-/* The empty partial of a chunk with no keys to visit: "nothing seen". */
-static void empty_partial(const fused_plan *f, float *pt)
-{
-    for (int64_t r = 0; r < f->mq_used; r++) {
-        pt[r] = -INFINITY;
-        pt[f->mq_used + r] = 0.0f;
-    }
-    memset(pt + 2 * f->mq_used, 0, sizeof(float) * (size_t)(f->mq_used * f->p->Dv));
 }
 
 /* The work list, in schedule order: group by group, and within a group the tiles from
@@ -592,18 +584,17 @@ static int64_t build_items(const fused_plan *f, const fused_mem *m)
                 int64_t e = row_bound(f, base.b, h, i, &exact);
                 if (e > jmax) jmax = e;
             }
-            for (int64_t c = 0; c < f->nchunks; c++) {
+            int64_t c = 0;
+            for (; c < f->nchunks; c++) {
                 fused_item it = base;
                 it.chunk = c;
                 it.jlo = c * f->chunk_keys;
                 it.jhi = TA_MIN(it.jlo + f->chunk_keys, jmax);
                 if (it.jhi < it.jlo) it.jhi = it.jlo;
-                if (f->split && it.jhi == it.jlo && c > 0) {
-                    empty_partial(f, m->parts + (it.tile * f->nchunks + c) * f->part_floats);
-                    continue;
-                }
+                if (f->split && it.jhi == it.jlo && c > 0) break; /* and every later chunk */
                 m->items[n++] = it;
             }
+            if (f->split) m->t_nch[base.tile] = c;
         }
     }
     return n;
@@ -621,7 +612,8 @@ static void store_partial(const fused_plan *f, const fused_mem *m, const fused_i
         memcpy(pt + 2 * mu + r * Dv, w->o + r * f->ldo, sizeof(float) * (size_t)Dv);
 }
 
-/* Every row of a split problem from its chunks' partials. */
+/* Every row of a split problem from its chunks' partials: the chunks that hold keys (a
+ * chunk past a tile's last key would add an exact zero). */
 static void merge_partials(const fused_plan *f, const fused_mem *m)
 {
     const ta_sdpa_problem *p = f->p;
@@ -630,14 +622,15 @@ static void merge_partials(const fused_plan *f, const fused_mem *m)
     for (int64_t t = 0; t < f->ntiles; t++) {
         int64_t g = t / f->tpg, tt = t % f->tpg;
         const float *ms[TA_FUSED_MAX_CHUNKS], *ls[TA_FUSED_MAX_CHUNKS], *os[TA_FUSED_MAX_CHUNKS];
+        const int64_t nch = m->t_nch[t];
         for (int64_t r = 0; r < m->t_mq[tt]; r++) {
-            for (int64_t c = 0; c < f->nchunks; c++) {
+            for (int64_t c = 0; c < nch; c++) {
                 const float *pt = m->parts + (t * f->nchunks + c) * f->part_floats;
                 ms[c] = pt + r;
                 ls[c] = pt + mu + r;
                 os[c] = pt + 2 * mu + r * p->Dv;
             }
-            finish_row(f, g / p->Hkv, g % p->Hkv, m->t_r0[tt] + r, ms, ls, os, f->nchunks);
+            finish_row(f, g / p->Hkv, g % p->Hkv, m->t_r0[tt] + r, ms, ls, os, nch);
         }
     }
 }
