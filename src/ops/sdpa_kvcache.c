@@ -150,11 +150,12 @@ static ta_status check_new_and_outputs(kv_call *k, const ta_tensor *kn, const ta
     if (st) return st;
     k->O = O;
     k->lse = lse;
-    /* every sequence's problem: H * Lq rows of capacity keys, a gather of capacity keys */
+    /* the problems: B * H * Lq rows of capacity keys, a gather of capacity keys (with
+     * D = Dv = 0 no tensor bounds these products) */
     int64_t n;
-    const int64_t rows[3] = {k->H, k->Lq ? k->Lq : 1, k->cap ? k->cap : 1};
+    const int64_t rows[4] = {k->B, k->H, k->Lq, k->cap ? k->cap : 1};
     const int64_t keys[3] = {k->Hkv, k->cap, TA_MAX(TA_MAX(k->D, k->Dv), 1)};
-    if (!ta_shape_numel(&n, 3, rows) || !ta_shape_numel(&n, 3, keys))
+    if (!ta_shape_numel(&n, 4, rows) || !ta_shape_numel(&n, 3, keys))
         return ta_error(TA_ESHAPE, "%s: a sequence of %lld heads, %lld queries and a cache of "
                         "%lld keys overflows", fn, (long long)k->H, (long long)k->Lq,
                         (long long)k->cap);
