@@ -67,6 +67,7 @@ void cli_print_shape(const ta_tensor *t);
 int cmd_demo(int argc, char **argv);
 int cmd_einsum(int argc, char **argv);
 int cmd_sdpa(int argc, char **argv);
+int cmd_kvcache(int argc, char **argv);
 int cmd_mha(int argc, char **argv);
 
 #endif

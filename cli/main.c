@@ -16,6 +16,7 @@ static const char usage[] =
     "commands:\n"
     "  demo     run the seed example (B=32, H=8, L=512, D=64, causal) and time it\n"
     "  sdpa     scaled dot-product attention on .npy files\n"
+    "  kvcache  attention against a KV cache (contiguous or paged) on .npy files\n"
     "  mha      a self-attention layer (seed or torch layout) on .npy files\n"
     "  einsum   an einsum contraction of one or two .npy files\n"
     "  bench    benchmarks: FMA peak, GEMM, einsum, attention\n"
@@ -36,6 +37,7 @@ int main(int argc, char **argv)
     }
     if (strcmp(cmd, "demo") == 0) return cmd_demo(argc, argv);
     if (strcmp(cmd, "sdpa") == 0) return cmd_sdpa(argc, argv);
+    if (strcmp(cmd, "kvcache") == 0) return cmd_kvcache(argc, argv);
     if (strcmp(cmd, "mha") == 0) return cmd_mha(argc, argv);
     if (strcmp(cmd, "einsum") == 0) return cmd_einsum(argc, argv);
     if (strcmp(cmd, "bench") == 0) return ta_bench_main(argc - 1, argv + 1);

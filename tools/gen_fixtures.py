@@ -395,6 +395,8 @@ fixture_set("half")(__import__("fixtures_half").gen_half)  # tools/fixtures_half
 fixture_set("layers_grad")(__import__("fixtures_layers_grad").gen_layers_grad)  # tools/fixtures_layers_grad.py
 fixture_set("sdpa_variants")(__import__("fixtures_variants").gen_sdpa_variants)  # tools/fixtures_variants.py
 
+fixture_set("kvcache")(__import__("fixtures_kvcache").gen_kvcache)  # tools/fixtures_kvcache.py
+
 # ------------------------------------------------------------------ main
 
 def main(argv=None):

@@ -85,6 +85,19 @@ static ta_status check_overlaps(const char *fn, int nout, ta_tensor *const *outs
     return TA_OK;
 }
 
+ta_status ta_sdpa_check_rank4(const char *fn, const char *name, const ta_tensor *t,
+                              const char *dims)
+{
+    return check_rank4(fn, name, t, dims, TA_SDPA_CHECK_ALL);
+}
+
+ta_status ta_sdpa_check_overlaps(const char *fn, int nout, ta_tensor *const *outs,
+                                 const char *const *out_names, int nin,
+                                 const ta_tensor *const *ins, const char *const *in_names)
+{
+    return check_overlaps(fn, nout, outs, out_names, nin, ins, in_names);
+}
+
 /* The part of a forward and a backward call they share: Q, K, V, O's shape (an output
  * or, in the backward, an input), the options. */
 static ta_status prepare_common(ta_sdpa_problem *p, const char *fn, ta_tensor *O,
@@ -237,6 +250,8 @@ static size_t impl_scratch_bytes(const ta_sdpa_problem *p)
 
 static ta_status impl_run(const ta_sdpa_problem *p, ta_arena *scratch)
 {
+    if (p->pages.table && (p->backward || p->path == TA_SDPA_REFERENCE))
+        return ta_error(TA_EINTERNAL, "%s: paged K and V reach the fused forward only", p->fn);
     if (p->backward)
         return p->path == TA_SDPA_REFERENCE ? ta_sdpa_backward_reference(p, scratch)
                                             : ta_sdpa_backward_fused(p, scratch);

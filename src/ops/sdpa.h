@@ -29,6 +29,18 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* Paged K and V (a KV cache's blocks, sdpa_kvcache.c): key j of the problem is row
+ * j % block_size of block table[j / block_size], so K's element (b, hkv, j, d) sits at
+ *   K->data + table[j / block_size] * k_block_stride + (j % block_size) * K->stride[2]
+ *           + b * K->stride[0] + hkv * K->stride[1] + d * K->stride[3]
+ * (V alike, with v_block_stride). Keys are uniformly strided only inside a block, so
+ * whatever reads K or V takes them through ta_sdpa_kv_offset and ta_sdpa_kv_run. table
+ * NULL: K and V are plain strided tensors. Only the fused forward reads paged K and V. */
+typedef struct ta_sdpa_pages {
+    const int32_t *table; /* the blocks of the problem's keys, in key order */
+    int64_t block_size, k_block_stride, v_block_stride;
+} ta_sdpa_pages;
+
 /* One validated call. Q [B,H,Lq,D], K [B,Hkv,Lk,D], V [B,Hkv,Lk,Dv], O [B,H,Lq,Dv]; query
  * head h reads key/value head h / G (G = H / Hkv). A backward also has dO [B,H,Lq,Dv] and
  * the forward's LSE [B,H,Lq] (inputs; O is then an input too) and dQ [B,H,Lq,D],
@@ -48,7 +60,31 @@ typedef struct ta_sdpa_problem {
     ta_tensor *lse;           /* forward: NULL or [B, H, Lq] */
     const ta_tensor *dO, *fwd_lse; /* backward inputs */
     ta_tensor *dQ, *dK, *dV;       /* backward outputs */
+    ta_sdpa_pages pages;           /* K and V in blocks (forward, fused only); {0}: not */
 } ta_sdpa_problem;
+
+/* The element offset in K (value false) or V (value true) of key j's row (its d = 0) for
+ * batch b and kv head hkv, paged or not: the one addressing of keys and values. */
+static inline int64_t ta_sdpa_kv_offset(const ta_sdpa_problem *p, bool value, int64_t b,
+                                        int64_t hkv, int64_t j)
+{
+    const ta_tensor *t = value ? p->V : p->K;
+    const int64_t head = b * t->stride[0] + hkv * t->stride[1];
+    if (!p->pages.table) return head + j * t->stride[2];
+    const int64_t bs = p->pages.block_size;
+    const int64_t block = p->pages.table[j / bs];
+    return head + block * (value ? p->pages.v_block_stride : p->pages.k_block_stride) +
+           (j % bs) * t->stride[2];
+}
+
+/* How many keys from key j on follow it at stride[2] in K and V: to the end of j's
+ * block when paged, else to Lk. A tile of keys never reaches past it. */
+static inline int64_t ta_sdpa_kv_run(const ta_sdpa_problem *p, int64_t j)
+{
+    if (!p->pages.table) return p->Lk - j;
+    const int64_t rest = p->pages.block_size - j % p->pages.block_size;
+    return rest < p->Lk - j ? rest : p->Lk - j;
+}
 
 /* How much of a call's arguments to check. The layers size SDPA's scratch inside their
  * own before their buffers exist: TA_SDPA_SHAPES_ONLY checks shapes, strides and options
@@ -93,6 +129,14 @@ size_t ta_sdpa_stage_bytes(ta_sdpa_staging *s);
  * implementation ran on s->p, ta_sdpa_stage_out rounds the staged outputs back. */
 ta_status ta_sdpa_stage_in(ta_sdpa_staging *s, ta_arena *a);
 void ta_sdpa_stage_out(const ta_sdpa_staging *s);
+/* The front door's checks, for the other entries that build problems (sdpa_kvcache.c):
+ * t a valid float32 tensor of rank 4 (dims names its extents in the message); every
+ * output against every input and every other output (NULL entries are absent). */
+ta_status ta_sdpa_check_rank4(const char *fn, const char *name, const ta_tensor *t,
+                              const char *dims);
+ta_status ta_sdpa_check_overlaps(const char *fn, int nout, ta_tensor *const *outs,
+                                 const char *const *out_names, int nin,
+                                 const ta_tensor *const *ins, const char *const *in_names);
 
 /* Scratch bytes of a prepared problem on the library's current thread count (SIZE_MAX
  * when it does not fit size_t). */

@@ -56,9 +56,10 @@ static bool role_is_output(const ta_sdpa_problem *p, int role)
 
 bool ta_sdpa_native_dtype(const ta_sdpa_problem *p, int role)
 {
-    (void)p;
-    (void)role;
-    return false;
+    /* the fused forward widens K and V tile by tile (kv_tile): a decode step reads a
+     * half-precision cache once, at half the bytes, and a paged cache (which has no
+     * stand-in) in place */
+    return !p->backward && p->path == TA_SDPA_FUSED && (role == TA_SDPA_T_K || role == TA_SDPA_T_V);
 }
 
 void ta_sdpa_stage_plan(ta_sdpa_staging *s, const ta_sdpa_problem *p)

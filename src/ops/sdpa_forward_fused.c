@@ -17,6 +17,11 @@
  * On tiles that a row bound cuts (the causal diagonal, a key length) the kernels get
  * each row's key count and skip the blocks no row of theirs needs.
  *
+ * K and V may be paged (a KV cache's blocks, ta_sdpa_pages): a key tile then spans
+ * blocks, and its scores and P V run block by block (the kernels read each block's rows
+ * in place, at their stride), while the softmax step and O's rescale stay once per tile:
+ * blocks of 16 keys cost about what one 64-key tile does.
+ *
  * Threads take whole work items (a tile, or a tile's key chunk) from a list ordered by
  * group, then within the group by query position from the last tile to the first (a
  * causal tile near the diagonal's end costs the most; with any other bound the tiles
@@ -36,6 +41,7 @@
 #include "ops/sdpa.h"
 
 #include "core/core.h"
+#include "core/dtype.h"
 #include "kernels/kernels.h"
 
 #include <math.h>
@@ -46,6 +52,7 @@
 #define TA_FUSED_SPLIT 512   /* keys per chunk when the keys are split (a multiple of NK) */
 #define TA_FUSED_FEW_TILES 16 /* split the keys when there are fewer tiles than this */
 #define TA_FUSED_MAX_CHUNKS 64 /* at most this many chunks (then the chunks widen) */
+#define TA_FUSED_PREFETCH_ROWS 16 /* rows of a paged cache's next block requested ahead */
 /* A head_dim above this needs more scratch than any machine has (a tile of 48 rows:
  * 192 TiB): the plan says "does not fit" before any size arithmetic could wrap. */
 #define TA_FUSED_DIM_MAX ((int64_t)1 << 40)
@@ -60,6 +67,8 @@ typedef struct fused_item {
 /* A thread's scratch, sized once per call. */
 typedef struct fused_ws {
     float *qp, *s, *o, *m, *l, *alpha, *kp, *vp;
+    float *ones;      /* 1.0 per row: the rescale of a tile's later runs (tile_pv) */
+    int32_t *rowk_run; /* per row: keys of the current run of a tile it needs */
     int64_t *end;  /* per row: the keys it may see (ta_mask_row_end, or the mask's bound) */
     int64_t *qoff; /* per row: its Q row's offset in elements */
     int32_t *rowk; /* per row: keys of the current tile it needs */
@@ -104,6 +113,8 @@ static void ws_layout(ta_arena *a, fused_ws *w, const fused_plan *f)
     w->end = TA_ARENA_TAKE(a, int64_t, mq);
     w->qoff = TA_ARENA_TAKE(a, int64_t, mq);
     w->rowk = TA_ARENA_TAKE(a, int32_t, mq);
+    w->ones = TA_ARENA_TAKE(a, float, mq);
+    w->rowk_run = TA_ARENA_TAKE(a, int32_t, mq);
     w->kp = f->pack_k ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK, p->D) : NULL;
     w->vp = f->pack_v ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK, p->Dv) : NULL;
 }
@@ -141,14 +152,30 @@ static void pack_q(const fused_plan *f, const fused_item *it, float *qp, int64_t
         for (int64_t d = 0; d < D; d++) qp[r * D + d] = q[qoff[r] + d * s3] * p->scale;
 }
 
-/* Rows [n0, n0 + n) x columns [0, cols) of a [*, L, cols] slice into dst [n, cols]. */
-static void pack_rows(float *dst, const ta_tensor *t, int64_t b, int64_t hkv, int64_t n0,
-                      int64_t n, int64_t cols)
+/* The tile of keys [j0, j0 + nk) of the item's group in K (value false) or V, which
+ * ta_sdpa_kv_run says lie in one run (one block of a paged cache): a pointer to its
+ * first row and the row stride in *ld, or, when the rows are float16/bfloat16 (a
+ * half-precision cache: widened here, in registers, at half the bytes read) or not
+ * unit-stride along D, a float32 copy in buf [nk, cols]. The one place the forward reads
+ * K and V. */
+static const float *kv_tile(const fused_plan *f, const fused_item *it, bool value, int64_t j0,
+                            int64_t nk, float *buf, int64_t *ld)
 {
-    const float *src = (const float *)t->data + b * t->stride[0] + hkv * t->stride[1];
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t c = 0; c < cols; c++)
-            dst[j * cols + c] = src[(n0 + j) * t->stride[2] + c * t->stride[3]];
+    const ta_sdpa_problem *p = f->p;
+    const ta_tensor *t = value ? p->V : p->K;
+    const size_t es = ta_dtype_size(t->dtype);
+    const char *src = (const char *)t->data +
+                      es * (size_t)ta_sdpa_kv_offset(p, value, it->b, it->hkv, j0);
+    if (!(value ? f->pack_v : f->pack_k)) {
+        *ld = t->stride[2];
+        return (const float *)src;
+    }
+    const int64_t cols = value ? p->Dv : p->D;
+    for (int64_t j = 0; j < nk; j++)
+        ta_row_to_f32(buf + j * cols, src + es * (size_t)(j * t->stride[2]), t->dtype, cols,
+                      t->stride[3]);
+    *ld = cols;
+    return buf;
 }
 
 /* Blocks the scores of a key tile [j0, j0 + nk) that a bound or the mask tensor hides:
@@ -276,13 +303,86 @@ static int64_t row_bound(const fused_plan *f, int64_t b, int64_t h, int64_t i, b
     return end;
 }
 
+/* A tile's keys come in runs that share a stride (ta_sdpa_kv_run): the whole tile, or
+ * one block of a paged cache each. The per-row key counts of the tile of nk keys (rowk,
+ * or NULL) for the run [a, a + n) of it. */
+static const int32_t *run_rowk(const fused_plan *f, const fused_ws *w, const int32_t *rowk,
+                               int64_t nk, int64_t a, int64_t n)
+{
+    if (!rowk || n == nk) return rowk;
+    for (int64_t r = 0; r < f->mq_max; r++) {
+        int64_t e = rowk[r] - a;
+        w->rowk_run[r] = (int32_t)(e < 0 ? 0 : e > n ? n : e);
+    }
+    return w->rowk_run;
+}
+
+/* A paged cache, a tile of few rows (decode: as fast as memory; a tile of many rows
+ * computes long on each block, and reads it again for every query tile): the first rows
+ * of K's (value false) or V's run from key j, the next block, requested into L2 while the
+ * current block is read. The hardware prefetchers
+ * follow the strided rows within a block but cannot know which block the table names
+ * next (on one Zen 4 core, a decode from 16-key blocks in shuffled order read ~12% slower
+ * than from a contiguous cache without this, ~1.7x faster with it: docs/inference.md).
+ * Into L2, not L1: the L1 miss buffers are the demand loads' (docs/kernels.md). Inlined
+ * by force: gcc finds a function that only prefetches free of side effects and deletes
+ * the calls. */
+static inline __attribute__((always_inline)) void prefetch_run(const fused_plan *f, const fused_item *it, bool value, int64_t j)
+{
+    const ta_sdpa_problem *p = f->p;
+    const ta_tensor *t = value ? p->V : p->K;
+    if (!p->pages.table || !few_rows(f, it) || j >= it->jhi || t->stride[3] != 1) return;
+    const int64_t es = (int64_t)ta_dtype_size(t->dtype), bytes = (value ? p->Dv : p->D) * es;
+    const int64_t n = TA_MIN(TA_MIN(ta_sdpa_kv_run(p, j), it->jhi - j), TA_FUSED_PREFETCH_ROWS);
+    const char *row = (const char *)t->data + es * ta_sdpa_kv_offset(p, value, it->b, it->hkv, j);
+    for (int64_t r = 0; r < n; r++, row += es * t->stride[2])
+        for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(row + c, 0, 2);
+}
+
+/* The scores of keys [j0, j0 + nk), s = (scale Q) K^T, run by run into the tile's
+ * columns: a paged cache's tile spans blocks (its softmax and rescale stay per tile). */
+static void tile_scores(const fused_plan *f, const fused_item *it, const fused_ws *w,
+                        int64_t j0, int64_t nk, const int32_t *rowk)
+{
+    const ta_sdpa_problem *p = f->p;
+    int64_t n, ld;
+    for (int64_t a = 0; a < nk; a += n) {
+        n = TA_MIN(nk - a, ta_sdpa_kv_run(p, j0 + a));
+        const float *kt = kv_tile(f, it, false, j0 + a, n, w->kp, &ld);
+        prefetch_run(f, it, false, j0 + a + n);
+        float *s = w->s + a * f->mq_max;
+        if (few_rows(f, it))
+            f->k->attn_qk_rows(s, w->qp, p->D, it->mq, kt, ld, n, p->D);
+        else
+            f->k->attn_qk(s, w->qp, kt, ld, n, p->D, run_rowk(f, w, rowk, nk, a, n));
+    }
+}
+
+/* O = O alpha + P V over keys [j0, j0 + nk), run by run: alpha rescales O once, with the
+ * first run (the others scale by ones). (Gathering a tile's V rows from its blocks
+ * instead, for one attn_pv call, cost prefill more than the kernel's extra passes over O
+ * did: docs/inference.md.) */
+static void tile_pv(const fused_plan *f, const fused_item *it, const fused_ws *w, int64_t j0,
+                    int64_t nk, const int32_t *rowk)
+{
+    const ta_sdpa_problem *p = f->p;
+    int64_t n, ld;
+    for (int64_t a = 0; a < nk; a += n) {
+        n = TA_MIN(nk - a, ta_sdpa_kv_run(p, j0 + a));
+        const float *vt = kv_tile(f, it, true, j0 + a, n, w->vp, &ld);
+        prefetch_run(f, it, true, j0 + a + n);
+        f->k->attn_pv(w->o, f->ldo, w->s + a * f->mq_max, a ? w->ones : w->alpha, vt, ld, n,
+                      p->Dv, it->mq, run_rowk(f, w, rowk, nk, a, n));
+    }
+}
+
 /* The online softmax of one work item: leaves the unnormalised O, m and l of its rows
  * in the workspace. */
 static void run_item(const fused_plan *f, const fused_item *it, const fused_ws *w)
 {
     const ta_sdpa_problem *p = f->p;
     const ta_kernels *k = f->k;
-    int64_t MQ = f->mq_max, D = p->D, Dv = p->Dv;
+    int64_t MQ = f->mq_max;
     for (int64_t r = 0; r < MQ; r++) {
         w->m[r] = -INFINITY;
         w->l[r] = 0.0f;
@@ -308,20 +408,10 @@ static void run_item(const fused_plan *f, const fused_item *it, const fused_ws *
      * every kernel's key block), so the keys a bound cuts (the causal diagonal) share as
      * few tiles as they can. */
     const int64_t cut_start = clean_end < it->jhi ? TA_MAX(it->jlo, clean_end / 16 * 16) : it->jhi;
-    const ta_tensor *K = p->K, *V = p->V;
-    const float *kb = (const float *)K->data + it->b * K->stride[0] + it->hkv * K->stride[1];
-    const float *vb = (const float *)V->data + it->b * V->stride[0] + it->hkv * V->stride[1];
     int64_t nk;
     for (int64_t j0 = it->jlo; j0 < it->jhi; j0 += nk) {
         nk = TA_MIN(TA_FUSED_NK, (j0 < cut_start ? cut_start : it->jhi) - j0);
         if (use_mask && tile_blocked(f, it, w, j0, nk)) continue;
-        const float *kt = kb + j0 * K->stride[2];
-        int64_t ldk = K->stride[2];
-        if (f->pack_k) {
-            pack_rows(w->kp, K, it->b, it->hkv, j0, nk, D);
-            kt = w->kp;
-            ldk = D;
-        }
         /* A tile that a row bound cuts (the causal diagonal, a key length): each row's
          * key count lets the kernels skip the blocks no row of theirs needs. */
         const int32_t *rowk = NULL;
@@ -333,21 +423,10 @@ static void run_item(const fused_plan *f, const fused_item *it, const fused_ws *
             }
             rowk = w->rowk;
         }
-        if (few_rows(f, it))
-            k->attn_qk_rows(w->s, w->qp, D, it->mq, kt, ldk, nk, D);
-        else
-            k->attn_qk(w->s, w->qp, kt, ldk, nk, D, rowk);
+        tile_scores(f, it, w, j0, nk, rowk);
         if (use_mask || cut) mask_tile(f, it, w, w->s, j0, nk, use_mask);
         k->attn_softmax(w->s, w->m, w->l, w->alpha, nk, it->mq);
-        if (Dv == 0) continue;
-        const float *vt = vb + j0 * V->stride[2];
-        int64_t ldv = V->stride[2];
-        if (f->pack_v) {
-            pack_rows(w->vp, V, it->b, it->hkv, j0, nk, Dv);
-            vt = w->vp;
-            ldv = Dv;
-        }
-        k->attn_pv(w->o, f->ldo, w->s, w->alpha, vt, ldv, nk, Dv, it->mq, rowk);
+        if (p->Dv > 0) tile_pv(f, it, w, j0, nk, rowk);
     }
 }
 
@@ -463,8 +542,9 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
     /* O rows: attn_pv writes whole vectors (a multiple of attn_vl, a power of two) and
      * rows start 64-byte aligned (16 floats) */
     f.ldo = ta_round_up(p->Dv ? p->Dv : 1, TA_MAX(16, f.k->attn_vl));
-    f.pack_k = p->K->stride[3] != 1 && p->D > 1;
-    f.pack_v = p->V->stride[3] != 1 && p->Dv > 1;
+    /* half-precision K and V are widened tile by tile (ta_sdpa_native_dtype) */
+    f.pack_k = (p->K->stride[3] != 1 && p->D > 1) || p->K->dtype != TA_F32;
+    f.pack_v = (p->V->stride[3] != 1 && p->Dv > 1) || p->V->dtype != TA_F32;
     f.tpg = group_tiles(&f, NULL, NULL);
     f.ngroups = p->B * p->Hkv;
     f.ntiles = f.ngroups * f.tpg;
@@ -494,6 +574,7 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
 typedef struct fused_mem {
     fused_item *items;
     int64_t *t_r0, *t_mq;
+    int64_t *t_nch;    /* split: per tile, its chunks that hold keys (the first ones) */
     unsigned char *ws; /* nt per-thread workspaces of ws_bytes */
     float *parts;
     int64_t *mt;       /* the mask's bound table: 2 per row (mask_bounds) */
@@ -510,6 +591,7 @@ static void layout(ta_arena *a, fused_mem *m, const fused_plan *f)
     m->items = TA_ARENA_TAKE(a, fused_item, f->nitems);
     m->t_r0 = TA_ARENA_TAKE(a, int64_t, f->tpg);
     m->t_mq = TA_ARENA_TAKE(a, int64_t, f->tpg);
+    m->t_nch = f->split ? TA_ARENA_TAKE(a, int64_t, f->ntiles) : NULL;
     m->mt = f->mrows ? TA_ARENA_TAKE2(a, int64_t, f->mrows, 2) : NULL;
 }
 
@@ -546,16 +628,6 @@ size_t ta_sdpa_forward_fused_scratch_bound(const ta_sdpa_problem *p)
     return plan_bytes(&f);
 }
 
-/* The empty partial of a chunk with no keys to visit: "nothing seen". */
-static void empty_partial(const fused_plan *f, float *pt)
-{
-    for (int64_t r = 0; r < f->mq_used; r++) {
-        pt[r] = -INFINITY;
-        pt[f->mq_used + r] = 0.0f;
-    }
-    memset(pt + 2 * f->mq_used, 0, sizeof(float) * (size_t)(f->mq_used * f->p->Dv));
-}
-
 /* The work list, in schedule order: group by group, and within a group the tiles from
  * the last query position to the first (see the top of the file), each tile's chunks
  * in key order. Returns the number of items. */
@@ -576,18 +648,17 @@ static int64_t build_items(const fused_plan *f, const fused_mem *m)
                 int64_t e = row_bound(f, base.b, h, i, &exact);
                 if (e > jmax) jmax = e;
             }
-            for (int64_t c = 0; c < f->nchunks; c++) {
+            int64_t c = 0;
+            for (; c < f->nchunks; c++) {
                 fused_item it = base;
                 it.chunk = c;
                 it.jlo = c * f->chunk_keys;
                 it.jhi = TA_MIN(it.jlo + f->chunk_keys, jmax);
                 if (it.jhi < it.jlo) it.jhi = it.jlo;
-                if (f->split && it.jhi == it.jlo && c > 0) {
-                    empty_partial(f, m->parts + (it.tile * f->nchunks + c) * f->part_floats);
-                    continue;
-                }
+                if (f->split && it.jhi == it.jlo && c > 0) break; /* and every later chunk */
                 m->items[n++] = it;
             }
+            if (f->split) m->t_nch[base.tile] = c;
         }
     }
     return n;
@@ -605,7 +676,8 @@ static void store_partial(const fused_plan *f, const fused_mem *m, const fused_i
         memcpy(pt + 2 * mu + r * Dv, w->o + r * f->ldo, sizeof(float) * (size_t)Dv);
 }
 
-/* Every row of a split problem from its chunks' partials. */
+/* Every row of a split problem from its chunks' partials: the chunks that hold keys (a
+ * chunk past a tile's last key would add an exact zero). */
 static void merge_partials(const fused_plan *f, const fused_mem *m)
 {
     const ta_sdpa_problem *p = f->p;
@@ -614,14 +686,15 @@ static void merge_partials(const fused_plan *f, const fused_mem *m)
     for (int64_t t = 0; t < f->ntiles; t++) {
         int64_t g = t / f->tpg, tt = t % f->tpg;
         const float *ms[TA_FUSED_MAX_CHUNKS], *ls[TA_FUSED_MAX_CHUNKS], *os[TA_FUSED_MAX_CHUNKS];
+        const int64_t nch = m->t_nch[t];
         for (int64_t r = 0; r < m->t_mq[tt]; r++) {
-            for (int64_t c = 0; c < f->nchunks; c++) {
+            for (int64_t c = 0; c < nch; c++) {
                 const float *pt = m->parts + (t * f->nchunks + c) * f->part_floats;
                 ms[c] = pt + r;
                 ls[c] = pt + mu + r;
                 os[c] = pt + 2 * mu + r * p->Dv;
             }
-            finish_row(f, g / p->Hkv, g % p->Hkv, m->t_r0[tt] + r, ms, ls, os, f->nchunks);
+            finish_row(f, g / p->Hkv, g % p->Hkv, m->t_r0[tt] + r, ms, ls, os, nch);
         }
     }
 }
@@ -651,6 +724,7 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
         /* Scores a kernel skips stay as they were (the caller masks those of real rows):
          * the padding lanes hold a previous item's values, finite or not, after this. */
         memset(w.s, 0, sizeof(float) * (size_t)(f.mq_max * TA_FUSED_NK));
+        for (int64_t r = 0; r < f.mq_max; r++) w.ones[r] = 1.0f;
 #pragma omp for schedule(dynamic, grab)
         for (int64_t n = 0; n < nitems; n++) {
             const fused_item *it = &m.items[n];

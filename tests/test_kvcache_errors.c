@@ -1,0 +1,263 @@
+/* ta_sdpa_kvcache's hostile inputs (DESIGN.md, "KV cache"): bad lengths, a block index
+ * out of range among the blocks a sequence uses, a sequence longer than its cache, k_new
+ * without v_new, wrong shapes and dtypes, options that do not combine with a cache,
+ * overlapping outputs, a workspace too small. Each must fail with its own error code and
+ * a message naming the argument, and leave O, the LSE and both caches byte for byte as
+ * they were (nothing is written before every check passed, the append included). Also:
+ * block-table entries past the blocks a sequence uses are never read. */
+#include "ta_test.h"
+
+#include "fixture_cases.h"
+#include "kv_cases.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static ta_fixture_file *fx;
+
+/* The bytes of everything the call may write. */
+typedef struct snapshot {
+    unsigned char *b[4];
+    size_t n[4];
+} snapshot;
+
+static ta_tensor *written(ta_test_kv *t, int i)
+{
+    ta_tensor *w[4] = {&t->o_s, &t->lse, &t->kc_s, &t->vc_s};
+    return w[i];
+}
+
+static void take(snapshot *s, ta_test_kv *t)
+{
+    for (int i = 0; i < 4; i++) {
+        s->n[i] = (size_t)ta_tensor_numel(written(t, i)) * sizeof(float);
+        s->b[i] = malloc(s->n[i] + 1);
+        assert_non_null(s->b[i]);
+        memcpy(s->b[i], written(t, i)->data, s->n[i]);
+    }
+}
+
+static void same_and_free(snapshot *s, ta_test_kv *t, const char *what)
+{
+    const char *names[4] = {"O", "LSE", "the k cache", "the v cache"};
+    for (int i = 0; i < 4; i++) {
+        if (memcmp(s->b[i], written(t, i)->data, s->n[i]))
+            fail_msg("%s: %s changed although the call failed", what, names[i]);
+        free(s->b[i]);
+    }
+}
+
+static int drop_v_new; /* a change may pass k_new alone */
+
+/* The call with t's arguments (new keys when the case has them). */
+static ta_status call(ta_test_kv *t, const ta_sdpa_opts *o)
+{
+    return ta_sdpa_kvcache(&t->o, &t->q, &t->cache, t->has_new ? &t->kn : NULL,
+                           t->has_new && !drop_v_new ? &t->vn : NULL, o);
+}
+
+/* One hostile variant: case c loaded fresh, changed by `change`, must fail with code and
+ * needle and write nothing. */
+typedef void (*change_fn)(ta_test_kv *t, ta_sdpa_opts *o);
+static void expect_refused(const char *c, change_fn change, ta_status code, const char *needle)
+{
+    ta_test_kv t;
+    ta_test_kv_load(&t, fx, c, TA_TEST_BHLD);
+    ta_sdpa_opts o = t.opts;
+    change(&t, &o);
+    snapshot s;
+    take(&s, &t);
+    ta_status st = call(&t, &o);
+    if (st != code || !strstr(ta_last_error(), needle))
+        fail_msg("%s (%s): got %s '%s', expected %s with '%s'", c, needle, ta_status_name(st),
+                 ta_last_error(), ta_status_name(code), needle);
+    same_and_free(&s, &t, needle);
+    drop_v_new = 0;
+    ta_test_kv_free(&t);
+}
+
+/* kv000: contiguous, B 3, H 4, Hkv 2, Lq 1, D = Dv = 16, Lnew 1, Lmax 20, seqlens 0 7 19.
+ * kv004: paged, blocks of 4, max_blocks 5, 12 blocks, seqlens 0 10 19, Lnew 1. */
+static void neg_len(ta_test_kv *t, ta_sdpa_opts *o) { (void)o; t->seqlens[1] = -3; }
+static void over_len(ta_test_kv *t, ta_sdpa_opts *o) { (void)o; t->seqlens[2] = 20; }
+static void huge_len(ta_test_kv *t, ta_sdpa_opts *o) { (void)o; t->seqlens[0] = INT32_MAX; }
+static void no_lens(ta_test_kv *t, ta_sdpa_opts *o) { (void)o; t->cache.seqlens = NULL; }
+static void block_high(ta_test_kv *t, ta_sdpa_opts *o) { (void)o; t->table[5 + 2] = 12; }
+static void block_neg(ta_test_kv *t, ta_sdpa_opts *o) { (void)o; t->table[2 * 5 + 4] = -1; }
+static void k_only(ta_test_kv *t, ta_sdpa_opts *o) { (void)t, (void)o; drop_v_new = 1; }
+static void neg_blocks(ta_test_kv *t, ta_sdpa_opts *o) { (void)o; t->cache.max_blocks = -1; }
+static void with_mask(ta_test_kv *t, ta_sdpa_opts *o) { o->mask = &t->lse; }
+static void with_lengths(ta_test_kv *t, ta_sdpa_opts *o)
+{
+    static const int64_t len[3] = {1, 1, 1};
+    (void)t;
+    o->key_lengths = len;
+}
+static void with_weights(ta_test_kv *t, ta_sdpa_opts *o) { o->weights = &t->o; }
+static void with_cu(ta_test_kv *t, ta_sdpa_opts *o)
+{
+    static const int32_t cu[4] = {0, 1, 2, 3};
+    (void)t;
+    o->cu_seqlens_q = o->cu_seqlens_k = cu;
+    o->num_seqs = 3;
+}
+static void nan_scale(ta_test_kv *t, ta_sdpa_opts *o) { (void)t; o->scale = NAN; }
+static void bad_path(ta_test_kv *t, ta_sdpa_opts *o) { (void)t; o->path = (ta_sdpa_path)7; }
+static void bad_causal(ta_test_kv *t, ta_sdpa_opts *o) { (void)t; o->causal = (ta_causal)9; }
+static void q_dim(ta_test_kv *t, ta_sdpa_opts *o) { (void)o; t->q.shape[3] = 8; }
+static void q_heads(ta_test_kv *t, ta_sdpa_opts *o) { (void)o; t->q.shape[2] = 3; t->o.shape[2] = 3; }
+static void o_shape(ta_test_kv *t, ta_sdpa_opts *o) { (void)o; t->o.shape[3] = 8; }
+static ta_tensor lse_view; /* a changed view of the LSE (its storage stays as it is) */
+static void lse_shape(ta_test_kv *t, ta_sdpa_opts *o)
+{
+    lse_view = t->lse;
+    lse_view.owned = NULL;
+    lse_view.shape[1] = 3;
+    o->lse = &lse_view;
+}
+static void cache_batch(ta_test_kv *t, ta_sdpa_opts *o)
+{
+    (void)o;
+    t->kc.shape[0] = t->vc.shape[0] = 2;
+}
+static void v_cache_len(ta_test_kv *t, ta_sdpa_opts *o) { (void)o; t->vc.shape[1] = 19; }
+static void k_new_heads(ta_test_kv *t, ta_sdpa_opts *o) { (void)o; t->kn.shape[2] = 1; }
+static void v_new_len(ta_test_kv *t, ta_sdpa_opts *o) { (void)o; t->vn.shape[1] = 2; }
+static void no_blocks(ta_test_kv *t, ta_sdpa_opts *o)
+{
+    (void)o;
+    t->kc.shape[1] = t->vc.shape[1] = 0;
+}
+/* f16 and bf16 are storage types the cache and q may have; f64 is not */
+static void f64_cache(ta_test_kv *t, ta_sdpa_opts *o) { (void)o; t->kc.dtype = TA_F64; }
+static void f64_q(ta_test_kv *t, ta_sdpa_opts *o) { (void)o; t->q.dtype = TA_F64; }
+static void o_in_cache(ta_test_kv *t, ta_sdpa_opts *o)
+{
+    (void)o;
+    t->o.data = t->kc_s.data; /* O (3 x 1 x 4 x 16 floats) inside the k cache */
+}
+static void lse_in_q(ta_test_kv *t, ta_sdpa_opts *o)
+{
+    lse_view = t->lse;
+    lse_view.owned = NULL;
+    lse_view.data = t->q_s.data;
+    o->lse = &lse_view;
+}
+static void k_new_in_cache(ta_test_kv *t, ta_sdpa_opts *o)
+{
+    (void)o;
+    t->kn.data = (float *)t->vc_s.data + 16; /* read while the cache is written */
+}
+static void tiny_workspace(ta_test_kv *t, ta_sdpa_opts *o)
+{
+    size_t n;
+    TA_CHECK_OK(ta_sdpa_kvcache_workspace_size(&n, &t->o, &t->q, &t->cache, &t->kn, &t->vn, o));
+    assert_true(n > 0);
+    /* the LSE's storage stands in for a buffer (never written: the call is refused) */
+    o->workspace = (ta_workspace){.data = t->lse.data, .size = n - 1};
+}
+
+static void test_refused(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *c;
+        change_fn change;
+        ta_status code;
+        const char *needle;
+    } cases[] = {
+        {"kv000", neg_len, TA_EINVAL, "cache->seqlens[1] = -3 is negative"},
+        {"kv000", over_len, TA_EINVAL, "sequence 2 would hold"},
+        {"kv004", over_len, TA_EINVAL, "more than its cache holds (20)"},
+        {"kv000", huge_len, TA_EINVAL, "more than its cache holds"},
+        {"kv000", no_lens, TA_EINVAL, "cache->seqlens is NULL"},
+        {"kv004", block_high, TA_EINVAL, "cache->block_table[1][2] = 12 is outside [0, 12)"},
+        {"kv004", block_neg, TA_EINVAL, "cache->block_table[2][4] = -1 is outside"},
+        {"kv004", neg_blocks, TA_EINVAL, "max_blocks = -1"},
+        {"kv000", k_only, TA_EINVAL, "pass both or neither"},
+        {"kv000", with_mask, TA_EINVAL, "opts->mask"},
+        {"kv000", with_lengths, TA_EINVAL, "opts->key_lengths"},
+        {"kv000", with_weights, TA_EINVAL, "opts->weights"},
+        {"kv000", with_cu, TA_EINVAL, "cu_seqlens"},
+        {"kv000", nan_scale, TA_EINVAL, "opts->scale"},
+        {"kv000", bad_path, TA_EINVAL, "opts->path"},
+        {"kv000", bad_causal, TA_EINVAL, "opts->causal"},
+        {"kv000", q_dim, TA_ESHAPE, "head_dim"},
+        {"kv000", q_heads, TA_ESHAPE, "not a multiple"},
+        {"kv000", o_shape, TA_ESHAPE, "O has shape"},
+        {"kv000", lse_shape, TA_ESHAPE, "opts->lse has shape"},
+        {"kv000", cache_batch, TA_ESHAPE, "cache->k has batch 2"},
+        {"kv000", v_cache_len, TA_ESHAPE, "cache->v has shape"},
+        {"kv000", k_new_heads, TA_ESHAPE, "k_new has shape"},
+        {"kv000", v_new_len, TA_ESHAPE, "v_new has shape"},
+        {"kv004", no_blocks, TA_ESHAPE, "block_size >= 1"},
+        {"kv000", f64_cache, TA_EUNSUPPORTED, "cache->k"},
+        {"kv000", f64_q, TA_EUNSUPPORTED, "q"},
+        {"kv000", o_in_cache, TA_EINVAL, "O overlaps cache->k"},
+        {"kv000", lse_in_q, TA_EINVAL, "opts->lse overlaps q"},
+        {"kv004", k_new_in_cache, TA_EINVAL, "cache->v overlaps k_new"},
+        {"kv004", tiny_workspace, TA_EINVAL, "workspace"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        expect_refused(cases[i].c, cases[i].change, cases[i].code, cases[i].needle);
+}
+
+/* NULL arguments and the size query's own. */
+static void test_null_arguments(void **state)
+{
+    (void)state;
+    ta_test_kv t;
+    ta_test_kv_load(&t, fx, "kv000", TA_TEST_BHLD);
+    size_t n;
+    TA_CHECK_ERR(ta_sdpa_kvcache(NULL, &t.q, &t.cache, NULL, NULL, NULL), TA_EINVAL, "O is NULL");
+    TA_CHECK_ERR(ta_sdpa_kvcache(&t.o, NULL, &t.cache, NULL, NULL, NULL), TA_EINVAL, "q is NULL");
+    TA_CHECK_ERR(ta_sdpa_kvcache(&t.o, &t.q, NULL, NULL, NULL, NULL), TA_EINVAL, "cache is NULL");
+    t.cache.k = NULL;
+    TA_CHECK_ERR(ta_sdpa_kvcache(&t.o, &t.q, &t.cache, NULL, NULL, NULL), TA_EINVAL, "cache->k is NULL");
+    t.cache.k = &t.kc;
+    TA_CHECK_ERR(ta_sdpa_kvcache_workspace_size(NULL, &t.o, &t.q, &t.cache, NULL, NULL, NULL),
+                 TA_EINVAL, "bytes is NULL");
+    t.seqlens[0] = -1;
+    TA_CHECK_ERR(ta_sdpa_kvcache_workspace_size(&n, &t.o, &t.q, &t.cache, NULL, NULL, NULL),
+                 TA_EINVAL, "ta_sdpa_kvcache_workspace_size: cache->seqlens[0] = -1");
+    ta_test_kv_free(&t);
+}
+
+/* Block-table entries past the blocks a sequence uses may hold anything: they are not
+ * read (the result equals the case's reference). */
+static void test_unused_entries_not_read(void **state)
+{
+    (void)state;
+    ta_test_kv t;
+    ta_test_kv_load(&t, fx, "kv004", TA_TEST_BHLD);
+    /* sequence 0 uses 1 block, sequence 1 uses 3 */
+    t.table[1] = INT32_MIN, t.table[4] = 1 << 30, t.table[5 + 3] = -7, t.table[5 + 4] = 99;
+    TA_CHECK_OK(call(&t, &t.opts));
+    ta_fixture_expect_close("kv004", "O", &t.o, ta_fixture_need(fx, "kv004", "out"), 0.0, 1e-5);
+    ta_fixture_expect_close("kv004", "k cache", &t.kc, ta_fixture_need(fx, "kv004", "k_cache_out"), 0, 0);
+    ta_test_kv_free(&t);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    return ta_fixture_open(&fx, "kvcache.tafx") == TA_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    ta_fixture_close(fx);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_null_arguments),
+        cmocka_unit_test(test_unused_entries_not_read),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
