@@ -141,12 +141,12 @@ static ta_status check_new_and_outputs(kv_call *k, const ta_tensor *kn, const ta
         if ((st = ta_sdpa_check_rank4(fn, "k_new", kn, "[B, Lnew, Hkv, D]"))) return st;
         k->Lnew = kn->shape[1];
         const int64_t ks[4] = {k->B, k->Lnew, k->Hkv, k->D}, vs[4] = {k->B, k->Lnew, k->Hkv, k->Dv};
-        st = ta_tensor_check_shape(fn, "k_new", kn, 4, ks, "[B, Lnew, Hkv, D]", 0);
-        if (!st) st = ta_tensor_check_shape(fn, "v_new", vn, 4, vs, "[B, Lnew, Hkv, Dv]", 0);
+        st = ta_tensor_check_shape(fn, "k_new", kn, 4, ks, "[B, Lnew, Hkv, D]", TA_CHECK_STORAGE);
+        if (!st) st = ta_tensor_check_shape(fn, "v_new", vn, 4, vs, "[B, Lnew, Hkv, Dv]", TA_CHECK_STORAGE);
         if (st) return st;
     }
     const int64_t os[4] = {k->B, k->Lq, k->H, k->Dv}, ls[3] = {k->B, k->H, k->Lq};
-    st = ta_tensor_check_shape(fn, "O", O, 4, os, "[B, Lq, H, Dv]", TA_CHECK_OUTPUT);
+    st = ta_tensor_check_shape(fn, "O", O, 4, os, "[B, Lq, H, Dv]", TA_CHECK_OUTPUT | TA_CHECK_STORAGE);
     if (!st && lse) st = ta_tensor_check_shape(fn, "opts->lse", lse, 3, ls, "[B, H, Lq]", TA_CHECK_OUTPUT);
     if (st) return st;
     k->O = O;
