@@ -25,9 +25,12 @@ run: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# Trains a small attention model to reverse digit sequences (examples/train_reverse.c).
+# Trains a small attention model to reverse digit sequences (examples/train_reverse.c),
+# then decodes with it through a KV cache (examples/generate.c: tokens per second for
+# float32, bfloat16 and float16 caches).
 example: build
-	./$(BUILD)/train_reverse
+	./$(BUILD)/train_reverse --save $(BUILD)/reverse.safetensors
+	./$(BUILD)/generate --load $(BUILD)/reverse.safetensors
 
 bench: build
 	./$(BUILD)/tensorattn bench

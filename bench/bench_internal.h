@@ -98,6 +98,14 @@ struct bench_case {
     /* Non-empty: the shape whose same-path case does this case's work with opts.causal
      * (this one passes the causal mask as a tensor); ratio_vs_causal is the time ratio. */
     char vs_causal[48];
+    /* Non-empty: another case (its full name) this one is timed against: ratio_vs =
+     * this median / (vs_scale * that median), reported under the JSON key vs_key
+     * ("ratio_vs_f32": a half-precision cache against float32, "ratio_vs_contiguous",
+     * "ratio_vs_padded_share": varlen against its padded batch's time scaled by the real
+     * (query, key) pairs' share). */
+    char vs_case[64];
+    char vs_key[32];
+    double vs_scale;
 
     /* Buffers: owned between setup and teardown (t[] are freed by the harness). */
     ta_tensor t[BENCH_MAX_TENSORS];
@@ -119,6 +127,7 @@ struct bench_case {
      * thread count (0: not measured), and their ratio (NaN: unknown). */
     double gbs, read_gbs, bandwidth_fraction;
     double ratio_vs_causal; /* vs_causal: this median / that case's median (NaN: unknown) */
+    double ratio_vs;        /* vs_case: see there (NaN: unknown) */
 };
 
 typedef struct bench_peak {
@@ -240,6 +249,17 @@ void bench_add_sdpa_causal_mask(bench_state *s, const char *name, const char *ca
                                 int64_t B, int64_t H, int64_t L, int64_t D);
 void bench_add_sdpa_backward(bench_state *s, const char *name, int64_t B, int64_t H,
                              int64_t L, int64_t D, ta_causal causal);
+/* cases_kvcache.c. One decode step through ta_sdpa_kvcache (fused): B sequences of lens[b]
+ * keys (NULL: all Lmax) after appending one, a cache of Lmax keys per sequence of dtype,
+ * contiguous (block 0) or paged in blocks of `block` rows scattered at random; vs (NULL:
+ * none) names a case to time against, with its scale and JSON key (see vs_case). */
+void bench_add_kv_decode(bench_state *s, const char *name, int64_t B, int64_t H, int64_t Hkv,
+                         int64_t D, int64_t Lmax, const int64_t *lens, int64_t block,
+                         ta_dtype dtype, const char *vs, double vs_scale, const char *vs_key);
+/* Causal prefill of nseq packed sequences of lens[b] tokens (cu_seqlens), and the same
+ * batch padded to the longest as the sdpa pair "<name>_padded"; ratio_vs_padded_share. */
+void bench_add_varlen_prefill(bench_state *s, const char *name, int64_t nseq, const int64_t *lens,
+                              int64_t H, int64_t D);
 
 /* ---- peers.c: --peers */
 

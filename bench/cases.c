@@ -60,6 +60,49 @@ static void build_sdpa_cases(bench_state *s)
         bench_add_sdpa_backward(s, "sdpa_bwd_L8192_causal", 1, 8, 8192, 64, TA_CAUSAL_TOP_LEFT);
 }
 
+/* Inference (issue 11): one decode step from a KV cache of each dtype, contiguous and
+ * paged in blocks of 16 (the smallest block the paged goal covers), for one long
+ * sequence (B1 H32 Hkv8 D128: a Llama-like GQA head layout) at two cache sizes and for a
+ * batch of 16 ragged sequences; and a causal prefill of packed ragged sequences against
+ * the same batch padded to the longest. */
+static void build_inference_cases(bench_state *s)
+{
+    int q = s->cfg.quick;
+    static const struct {
+        ta_dtype dtype;
+        const char *name;
+    } dt[3] = {{TA_F32, "f32"}, {TA_F16, "f16"}, {TA_BF16, "bf16"}};
+    char name[64], vs[64];
+    const int64_t caps[2] = {q ? 1024 : 4096, 32768};
+    for (int c = 0; c < (q ? 1 : 2); c++) {
+        const char *sfx = c ? "_32k" : "";
+        for (int d = 0; d < 3; d++) {
+            snprintf(name, sizeof name, "kv_decode_%s%s", dt[d].name, sfx);
+            snprintf(vs, sizeof vs, "kv_decode_f32%s", sfx);
+            bench_add_kv_decode(s, name, 1, 32, 8, 128, caps[c], NULL, 0, dt[d].dtype,
+                                d ? vs : NULL, 1.0, "ratio_vs_f32");
+        }
+        for (int d = 0; d < 3; d += 2) { /* paged: f32 and bf16, each against contiguous */
+            snprintf(name, sizeof name, "kv_decode_paged16_%s%s", dt[d].name, sfx);
+            snprintf(vs, sizeof vs, "kv_decode_%s%s", dt[d].name, sfx);
+            bench_add_kv_decode(s, name, 1, 32, 8, 128, caps[c], NULL, 16, dt[d].dtype, vs, 1.0,
+                                "ratio_vs_contiguous");
+        }
+    }
+    int64_t lens[16], Lk = caps[0];
+    for (int b = 0; b < 16; b++) lens[b] = 100 + (Lk - 100) * b / 15;
+    bench_add_kv_decode(s, "kv_decode_batch16_f32", 16, q ? 8 : 32, q ? 2 : 8, 128, Lk, lens, 0,
+                        TA_F32, NULL, 1.0, NULL);
+    bench_add_kv_decode(s, "kv_decode_batch16_bf16", 16, q ? 8 : 32, q ? 2 : 8, 128, Lk, lens, 0,
+                        TA_BF16, "kv_decode_batch16_f32", 1.0, "ratio_vs_f32");
+    bench_add_kv_decode(s, "kv_decode_batch16_paged16_bf16", 16, q ? 8 : 32, q ? 2 : 8, 128, Lk,
+                        lens, 16, TA_BF16, "kv_decode_batch16_bf16", 1.0, "ratio_vs_contiguous");
+    const int64_t plens[8] = {512, 64, 300, 17, 1024, 128, 5, 700};
+    int64_t qlens[8];
+    for (int b = 0; b < 8; b++) qlens[b] = q ? (plens[b] + 3) / 4 : plens[b];
+    bench_add_varlen_prefill(s, "varlen_prefill", 8, qlens, 8, 64);
+}
+
 void bench_build_cases(bench_state *s)
 {
     int q = s->cfg.quick;
@@ -78,4 +121,5 @@ void bench_build_cases(bench_state *s)
     bench_add_einsum(s, "einsum_qk_nqhd", "nqhd,nkhd->nhqk", "nhqkd", B, H, L, D);
     bench_add_einsum(s, "einsum_pv_nhql", "nhql,nlhd->nqhd", "nhqld", B, H, L, D);
     build_sdpa_cases(s);
+    build_inference_cases(s);
 }

@@ -297,7 +297,7 @@ int bench_run_cases(bench_state *s)
         c->max_abs_diff_ref = NAN;
         c->speedup_vs_reference = NAN;
         c->speedup_vs_torch = NAN;
-        c->bandwidth_fraction = c->ratio_vs_causal = NAN;
+        c->bandwidth_fraction = c->ratio_vs_causal = c->ratio_vs = NAN;
         c->extra_bytes = c->extra_bytes_cold = -1.0;
         if (c->skip_reason[0]) { /* decided when the case was built */
             c->status = "skipped";
@@ -366,6 +366,11 @@ void bench_finish_ratios(bench_state *s)
         }
         const bench_case *causal = c->vs_causal[0] ? same_path_case(s, c, c->vs_causal) : NULL;
         if (causal && causal->median_s > 0.0) c->ratio_vs_causal = c->median_s / causal->median_s;
+        for (int j = 0; c->vs_case[0] && j < s->ncases; j++) {
+            const bench_case *o = &s->cases[j];
+            if (!strcmp(o->name, c->vs_case) && bench_case_ok(o) && o->median_s > 0.0)
+                c->ratio_vs = c->median_s / (c->vs_scale * o->median_s);
+        }
     }
     if (s->peak_spread > 0.1 || s->read_spread > 0.1 || above)
         fprintf(stderr,

@@ -56,6 +56,11 @@ static cJSON *case_json(const bench_case *c)
         NUM("bandwidth_fraction", c->bandwidth_fraction, ok && isfinite(c->bandwidth_fraction));
     }
     if (c->vs_causal[0]) NUM("ratio_vs_causal", c->ratio_vs_causal, isfinite(c->ratio_vs_causal));
+    if (c->vs_case[0]) {
+        cJSON_AddStringToObject(o, "vs_case", c->vs_case);
+        NUM("vs_scale", c->vs_scale, 1);
+        NUM(c->vs_key, c->ratio_vs, isfinite(c->ratio_vs));
+    }
     NUM("extra_bytes", c->extra_bytes, ok && c->extra_bytes >= 0.0);
     NUM("extra_bytes_cold", c->extra_bytes_cold, c->cold_s > 0.0 && c->extra_bytes_cold >= 0.0);
 #undef NUM

@@ -51,6 +51,14 @@ void bench_print_table(const bench_state *s)
         if (c->status && isfinite(c->ratio_vs_causal))
             printf("%s takes %.2fx the time of %s_%s (the same mask as opts.causal)\n", c->name,
                    c->ratio_vs_causal, c->vs_causal, c->path);
+        if (c->status && isfinite(c->ratio_vs)) {
+            if (c->vs_scale == 1.0)
+                printf("%s takes %.2fx the time of %s (%s)\n", c->name, c->ratio_vs, c->vs_case,
+                       c->vs_key);
+            else
+                printf("%s takes %.2fx %.3f of the time of %s (%s)\n", c->name, c->ratio_vs,
+                       c->vs_scale, c->vs_case, c->vs_key);
+        }
     }
     fflush(stdout);
 }
