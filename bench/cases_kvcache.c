@@ -320,14 +320,14 @@ void bench_add_varlen_prefill(bench_state *s, const char *name, int64_t nseq, co
     /* The same batch padded to the longest: a plain causal sdpa case, every row and key
      * of [nseq, H, Lmax, D] computed (padding is what a padded batch pays for). */
     char padded[64];
-    snprintf(padded, sizeof padded, "%s_padded", name);
+    snprintf(padded, sizeof padded, "%.40s_padded", name);
     bench_add_sdpa(s, padded, nseq, H, H, Lmax, Lmax, D, TA_CAUSAL_TOP_LEFT);
     bench_case c = {.kind = &varlen_kind, .path = "fused", .state = bench_state_dup(&a, sizeof a),
                     .flops = 4.0 * (double)H * pairs * (double)D, .threads = s->cfg.threads,
                     .tolerance = BENCH_TOLERANCE, .twin = -1, .output = 3};
     snprintf(c.name, sizeof c.name, "%s", name);
     /* real tokens' share of the padded batch's work: its (query, key) pairs */
-    snprintf(c.vs_case, sizeof c.vs_case, "%s_fused", padded);
+    snprintf(c.vs_case, sizeof c.vs_case, "%.40s_fused", padded);
     snprintf(c.vs_key, sizeof c.vs_key, "ratio_vs_padded_share");
     c.vs_scale = pairs / padded_pairs;
     bench_add_case(s, &c);
