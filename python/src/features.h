@@ -22,7 +22,7 @@
 #endif
 /* ta_sdpa_kvcache, contiguous and paged (issue 11). */
 #ifndef TA_PY_HAVE_KVCACHE
-#define TA_PY_HAVE_KVCACHE 0
+#define TA_PY_HAVE_KVCACHE 1
 #endif
 /* opts.has_window / window_left / window_right (issue 12). */
 #ifndef TA_PY_HAVE_WINDOW
