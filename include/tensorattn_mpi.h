@@ -43,7 +43,7 @@
  *   Lq == Lk), path, and lse (output [B, H, Lr], float32, the global log-sum-exp of each
  *   row: what the backward needs). mask, key_lengths, weights, cu_seqlens and the variants
  *   (window, softcap, ALiBi, sinks) are refused (TA_EUNSUPPORTED). opts->workspace is not
- *   used: each call allocates its buffers once, before communicating.
+ *   used: a call takes one buffer before communicating (kept between calls: ta_cp_release).
  *   stats: NULL, or this rank's timings and traffic for the call (ta_cp_stats).
  * Agreement: before any data moves, the ranks exchange their shapes, options and local
  *   validation results, and every rank returns the same status with the same message
@@ -102,6 +102,12 @@ typedef struct ta_cp_stats {
     int64_t bytes_sent;  /* payload bytes this rank sent (to other ranks) */
     int steps;           /* ring steps (P), or all-to-all exchanges (Ulysses) */
 } ta_cp_stats;
+
+/* The calls keep one buffer (K/V blocks, accumulators: tens to hundreds of MiB) between
+ * calls, so that steady calls reuse memory already touched; it is released at
+ * MPI_Finalize, or now by ta_cp_release (call it before ta_set_allocator: the buffer came
+ * from the old hook). */
+void ta_cp_release(void);
 
 /* Context-parallel ta_sdpa (see the top of this header). */
 ta_status ta_sdpa_context_parallel(MPI_Comm comm, ta_cp_scheme scheme, ta_tensor *O,

@@ -10,6 +10,20 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Open MPI's shared-memory transport (vader) without a single-copy mechanism (as these
+ * containers need: OMPI_MCA_btl_vader_single_copy_mechanism=none) hands a large message
+ * over in 32 KiB fragments, each needing both processes on a core: a ring step's K/V
+ * block then crawls on a busy machine. 1 MiB fragments (in a 32 MiB segment) cut the
+ * time blocked on it several-fold (docs/distributed.md); set only when the user has not
+ * chosen, before MPI_Init reads them. */
+static void tune_open_mpi(void)
+{
+    const char *copy = getenv("OMPI_MCA_btl_vader_single_copy_mechanism");
+    if (!copy || strcmp(copy, "none") != 0) return;
+    setenv("OMPI_MCA_btl_vader_max_send_size", "1048576", 0);
+    setenv("OMPI_MCA_btl_vader_segment_size", "33554432", 0);
+}
+
 void cli_mpi_init(cli_mpi *m, int *argc, char ***argv)
 {
     memset(m, 0, sizeof *m);
@@ -17,6 +31,7 @@ void cli_mpi_init(cli_mpi *m, int *argc, char ***argv)
     int init = 0, provided;
     MPI_Initialized(&init);
     if (!init) {
+        tune_open_mpi();
         /* only this thread calls MPI; OpenMP threads compute in between */
         MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
         m->we_init = true;

@@ -18,7 +18,8 @@ static const char help[] =
     "Times context parallelism (forward, or forward and backward) on random inputs\n"
     "against one process running ta_sdpa on the same cores (rank 0 with threads x P\n"
     "threads while the other ranks sleep), after one warm-up run of each; the best of\n"
-    "--repeat runs counts. Per rank: wall time of the call, time computing, time blocked\n"
+    "--repeat runs counts. Per rank: wall time of the call, its CPU time (all threads;\n"
+    "MPI's waits spin, so they count), time computing, time blocked\n"
     "waiting for data in MPI, time in the agreements (waiting for the slowest rank),\n"
     "bytes sent, the time the same bytes take alone (a blocking ring exchange) and the\n"
     "overlap (1 - blocked / that time: the share of the transfer hidden behind\n"
@@ -64,6 +65,15 @@ static int parse(cli_opt *o, int argc, char **argv, bench_cfg *c)
     return cli_threads(o) ? CLI_OK : CLI_USAGE;
 }
 
+/* CPU time of this process (all its threads): against the wall time it shows how much of
+ * a run a rank was descheduled on a shared machine. */
+static double cpu_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 /* Waits for the other ranks without spinning on a core (the single-process run has them). */
 static void sleeping_barrier(void)
 {
@@ -94,8 +104,10 @@ static ta_status make_inputs(bench_data *d, const bench_cfg *c)
     return st;
 }
 
-/* Rank 0 times the single process on threads x P threads; the others sleep. */
-static double time_single(const cli_mpi *m, const bench_cfg *c, bench_data *d, ta_status *st)
+/* Rank 0 times the single process on threads x P threads (its CPU time summed over the
+ * threads into *cpu); the others sleep. */
+static double time_single(const cli_mpi *m, const bench_cfg *c, bench_data *d, ta_status *st,
+                          double *cpu)
 {
     double best = INFINITY;
     if (m->rank == 0) {
@@ -112,13 +124,17 @@ static double time_single(const cli_mpi *m, const bench_cfg *c, bench_data *d, t
         ta_sdpa_opts bo = so;
         bo.lse = NULL;
         for (int r = 0; r <= c->repeat && !*st; r++) { /* r == 0: the warm-up */
-            double t = MPI_Wtime();
+            double t = MPI_Wtime(), u = cpu_now();
             *st = ta_sdpa(&d->ref[0], &d->full[0], &d->full[1], &d->full[2], &so);
             if (!*st && c->backward)
                 *st = ta_sdpa_backward(&d->ref[1], &dk, &dv, &d->full[3], &d->full[0], &d->full[1],
                                        &d->full[2], &d->ref[0], &lse, &bo);
             t = MPI_Wtime() - t;
-            if (r > 0 && t < best) best = t;
+            u = cpu_now() - u;
+            if (r > 0 && t < best) {
+                best = t;
+                *cpu = u;
+            }
         }
         ta_tensor_free(&lse);
         ta_tensor_free(&dk);
@@ -127,19 +143,20 @@ static double time_single(const cli_mpi *m, const bench_cfg *c, bench_data *d, t
     }
     sleeping_barrier();
     MPI_Bcast(&best, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    MPI_Bcast(cpu, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     return best;
 }
 
 /* One timed run of a scheme: the stats of the forward plus the backward. */
 static ta_status run_scheme(const bench_cfg *c, ta_cp_scheme s, bench_data *d, ta_cp_stats *stats,
-                            double *wall)
+                            double *wall, double *cpu)
 {
     ta_sdpa_opts so = {.causal = c->causal ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_NONE, .lse = &d->out[1]};
     ta_sdpa_opts bo = so;
     bo.lse = NULL;
     ta_cp_stats f, b = {0};
     MPI_Barrier(MPI_COMM_WORLD);
-    double t = MPI_Wtime();
+    double t = MPI_Wtime(), u = cpu_now();
     ta_status st = ta_sdpa_context_parallel(MPI_COMM_WORLD, s, &d->out[0], &d->in[0], &d->in[1],
                                             &d->in[2], &so, &f);
     if (!st && c->backward)
@@ -147,6 +164,7 @@ static ta_status run_scheme(const bench_cfg *c, ta_cp_scheme s, bench_data *d, t
                                                &d->out[4], &d->in[3], &d->in[0], &d->in[1],
                                                &d->in[2], &d->out[0], &d->out[1], &bo, &b);
     t = MPI_Wtime() - t;
+    *cpu = cpu_now() - u;
     MPI_Allreduce(&t, wall, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     *stats = (ta_cp_stats){.total_s = f.total_s + b.total_s, .compute_s = f.compute_s + b.compute_s,
                            .blocked_s = f.blocked_s + b.blocked_s, .sync_s = f.sync_s + b.sync_s,
@@ -185,7 +203,7 @@ static double max_err(const ta_tensor *x, const ta_tensor *ref)
 }
 
 typedef struct rank_row {
-    double total, compute, blocked, sync, mib, transfer;
+    double total, cpu, compute, blocked, sync, mib, transfer;
 } rank_row;
 
 static void report(const cli_mpi *m, ta_cp_scheme s, const rank_row *row, double wall,
@@ -195,9 +213,9 @@ static void report(const cli_mpi *m, ta_cp_scheme s, const rank_row *row, double
     for (int r = 0; r < m->P; r++) {
         double overlap = row[r].transfer > 0.0 ? 1.0 - row[r].blocked / row[r].transfer : 0.0;
         overlap = s == TA_CP_ULYSSES ? NAN : overlap < 0.0 ? 0.0 : overlap > 1.0 ? 1.0 : overlap;
-        printf("%-8s %4d %9.4f %9.4f %9.4f %9.4f %9.2f %10.4f %8.2f\n", ta_cp_scheme_name(s), r,
-               row[r].total, row[r].compute, row[r].blocked, row[r].sync, row[r].mib,
-               row[r].transfer, overlap);
+        printf("%-8s %4d %9.4f %9.4f %9.4f %9.4f %9.4f %9.2f %10.4f %8.2f\n",
+               ta_cp_scheme_name(s), r, row[r].total, row[r].cpu, row[r].compute, row[r].blocked,
+               row[r].sync, row[r].mib, row[r].transfer, overlap);
         cmax = fmax(cmax, row[r].compute);
         csum += row[r].compute;
     }
@@ -213,17 +231,17 @@ static int bench(cli_mpi *m, const bench_cfg *c)
     ta_status st = make_inputs(&d, c);
     if (st) cli_mpi_fail(m, CLI_FAIL, "bench: %s", ta_last_error());
     if (cli_mpi_sync(m)) return m->code;
-    double single = time_single(m, c, &d, &st);
+    double single_cpu = 0.0, single = time_single(m, c, &d, &st, &single_cpu);
     if (st) cli_mpi_fail(m, CLI_FAIL, "bench: single process: %s", ta_last_error());
     if (m->rank == 0)
         printf("context parallelism: B %lld, H %lld, Hkv %lld, L %lld, D %lld, %s, %s; P %d ranks x "
-               "%d threads\nsingle process, %d threads: %.4f s\n%-8s %4s %9s %9s %9s %9s %9s %10s "
-               "%8s\n",
+               "%d threads\nsingle process, %d threads: %.4f s (cpu %.4f s)\n%-8s %4s %9s %9s %9s "
+               "%9s %9s %9s %10s %8s\n",
                (long long)c->B, (long long)c->H, (long long)c->Hkv, (long long)c->L,
                (long long)c->D, c->causal ? "causal" : "not causal",
                c->backward ? "forward + backward" : "forward", m->P, ta_get_num_threads(),
-               ta_get_num_threads() * m->P, single, "scheme", "rank", "total_s", "compute_s",
-               "blocked_s", "sync_s", "sent_MiB", "transfer_s", "overlap");
+               ta_get_num_threads() * m->P, single, single_cpu, "scheme", "rank", "total_s",
+               "cpu_s", "compute_s", "blocked_s", "sync_s", "sent_MiB", "transfer_s", "overlap");
     for (int i = 0; i < c->nscheme && !cli_mpi_sync(m); i++) {
         const ta_cp_scheme s = c->scheme[i];
         for (int j = 0; j < 4; j++) ta_tensor_free(&d.in[j]);
@@ -236,14 +254,14 @@ static int bench(cli_mpi *m, const bench_cfg *c)
         if (st) cli_mpi_fail(m, CLI_FAIL, "bench: %s", ta_last_error());
         if (cli_mpi_sync(m)) break;
         ta_cp_stats stats;
-        double wall, best = INFINITY;
+        double wall, cpu, best = INFINITY;
         rank_row mine = {0}, *rows = malloc(sizeof(rank_row) * (size_t)m->P);
         for (int r = 0; r <= c->repeat && !st; r++) { /* r == 0: the warm-up */
-            st = run_scheme(c, s, &d, &stats, &wall);
+            st = run_scheme(c, s, &d, &stats, &wall, &cpu);
             if (!st && r > 0 && wall < best) {
                 best = wall;
-                mine = (rank_row){stats.total_s, stats.compute_s, stats.blocked_s, stats.sync_s,
-                                  (double)stats.bytes_sent / 1048576.0, 0.0};
+                mine = (rank_row){stats.total_s, cpu, stats.compute_s, stats.blocked_s,
+                                  stats.sync_s, (double)stats.bytes_sent / 1048576.0, 0.0};
                 mine.transfer = s == TA_CP_ULYSSES ? 0.0
                                                    : transfer_time(m, stats.bytes_sent, stats.steps);
             }

@@ -108,6 +108,7 @@ ta_status cp_begin(cp_ctx *ctx, MPI_Comm comm, ta_cp_scheme scheme, int op)
 
 void cp_end(cp_ctx *ctx, ta_cp_stats *stats)
 {
+    cp_buffer_done(ctx);
     if (ctx->comm != MPI_COMM_NULL) MPI_Comm_free(&ctx->comm);
     free(ctx->len);
     free(ctx->off);
@@ -326,25 +327,4 @@ int cp_rank_chunks(const cp_ctx *ctx, int s, cp_chunk chunk[2])
     chunk[0] = (cp_chunk){.start = start[0], .len = len[0], .local = 0};
     chunk[1] = (cp_chunk){.start = start[1], .len = len[1], .local = len[0]};
     return 2;
-}
-
-ta_status cp_buffer(ta_tensor *buf, int64_t n)
-{
-    const int64_t shape[1] = {n > 0 ? n : 1};
-    return ta_tensor_empty(buf, 1, shape);
-}
-
-ta_tensor cp_view4(float *data, int64_t s0, int64_t s1, int64_t s2, int64_t s3)
-{
-    const int64_t shape[4] = {s0, s1, s2, s3};
-    ta_tensor t = {0};
-    ta_tensor_from_buffer(&t, data, 4, shape, NULL); /* cannot fail: data and shape are ours */
-    return t;
-}
-
-ta_tensor cp_rows(const ta_tensor *t, int64_t r0, int64_t n)
-{
-    ta_tensor v = {0};
-    ta_tensor_slice(&v, t, 2, r0, r0 + n, 1); /* in range by construction */
-    return v;
 }

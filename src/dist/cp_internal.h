@@ -30,6 +30,8 @@ typedef struct cp_ctx {
     char run_msg[CP_MSG];
     ta_cp_stats stats;
     double t_start;
+    ta_tensor buf;          /* the call's buffer (cp_buffer), released by cp_end */
+    bool holds_kept;        /* buf is the process's kept buffer */
 } cp_ctx;
 
 /* A chunk of the sequence a rank holds: global rows start .. start + len - 1, at row
@@ -69,9 +71,13 @@ double cp_now(void);
 
 /* Checks the options context parallelism takes (TA_EUNSUPPORTED for the others). */
 ta_status cp_check_opts(const ta_sdpa_opts *opts);
-/* A float32 buffer of n elements as a 1-d owning tensor (through the library's
- * allocator); a view of it with a 4-d shape. */
-ta_status cp_buffer(ta_tensor *buf, int64_t n);
+
+/* ---- cp_buffer.c */
+/* The call's float32 buffer of n elements (one per call; the process's kept buffer when
+ * no other call holds it), released by cp_end. */
+ta_status cp_buffer(cp_ctx *ctx, int64_t n, float **data);
+void cp_buffer_done(cp_ctx *ctx);
+/* A 4-d view of a float32 buffer. */
 ta_tensor cp_view4(float *data, int64_t s0, int64_t s1, int64_t s2, int64_t s3);
 /* Rows r0 .. r0 + n - 1 (dim 2) of a 4-d tensor, or of the 3-d LSE (dim 2 as well). */
 ta_tensor cp_rows(const ta_tensor *t, int64_t r0, int64_t n);

@@ -79,12 +79,9 @@ static bool wait_all(cp_ctx *c, MPI_Request *req, int n)
     return cp_mpi_ok(c, rc, "MPI_Waitall");
 }
 
-/* Releases buf after a failed MPI call: returns TA_EIO (the message is recorded). */
-static ta_status mpi_failed(ta_tensor *buf)
-{
-    ta_tensor_free(buf);
-    return TA_EIO;
-}
+/* After a failed MPI call: TA_EIO (the message is recorded); requests may still point into
+ * the call's buffer, which stays allocated. */
+static ta_status mpi_failed(void) { return TA_EIO; }
 
 /* What a piece computes: rows a .. b-1 of call cl against the block in kv (nblk rows). */
 typedef void (*piece_fn)(cp_ctx *c, const cp_call *cl, const cp_piece *pc, float *kv,
@@ -146,10 +143,10 @@ ta_status cp_ring_forward(cp_ctx *c, ta_tensor *O, ta_tensor *lse, const ta_tens
     const int P = c->P, r = c->rank;
     const int64_t Lr = c->len[r], BH = c->B * c->H, nkv = kv_count(c, c->max_len);
     const int64_t no = BH * Lr * c->Dv;
-    ta_tensor buf = {0};
-    ta_status st = cp_buffer(&buf, 2 * nkv + 2 * (no + BH * Lr));
+    float *p;
+    ta_status st = cp_buffer(c, 2 * nkv + 2 * (no + BH * Lr), &p);
     if ((st = cp_agree_status(c, st))) return st;
-    float *kv[2] = {buf.data, (float *)buf.data + nkv};
+    float *kv[2] = {p, p + nkv};
     float *o_acc = kv[1] + nkv, *o_part = o_acc + no, *l_acc = o_part + no, *l_part = l_acc + BH * Lr;
     double t0 = cp_now();
     cp_note_failure(c, pack_kv(c, kv[0], K, V));
@@ -163,10 +160,10 @@ ta_status cp_ring_forward(cp_ctx *c, ta_tensor *O, ta_tensor *lse, const ta_tens
         MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
         if (more && !exchange(c, req, kv[cur ^ 1], kv_count(c, c->len[next]), kv[cur],
                               kv_count(c, c->len[src]), TAG_KV))
-            return mpi_failed(&buf);
+            return mpi_failed();
         if (!run_step(c, src, kv[cur], more, req, 2, forward_piece, &acc) ||
             (more && !wait_all(c, req, 2)))
-            return mpi_failed(&buf);
+            return mpi_failed();
     }
     c->stats.steps = P;
     st = cp_agree_run(c);
@@ -178,7 +175,6 @@ ta_status cp_ring_forward(cp_ctx *c, ta_tensor *O, ta_tensor *lse, const ta_tens
             st = ta_tensor_copy(lse, &l);
         }
     }
-    ta_tensor_free(&buf);
     return st;
 }
 
@@ -192,13 +188,13 @@ typedef struct bwd_bufs {
     float *dq_t, *dk_t, *dv_t; /* one piece's gradients */
 } bwd_bufs;
 
-static ta_status bwd_alloc(const cp_ctx *c, ta_tensor *buf, bwd_bufs *b)
+static ta_status bwd_alloc(cp_ctx *c, bwd_bufs *b)
 {
     const int64_t nkv = kv_count(c, c->max_len), nq = c->B * c->H * c->len[c->rank] * c->D;
     const int64_t nk = c->B * c->Hkv * c->max_len * c->D, nv = c->B * c->Hkv * c->max_len * c->Dv;
-    ta_status st = cp_buffer(buf, 5 * nkv + 2 * nq + nk + nv);
+    float *p;
+    ta_status st = cp_buffer(c, 5 * nkv + 2 * nq + nk + nv, &p);
     if (st) return st;
-    float *p = buf->data;
     b->kv[0] = p;
     b->kv[1] = p + nkv;
     b->g_part = p + 2 * nkv;
@@ -256,9 +252,8 @@ ta_status cp_ring_backward(cp_ctx *c, ta_tensor *dQ, ta_tensor *dK, ta_tensor *d
                            const ta_tensor *V, const ta_tensor *O, const ta_tensor *lse)
 {
     const int P = c->P, r = c->rank, left = (r + P - 1) % P, right = (r + 1) % P;
-    ta_tensor buf = {0};
     bwd_bufs b = {0};
-    ta_status st = bwd_alloc(c, &buf, &b);
+    ta_status st = bwd_alloc(c, &b);
     if ((st = cp_agree_status(c, st))) return st;
     const bwd_in in = {.dO = dO, .Q = Q, .O = O, .lse = lse};
     bwd_state state = {.in = &in, .b = &b};
@@ -274,17 +269,17 @@ ta_status cp_ring_backward(cp_ctx *c, ta_tensor *dQ, ta_tensor *dK, ta_tensor *d
         const bool more = t < P - 1;
         if (more && !exchange(c, req, b.kv[cur ^ 1], kv_count(c, c->len[next]), b.kv[cur], n,
                               TAG_KV))
-            return mpi_failed(&buf);
+            return mpi_failed();
         if (t > 0 && !cp_mpi_ok(c, MPI_Irecv(b.g_in, (int)n, MPI_FLOAT, left, TAG_GRAD, c->comm,
                                              &req[2]), "MPI_Irecv"))
-            return mpi_failed(&buf);
+            return mpi_failed();
         memset(b.g_part, 0, sizeof(float) * (size_t)n);
         if (!run_step(c, src, b.kv[cur], more, req, 4, backward_piece, &state) ||
             (t > 0 && !wait_all(c, &req[2], 1)))
-            return mpi_failed(&buf);
+            return mpi_failed();
         if (t > 0) cp_add_rows(b.g_part, b.g_in, 1, 1, 0, 1, n);
         if (P > 1) { /* the sum so far goes on to the right, one step behind its block */
-            if (!wait_all(c, &req[3], 1)) return mpi_failed(&buf);
+            if (!wait_all(c, &req[3], 1)) return mpi_failed();
             float *sent = b.g_part;
             b.g_part = b.g_send;
             b.g_send = sent;
@@ -293,9 +288,9 @@ ta_status cp_ring_backward(cp_ctx *c, ta_tensor *dQ, ta_tensor *dK, ta_tensor *d
                                              &req[3]), "MPI_Isend");
             c->stats.bytes_sent += n * (int64_t)sizeof(float);
             c->stats.blocked_s += cp_now() - ts;
-            if (!ok) return mpi_failed(&buf);
+            if (!ok) return mpi_failed();
         }
-        if (more && !wait_all(c, req, 2)) return mpi_failed(&buf);
+        if (more && !wait_all(c, req, 2)) return mpi_failed();
     }
     /* after P steps the sum of this rank's own block arrives from the left */
     float *home = b.g_part; /* P == 1: the only step's sum */
@@ -304,7 +299,7 @@ ta_status cp_ring_backward(cp_ctx *c, ta_tensor *dQ, ta_tensor *dK, ta_tensor *d
         if (!cp_mpi_ok(c, MPI_Irecv(home, (int)kv_count(c, c->len[r]), MPI_FLOAT, left, TAG_GRAD,
                                     c->comm, &req[2]), "MPI_Irecv") ||
             !wait_all(c, &req[2], 2))
-            return mpi_failed(&buf);
+            return mpi_failed();
     }
     c->stats.steps = P;
     st = cp_agree_run(c);
@@ -316,6 +311,5 @@ ta_status cp_ring_backward(cp_ctx *c, ta_tensor *dQ, ta_tensor *dK, ta_tensor *d
         if (!st) st = ta_tensor_copy(dK, &dk);
         if (!st) st = ta_tensor_copy(dV, &dv);
     }
-    ta_tensor_free(&buf);
     return st;
 }

@@ -133,18 +133,18 @@ static ta_status unpack_seq(const cp_ctx *c, ta_tensor *dst, const float *rbuf, 
 
 /* One allocation: nbuf head-shard buffers of the given sizes, two staging buffers of
  * `stage` floats, and the count arrays. */
-static ta_status uly_alloc(cp_ctx *c, ta_tensor *buf, uly_bufs *u, float **part,
-                           const int64_t *size, int nbuf, int64_t stage)
+static ta_status uly_alloc(cp_ctx *c, uly_bufs *u, float **part, const int64_t *size, int nbuf,
+                           int64_t stage)
 {
     int64_t total = 2 * stage;
     for (int i = 0; i < nbuf; i++) total += size[i];
+    float *p = NULL;
     ta_status st = a2a_alloc(&u->a, c->P);
-    if (!st) st = cp_buffer(buf, total);
+    if (!st) st = cp_buffer(c, total, &p);
     if ((st = cp_agree_status(c, st))) {
         free(u->a.scount);
         return st;
     }
-    float *p = buf->data;
     u->sbuf = p;
     u->rbuf = p + stage;
     p += 2 * stage;
@@ -155,11 +155,9 @@ static ta_status uly_alloc(cp_ctx *c, ta_tensor *buf, uly_bufs *u, float **part,
     return TA_OK;
 }
 
-static ta_status uly_done(cp_ctx *c, ta_tensor *buf, uly_bufs *u, ta_status st)
+static ta_status uly_done(uly_bufs *u, ta_status st)
 {
     free(u->a.scount);
-    ta_tensor_free(buf);
-    (void)c;
     return st;
 }
 
@@ -181,13 +179,12 @@ ta_status cp_ulysses_forward(cp_ctx *c, ta_tensor *O, ta_tensor *lse, const ta_t
                              B * Hs * L * c->Dv, B * Hs * L,           B * c->H * Lr * c->Dv,
                              B * c->H * Lr};
     float *p[7]; /* Qh, Kh, Vh, Oh, LSEh; O and LSE rows back home */
-    ta_tensor buf = {0};
     uly_bufs u = {0};
-    ta_status st = uly_alloc(c, &buf, &u, p, size, 7, stage_size(c, c->H, Wmax));
+    ta_status st = uly_alloc(c, &u, p, size, 7, stage_size(c, c->H, Wmax));
     if (st) return st;
     if (!to_heads(c, &u, p[0], Q, c->H, c->D) || !to_heads(c, &u, p[1], K, c->Hkv, c->D) ||
         !to_heads(c, &u, p[2], V, c->Hkv, c->Dv))
-        return uly_done(c, &buf, &u, TA_EIO);
+        return uly_done(&u, TA_EIO);
     double t = cp_now();
     if (!c->run_status) {
         ta_tensor q = cp_view4(p[0], B, Hs, L, c->D), k = cp_view4(p[1], B, Ks, L, c->D);
@@ -200,15 +197,15 @@ ta_status cp_ulysses_forward(cp_ctx *c, ta_tensor *O, ta_tensor *lse, const ta_t
         cp_note_failure(c, ta_sdpa(&o, &q, &k, &v, &opts));
     }
     c->stats.compute_s += cp_now() - t;
-    if ((st = cp_agree_run(c))) return uly_done(c, &buf, &u, st);
+    if ((st = cp_agree_run(c))) return uly_done(&u, st);
     if (!to_seq(c, &u, p[5], p[3], c->H, c->Dv) || !to_seq(c, &u, p[6], p[4], c->H, 1))
-        return uly_done(c, &buf, &u, TA_EIO);
+        return uly_done(&u, TA_EIO);
     st = unpack_seq(c, O, p[5], c->H, c->Dv);
     if (!st && lse) {
         ta_tensor l4 = as4(lse);
         st = unpack_seq(c, &l4, p[6], c->H, 1);
     }
-    return uly_done(c, &buf, &u, st);
+    return uly_done(&u, st);
 }
 
 ta_status cp_ulysses_backward(cp_ctx *c, ta_tensor *dQ, ta_tensor *dK, ta_tensor *dV,
@@ -223,15 +220,14 @@ ta_status cp_ulysses_backward(cp_ctx *c, ta_tensor *dQ, ta_tensor *dK, ta_tensor
                               B * Hs * L * D,  B * Ks * L * D,  B * Ks * L * Dv,
                               B * c->H * Lr * D, B * c->Hkv * Lr * D, B * c->Hkv * Lr * Dv};
     float *p[12];
-    ta_tensor buf = {0};
     uly_bufs u = {0};
-    ta_status st = uly_alloc(c, &buf, &u, p, size, 12, stage_size(c, c->H, Wmax));
+    ta_status st = uly_alloc(c, &u, p, size, 12, stage_size(c, c->H, Wmax));
     if (st) return st;
     ta_tensor l4 = as4(lse);
     if (!to_heads(c, &u, p[0], Q, c->H, D) || !to_heads(c, &u, p[1], K, c->Hkv, D) ||
         !to_heads(c, &u, p[2], V, c->Hkv, Dv) || !to_heads(c, &u, p[3], O, c->H, Dv) ||
         !to_heads(c, &u, p[4], dO, c->H, Dv) || !to_heads(c, &u, p[5], &l4, c->H, 1))
-        return uly_done(c, &buf, &u, TA_EIO);
+        return uly_done(&u, TA_EIO);
     double t = cp_now();
     if (!c->run_status) {
         ta_tensor q = cp_view4(p[0], B, Hs, L, D), k = cp_view4(p[1], B, Ks, L, D);
@@ -245,12 +241,12 @@ ta_status cp_ulysses_backward(cp_ctx *c, ta_tensor *dQ, ta_tensor *dK, ta_tensor
         cp_note_failure(c, ta_sdpa_backward(&dq, &dk, &dv, &dout, &q, &k, &v, &o, &l, &opts));
     }
     c->stats.compute_s += cp_now() - t;
-    if ((st = cp_agree_run(c))) return uly_done(c, &buf, &u, st);
+    if ((st = cp_agree_run(c))) return uly_done(&u, st);
     if (!to_seq(c, &u, p[9], p[6], c->H, D) || !to_seq(c, &u, p[10], p[7], c->Hkv, D) ||
         !to_seq(c, &u, p[11], p[8], c->Hkv, Dv))
-        return uly_done(c, &buf, &u, TA_EIO);
+        return uly_done(&u, TA_EIO);
     st = unpack_seq(c, dQ, p[9], c->H, D);
     if (!st) st = unpack_seq(c, dK, p[10], c->Hkv, D);
     if (!st) st = unpack_seq(c, dV, p[11], c->Hkv, Dv);
-    return uly_done(c, &buf, &u, st);
+    return uly_done(&u, st);
 }
