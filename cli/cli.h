@@ -70,4 +70,12 @@ int cmd_sdpa(int argc, char **argv);
 int cmd_kvcache(int argc, char **argv);
 int cmd_mha(int argc, char **argv);
 
+/* Context parallelism over MPI (cmd_context_parallel.c; cli/mpi/ where MPI was found):
+ * whether argv (from argv[2]) asks for --context-parallel, the two commands, and a line
+ * for --help saying whether MPI is built in. */
+bool cli_context_parallel_requested(int argc, char **argv);
+int cmd_sdpa_context_parallel(int argc, char **argv);
+int cmd_bench_context_parallel(int argc, char **argv);
+extern const char cli_mpi_note[];
+
 #endif

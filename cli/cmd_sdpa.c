@@ -57,7 +57,9 @@ static const char help[] =
     "A query row that may attend to no key gets output 0, weights 0 and LSE -inf, and\n"
     "contributes no gradient.\n"
     "Outputs are .npy <f4, each written whole or not at all, and only after every\n"
-    "computation succeeded.\n";
+    "computation succeeded.\n"
+    "Context parallelism over MPI: mpirun -np P tensorattn sdpa ... --context-parallel\n"
+    "ring|zigzag|ulysses (see tensorattn sdpa --context-parallel ring --help).\n";
 
 enum { O_Q, O_K, O_V, O_OUT, O_CAUSAL, O_MASK, O_MODE, O_KLEN, O_SCALE, O_THREADS, O_W, O_LSE,
        O_GRAD, O_DQ, O_DK, O_DV, O_CUQ, O_CUK, O_WINDOW, O_SOFTCAP, O_ALIBI, O_SINKS,
@@ -140,6 +142,7 @@ int cmd_sdpa(int argc, char **argv)
         [O_DSINKS] = {.name = "--dsinks", .takes_value = true},
         [O_KVDT] = {.name = "--kv-dtype", .takes_value = true},
         {0}};
+    if (cli_context_parallel_requested(argc, argv)) return cmd_sdpa_context_parallel(argc, argv);
     const char *pos[1];
     int npos;
     int rc = cli_parse(argc, argv, 2, opts, pos, 0, &npos, help);

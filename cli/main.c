@@ -29,6 +29,7 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         fputs(usage, stdout);
+        printf("\n%s\n", cli_mpi_note);
         return CLI_OK;
     }
     if (strcmp(cmd, "--version") == 0) {
@@ -40,6 +41,8 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "kvcache") == 0) return cmd_kvcache(argc, argv);
     if (strcmp(cmd, "mha") == 0) return cmd_mha(argc, argv);
     if (strcmp(cmd, "einsum") == 0) return cmd_einsum(argc, argv);
-    if (strcmp(cmd, "bench") == 0) return ta_bench_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench") == 0)
+        return cli_context_parallel_requested(argc, argv) ? cmd_bench_context_parallel(argc, argv)
+                                                          : ta_bench_main(argc - 1, argv + 1);
     return cli_error(CLI_USAGE, "unknown command '%s' (see tensorattn --help)", cmd);
 }

@@ -79,6 +79,14 @@ typedef enum ta_status {
 /* The message of the last failure on this thread ("" if none). Valid until the next
  * failing call on the same thread. */
 const char *ta_last_error(void);
+/* Records a printf-style message as this thread's ta_last_error() and returns code: for
+ * layers built on the library (the MPI layer, tensorattn_mpi.h) whose errors must read
+ * like the library's own. */
+ta_status ta_set_error(ta_status code, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 /* A short constant name for a status code: "TA_EINVAL". */
 const char *ta_status_name(ta_status status);
 /* "0.1.0" */

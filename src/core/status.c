@@ -5,11 +5,27 @@
 
 static _Thread_local char ta_message[1024];
 
+static ta_status ta_verror(ta_status code, const char *fmt, va_list ap)
+{
+    vsnprintf(ta_message, sizeof ta_message, fmt, ap);
+    return code;
+}
+
 ta_status ta_error(ta_status code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(ta_message, sizeof ta_message, fmt, ap);
+    ta_verror(code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* The public face of ta_error, for layers built on the public API. */
+ta_status ta_set_error(ta_status code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ta_verror(code, fmt, ap);
     va_end(ap);
     return code;
 }

@@ -23,6 +23,12 @@ static void slurp(const char *path, char *text, size_t size)
 
 int ta_cli_run(const char **argv)
 {
+    argv[0] = TA_CLI_PATH;
+    return ta_cli_run_program(TA_CLI_PATH, argv);
+}
+
+int ta_cli_run_program(const char *program, const char **argv)
+{
     char outp[128], errp[128];
     snprintf(outp, sizeof outp, "%s/.stdout", ta_test_dir);
     snprintf(errp, sizeof errp, "%s/.stderr", ta_test_dir);
@@ -32,8 +38,7 @@ int ta_cli_run(const char **argv)
         int fe = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fo, 1);
         dup2(fe, 2);
-        argv[0] = TA_CLI_PATH;
-        execv(TA_CLI_PATH, (char *const *)argv);
+        execvp(program, (char *const *)argv);
         _exit(127);
     }
     int status = 0;

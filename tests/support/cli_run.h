@@ -15,6 +15,8 @@ extern char ta_cli_err[8192];   /* the last run's stderr (truncated), terminated
  * files in ta_test_dir: call ta_test_make_dir first). Returns the exit status, or 128 +
  * the signal number if it was killed. */
 int ta_cli_run(const char **argv);
+/* The same for another program (found on PATH unless it has a '/'); argv[0] is its name. */
+int ta_cli_run_program(const char *program, const char **argv);
 
 /* Runs argv (as ta_cli_run) and fails the test unless it exits with `code` and stderr is
  * exactly one line "tensorattn: error: ..." that contains needle (NULL: any line). */

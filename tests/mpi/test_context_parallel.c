@@ -1,0 +1,248 @@
+/* Context parallelism (tensorattn_mpi.h), run by CTest on P = 1, 2, 3 and 4 ranks through
+ * mpirun (tests/mpi/run.sh). Every rank builds the same whole inputs, takes its shard, and
+ * compares what ta_sdpa_context_parallel and its backward give it with the rows of the
+ * single-process ta_sdpa / ta_sdpa_backward of the whole sequence (1e-5, relative to
+ * max(1, |ref|)): ring, zigzag and Ulysses, causal and not, GQA, D != Dv, odd lengths
+ * (uneven shards), ranks holding no rows, a ring split that is not the standard one,
+ * strided views and bfloat16 inputs; determinism; and the errors: an unsupported option,
+ * one rank's bad shape, ranks that disagree, shards a scheme cannot take, each giving every
+ * rank the same status and message (no hang), the outputs untouched.
+ * The largest error is reduced over the ranks before any assertion, so all ranks pass or
+ * fail together and stay in step. */
+#include "context_parallel_test.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int rank, P;
+ta_status before_init_status;
+char before_init_msg[512];
+
+/* A case: shapes, options, and how the shards are laid out. */
+typedef struct cp_case {
+    int64_t B, H, Hkv, L, D, Dv;
+    float scale;
+    ta_dtype dtype;   /* of Q, K, V */
+    bool strided;     /* Q, dO and O as [B, L, H, X] views */
+    bool custom;      /* ring / Ulysses: rank r holds r + 1 rows (not the standard split) */
+} cp_case;
+
+/* The rows of the whole sequence this rank holds (1 or 2 chunks). */
+static int my_rows(int64_t start[2], int64_t len[2], ta_cp_scheme s, const cp_case *c)
+{
+    if (!c->custom) return ta_cp_shard(start, len, s, c->L, P, rank);
+    start[0] = (int64_t)rank * (rank + 1) / 2; /* 1 + 2 + ... + rank */
+    len[0] = rank + 1;
+    return 1;
+}
+
+/* This rank's shard of a whole [B, X, L, W] tensor, in a new tensor of the given dtype
+ * (strided: stored as [B, L, X, W]). */
+static void take_shard(ta_tensor *view, ta_tensor *store, const ta_tensor *full,
+                       const int64_t start[2], const int64_t len[2], int n, ta_dtype dtype,
+                       bool strided)
+{
+    const int64_t shape[4] = {full->shape[0], full->shape[1], len[0] + (n > 1 ? len[1] : 0),
+                              full->shape[3]};
+    if (strided) {
+        ta_test_tensor4(view, store, shape, TA_TEST_BLHD, NULL);
+    } else {
+        TA_CHECK_OK(ta_tensor_empty_dtype(store, dtype, 4, shape));
+        *view = *store;
+        view->owned = NULL;
+    }
+    for (int c = 0, at = 0; c < n; at += (int)len[c], c++) {
+        ta_tensor from, to;
+        TA_CHECK_OK(ta_tensor_slice(&from, full, 2, start[c], start[c] + len[c], 1));
+        TA_CHECK_OK(ta_tensor_slice(&to, view, 2, at, at + len[c], 1));
+        TA_CHECK_OK(ta_tensor_copy(&to, &from));
+    }
+}
+
+/* max over this rank's rows of |local - ref| / max(1, |ref|), ref the whole [B, X, L, W]
+ * (3-d tensors: [B, X, L]); then the max over the ranks. */
+static double shard_err(const ta_tensor *local, const ta_tensor *ref, const int64_t start[2],
+                        const int64_t len[2], int n)
+{
+    double worst = 0.0;
+    const int64_t W = ref->ndim == 4 ? ref->shape[3] : 1;
+    for (int64_t b = 0; b < ref->shape[0]; b++)
+        for (int64_t x = 0; x < ref->shape[1]; x++)
+            for (int c = 0, at = 0; c < n; at += (int)len[c], c++)
+                for (int64_t i = 0; i < len[c]; i++)
+                    for (int64_t w = 0; w < W; w++) {
+                        int64_t li[4] = {b, x, at + i, w}, gi[4] = {b, x, start[c] + i, w};
+                        double g = *ta_tensor_at_const(local, li), r = *ta_tensor_at_const(ref, gi);
+                        double e = fabs(g - r) / fmax(1.0, fabs(r));
+                        if (!(e <= worst)) worst = e; /* NaN counts as the worst */
+                    }
+    double all;
+    MPI_Allreduce(&worst, &all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return all;
+}
+
+/* The whole problem and its single-process results, the same on every rank. */
+typedef struct whole {
+    ta_tensor q, k, v, dout, o, lse, dq, dk, dv;
+} whole;
+
+static void whole_make(whole *w, const cp_case *c, bool causal, uint64_t seed)
+{
+    const int64_t sq[4] = {c->B, c->H, c->L, c->D}, sk[4] = {c->B, c->Hkv, c->L, c->D};
+    const int64_t sv[4] = {c->B, c->Hkv, c->L, c->Dv}, so[4] = {c->B, c->H, c->L, c->Dv};
+    const int64_t sl[3] = {c->B, c->H, c->L};
+    ta_tensor *in[4] = {&w->q, &w->k, &w->v, &w->dout};
+    const int64_t *shape[4] = {sq, sk, sv, so};
+    for (int i = 0; i < 4; i++) {
+        ta_tensor f;
+        TA_CHECK_OK(ta_tensor_empty(&f, 4, shape[i]));
+        TA_CHECK_OK(ta_randn(&f, seed + (uint64_t)i));
+        /* the inputs as the case's dtype sees them (bf16: rounded once) */
+        TA_CHECK_OK(ta_tensor_empty_dtype(in[i], i < 3 ? c->dtype : TA_F32, 4, shape[i]));
+        TA_CHECK_OK(ta_tensor_copy(in[i], &f));
+        ta_tensor_free(&f);
+    }
+    TA_CHECK_OK(ta_tensor_empty(&w->o, 4, so));
+    TA_CHECK_OK(ta_tensor_empty(&w->lse, 3, sl));
+    TA_CHECK_OK(ta_tensor_empty(&w->dq, 4, sq));
+    TA_CHECK_OK(ta_tensor_empty(&w->dk, 4, sk));
+    TA_CHECK_OK(ta_tensor_empty(&w->dv, 4, sv));
+    ta_sdpa_opts so_ = {.scale = c->scale, .causal = causal ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_NONE,
+                        .lse = &w->lse};
+    TA_CHECK_OK(ta_sdpa(&w->o, &w->q, &w->k, &w->v, &so_));
+    so_.lse = NULL;
+    TA_CHECK_OK(ta_sdpa_backward(&w->dq, &w->dk, &w->dv, &w->dout, &w->q, &w->k, &w->v, &w->o,
+                                 &w->lse, &so_));
+}
+
+static void whole_free(whole *w)
+{
+    ta_tensor *t[9] = {&w->q, &w->k, &w->v, &w->dout, &w->o, &w->lse, &w->dq, &w->dk, &w->dv};
+    for (int i = 0; i < 9; i++) ta_tensor_free(t[i]);
+}
+
+/* One scheme on one case: forward (O, LSE) and backward (dQ, dK, dV) against the whole
+ * run. Returns the largest error over every output and rank. */
+static double run_case(const cp_case *c, ta_cp_scheme s, bool causal)
+{
+    whole w = {0};
+    whole_make(&w, c, causal, 100 + (uint64_t)c->L);
+    int64_t start[2], len[2];
+    const int n = my_rows(start, len, s, c);
+    const ta_tensor *full[9] = {&w.q, &w.k, &w.v, &w.dout, &w.o, &w.lse, &w.dq, &w.dk, &w.dv};
+    ta_tensor view[9], store[9];
+    for (int i = 0; i < 9; i++) {
+        if (i == 5) continue; /* the LSE: 3-d, made below */
+        bool strided = c->strided && (i == 0 || i == 3 || i == 4);
+        take_shard(&view[i], &store[i], full[i], start, len, n, i < 3 ? c->dtype : TA_F32, strided);
+    }
+    const int64_t sl[3] = {c->B, c->H, view[0].shape[2]};
+    TA_CHECK_OK(ta_tensor_empty(&store[5], 3, sl));
+    view[5] = store[5];
+    view[5].owned = NULL;
+    ta_sdpa_opts opts = {.scale = c->scale, .causal = causal ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_NONE,
+                         .lse = &view[5]};
+    TA_CHECK_OK(ta_sdpa_context_parallel(MPI_COMM_WORLD, s, &view[4], &view[0], &view[1],
+                                         &view[2], &opts, NULL));
+    double err = fmax(shard_err(&view[4], &w.o, start, len, n),
+                      shard_err(&view[5], &w.lse, start, len, n));
+    opts.lse = NULL;
+    TA_CHECK_OK(ta_sdpa_context_parallel_backward(MPI_COMM_WORLD, s, &view[6], &view[7],
+                                                  &view[8], &view[3], &view[0], &view[1],
+                                                  &view[2], &view[4], &view[5], &opts, NULL));
+    for (int i = 6; i < 9; i++) err = fmax(err, shard_err(&view[i], full[i], start, len, n));
+    for (int i = 0; i < 9; i++) ta_tensor_free(&store[i]);
+    whole_free(&w);
+    return err;
+}
+
+static void check_cases(const cp_case *cases, int ncases, const ta_cp_scheme *schemes, int ns)
+{
+    for (int i = 0; i < ncases; i++)
+        for (int j = 0; j < ns; j++)
+            for (int causal = 0; causal < 2; causal++) {
+                double err = run_case(&cases[i], schemes[j], causal);
+                if (!(err <= 1e-5))
+                    fail_msg("P = %d, %s, case %d (L %lld, H %lld, Hkv %lld), %s: error %.3g",
+                             P, ta_cp_scheme_name(schemes[j]), i, (long long)cases[i].L,
+                             (long long)cases[i].H, (long long)cases[i].Hkv,
+                             causal ? "causal" : "not causal", err);
+            }
+}
+
+/* Even and odd lengths, GQA groups of 1, 2 and 4, D != Dv, a scale: every scheme (the
+ * heads divisible by P, as Ulysses needs). */
+static void test_schemes_match_single_process(void **state)
+{
+    (void)state;
+    const int64_t p = P;
+    const cp_case cases[] = {
+        {.B = 2, .H = 2 * p, .Hkv = p, .L = 10 * p, .D = 16, .Dv = 8, .dtype = TA_F32},
+        {.B = 1, .H = 4 * p, .Hkv = p, .L = 6 * p + 1, .D = 8, .Dv = 8, .scale = 0.3f,
+         .dtype = TA_F32},
+        {.B = 2, .H = p, .Hkv = p, .L = 2 * p + 3, .D = 4, .Dv = 12, .dtype = TA_F32},
+        {.B = 1, .H = 2 * p, .Hkv = 2 * p, .L = 37, .D = 16, .Dv = 16, .dtype = TA_F32},
+    };
+    const ta_cp_scheme all[3] = {TA_CP_RING, TA_CP_ZIGZAG, TA_CP_ULYSSES};
+    check_cases(cases, 4, all, 3);
+}
+
+/* Shards that are empty (L < P: some ranks hold no rows; zigzag's second chunks empty),
+ * a ring split that is not the standard one (rank r holds r + 1 rows), strided views,
+ * bfloat16 inputs, and calls long enough to be cut into pieces. */
+static void test_uneven_strided_and_bf16(void **state)
+{
+    (void)state;
+    const int64_t p = P;
+    const cp_case small = {.B = 1, .H = p, .Hkv = p, .L = p > 1 ? p - 1 : 1, .D = 8, .Dv = 8,
+                           .dtype = TA_F32};
+    const cp_case custom = {.B = 2, .H = 2 * p, .Hkv = p, .L = p * (p + 1) / 2, .D = 8, .Dv = 4,
+                            .dtype = TA_F32, .custom = true};
+    const cp_case strided = {.B = 2, .H = 2 * p, .Hkv = 2 * p, .L = 4 * p + 1, .D = 8, .Dv = 8,
+                             .dtype = TA_F32, .strided = true};
+    const cp_case bf16 = {.B = 1, .H = 2 * p, .Hkv = p, .L = 4 * p, .D = 8, .Dv = 8,
+                          .dtype = TA_BF16};
+    /* long enough that a ring step cuts its calls into pieces of query rows (>= 256 rows
+     * each) with MPI progressing between them */
+    const cp_case pieces = {.B = 1, .H = 1, .Hkv = 1, .L = 520 * p + 7, .D = 4, .Dv = 4,
+                            .dtype = TA_F32};
+    const ta_cp_scheme all[3] = {TA_CP_RING, TA_CP_ZIGZAG, TA_CP_ULYSSES};
+    const ta_cp_scheme contiguous[2] = {TA_CP_RING, TA_CP_ULYSSES};
+    check_cases(&small, 1, all, 3);
+    check_cases(&custom, 1, contiguous, 2);
+    check_cases(&strided, 1, all, 3);
+    check_cases(&bf16, 1, all, 3);
+    check_cases(&pieces, 1, all, 2); /* ring and zigzag: Ulysses has no pieces */
+}
+
+int main(int argc, char **argv)
+{
+    /* before MPI_Init: a clean error, not a crash */
+    int64_t one[4] = {1, 1, 1, 1};
+    ta_tensor t = {0};
+    TA_CHECK_OK(ta_tensor_zeros(&t, 4, one));
+    before_init_status = ta_sdpa_context_parallel(MPI_COMM_WORLD, TA_CP_RING, &t, &t, &t, &t,
+                                                  NULL, NULL);
+    snprintf(before_init_msg, sizeof before_init_msg, "%s", ta_last_error());
+    ta_tensor_free(&t);
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &P);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shard_partitions_the_sequence),
+        cmocka_unit_test(test_mpi_not_initialised),
+        cmocka_unit_test(test_schemes_match_single_process),
+        cmocka_unit_test(test_uneven_strided_and_bf16),
+        cmocka_unit_test(test_deterministic_and_stats),
+        cmocka_unit_test(test_unsupported_option_same_error_everywhere),
+        cmocka_unit_test(test_one_rank_bad_shape_named),
+        cmocka_unit_test(test_ranks_disagree),
+        cmocka_unit_test(test_scheme_requirements),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    MPI_Finalize();
+    return failed;
+}
