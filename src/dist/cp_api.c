@@ -22,12 +22,14 @@ static ta_status check_tensors(const ta_tensor *const *t, const char *const *nam
     return TA_OK;
 }
 
-/* The options of the block calls: the caller's scale and path; causal, lse and the
- * workspace are set per call. */
+/* The options of the block calls: the caller's scale and path; causal, key lengths, lse
+ * and the workspace are set per call (the key lengths are global, checked against the
+ * whole sequence in the agreement). */
 static ta_sdpa_opts block_opts(const ta_sdpa_opts *opts)
 {
     ta_sdpa_opts o = *opts;
     o.causal = TA_CAUSAL_NONE;
+    o.key_lengths = NULL;
     o.lse = NULL;
     o.weights = NULL;
     o.workspace = (ta_workspace){0};

@@ -89,6 +89,7 @@ cp_piece cp_piece_at(const cp_call *c, int p, int n)
      * which is bottom-right alignment of a (b - a) x b block */
     pc.nkeys = c->diag ? pc.b : c->nk;
     pc.causal = c->diag ? TA_CAUSAL_BOTTOM_RIGHT : TA_CAUSAL_NONE;
+    pc.key_lengths = NULL;
     return pc;
 }
 

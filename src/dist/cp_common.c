@@ -112,7 +112,9 @@ void cp_end(cp_ctx *ctx, ta_cp_stats *stats)
     if (ctx->comm != MPI_COMM_NULL) MPI_Comm_free(&ctx->comm);
     free(ctx->len);
     free(ctx->off);
+    free(ctx->block_klen);
     ctx->len = ctx->off = NULL;
+    ctx->block_klen = NULL;
     ctx->stats.total_s = ctx->t_start > 0.0 ? cp_now() - ctx->t_start : 0.0;
     if (stats) *stats = ctx->stats;
 }
@@ -121,7 +123,8 @@ void cp_end(cp_ctx *ctx, ta_cp_stats *stats)
 typedef struct cp_desc {
     int32_t status, op, scheme, causal, path, has_lse;
     float scale;
-    int32_t unused;
+    int32_t has_klen;
+    uint64_t klen_hash; /* FNV-1a of the key lengths */
     int64_t shape[6]; /* B, H, Hkv, D, Dv, Lr */
     char msg[CP_MSG];
 } cp_desc;
@@ -176,7 +179,6 @@ ta_status cp_agree_run(cp_ctx *ctx)
 ta_status cp_check_opts(const ta_sdpa_opts *o)
 {
     const char *what = o->mask                               ? "a mask (opts->mask)"
-                       : o->key_lengths                      ? "key lengths (opts->key_lengths)"
                        : o->weights                          ? "attention weights (opts->weights)"
                        : o->cu_seqlens_q || o->cu_seqlens_k  ? "variable-length batches (cu_seqlens)"
                        : o->has_window                       ? "a window (opts->has_window)"
@@ -186,7 +188,7 @@ ta_status cp_check_opts(const ta_sdpa_opts *o)
                                                              : NULL;
     if (what)
         return ta_set_error(TA_EUNSUPPORTED, "%s does not combine with context parallelism "
-                            "(it takes scale, causal, GQA and LSE)", what);
+                            "(it takes scale, causal, GQA, key lengths and LSE)", what);
     if (o->causal != TA_CAUSAL_NONE && o->causal != TA_CAUSAL_TOP_LEFT &&
         o->causal != TA_CAUSAL_BOTTOM_RIGHT)
         return ta_set_error(TA_EINVAL, "opts->causal is %d, not a ta_causal", (int)o->causal);
@@ -204,6 +206,7 @@ static const char *disagreement(const cp_desc *a, const cp_desc *b, bool *extent
     if (a->causal != b->causal) return "causal";
     if (a->path != b->path) return "opts->path";
     if (a->has_lse != b->has_lse) return "whether opts->lse is given";
+    if (a->has_klen != b->has_klen || a->klen_hash != b->klen_hash) return "opts->key_lengths";
     if (memcmp(&a->scale, &b->scale, sizeof a->scale) != 0) return "opts->scale";
     for (int i = 0; i < 5; i++)
         if (a->shape[i] != b->shape[i]) {
@@ -234,6 +237,11 @@ static ta_status check_split(cp_ctx *ctx)
                             "ta_cp_shard)", s, (long long)ctx->len[s], (long long)L, ctx->P,
                             (long long)(len[0] + len[1]), s, 2 * ctx->P - 1 - s, 2 * ctx->P);
     }
+    for (int64_t b = 0; ctx->key_lengths && b < ctx->B; b++)
+        if (ctx->key_lengths[b] < 0 || ctx->key_lengths[b] > L)
+            return cp_error(ctx, TA_EINVAL, "opts->key_lengths[%lld] = %lld is outside [0, L = "
+                            "%lld] (the lengths are global: of the whole sequence)",
+                            (long long)b, (long long)ctx->key_lengths[b], (long long)L);
     if (ctx->scheme == TA_CP_ULYSSES && (ctx->H % ctx->P || ctx->Hkv % ctx->P))
         return cp_error(ctx, TA_ESHAPE, "H = %lld and Hkv = %lld must both be divisible by the "
                         "number of ranks P = %d (each rank takes H/P query heads and Hkv/P "
@@ -266,8 +274,6 @@ ta_status cp_agree_shapes(cp_ctx *ctx, ta_status st, const ta_tensor *Q, const t
     if (!st && (unsigned)ctx->scheme > 2)
         st = ta_set_error(TA_EINVAL, "scheme %d is not a ta_cp_scheme (ring, zigzag, ulysses)",
                           (int)ctx->scheme);
-    mine.status = (int32_t)st;
-    if (st) snprintf(mine.msg, sizeof mine.msg, "%s", ta_last_error());
     mine.op = ctx->op;
     mine.scheme = (int32_t)ctx->scheme;
     if (opts) {
@@ -276,6 +282,21 @@ ta_status cp_agree_shapes(cp_ctx *ctx, ta_status st, const ta_tensor *Q, const t
         mine.scale = opts->scale;
     }
     mine.has_lse = has_lse;
+    if (!st && opts && opts->key_lengths &&
+        !(ctx->block_klen = calloc((size_t)Q->shape[0] + 1, sizeof(int64_t))))
+        st = ta_set_error(TA_ENOMEM, "out of memory for %lld key lengths",
+                          (long long)Q->shape[0]);
+    mine.status = (int32_t)st;
+    if (st) snprintf(mine.msg, sizeof mine.msg, "%s", ta_last_error());
+    if (!st && opts && opts->key_lengths) {
+        mine.has_klen = 1;
+        mine.klen_hash = 1469598103934665603ull;
+        for (int64_t b = 0; b < Q->shape[0]; b++)
+            for (int i = 0; i < 8; i++) {
+                mine.klen_hash ^= (uint64_t)opts->key_lengths[b] >> (8 * i) & 0xff;
+                mine.klen_hash *= 1099511628211ull;
+            }
+    }
     if (!st) {
         const int64_t shape[6] = {Q->shape[0], Q->shape[1], K->shape[1], Q->shape[3],
                                   V->shape[3], Q->shape[2]};
@@ -309,8 +330,9 @@ ta_status cp_agree_shapes(cp_ctx *ctx, ta_status st, const ta_tensor *Q, const t
         ctx->D = all[0].shape[3];
         ctx->Dv = all[0].shape[4];
         ctx->causal = all[0].causal;
+        ctx->key_lengths = opts && all[0].has_klen ? opts->key_lengths : NULL;
         for (int s = 0; s < ctx->P; s++) ctx->len[s] = all[s].shape[5];
-        st = check_split(ctx);
+        if (!st) st = check_split(ctx);
     }
     free(all);
     return st;
@@ -327,4 +349,24 @@ int cp_rank_chunks(const cp_ctx *ctx, int s, cp_chunk chunk[2])
     chunk[0] = (cp_chunk){.start = start[0], .len = len[0], .local = 0};
     chunk[1] = (cp_chunk){.start = start[1], .len = len[1], .local = len[0]};
     return 2;
+}
+
+const int64_t *cp_block_klen(cp_ctx *ctx, const cp_chunk *blk, int nblk, int64_t k0, int64_t n)
+{
+    if (!ctx->key_lengths) return NULL;
+    /* a block's chunks lie in increasing global order, so the keys below a global length
+     * are a prefix of the block (a chunk not filled leaves the later ones empty) and of
+     * any rows k0 .. k0 + n - 1 of it */
+    for (int64_t b = 0; b < ctx->B; b++) {
+        int64_t count = 0;
+        for (int j = 0; j < nblk; j++) {
+            int64_t valid = ctx->key_lengths[b] - blk[j].start;
+            valid = valid < 0 ? 0 : valid > blk[j].len ? blk[j].len : valid;
+            int64_t lo = blk[j].local > k0 ? blk[j].local : k0;
+            int64_t hi = blk[j].local + valid < k0 + n ? blk[j].local + valid : k0 + n;
+            count += hi > lo ? hi - lo : 0;
+        }
+        ctx->block_klen[b] = count;
+    }
+    return ctx->block_klen;
 }

@@ -24,6 +24,8 @@ typedef struct cp_ctx {
     int64_t *off;           /* [P]: ring, Ulysses: where each rank's chunk starts */
     int64_t max_len;        /* max of len[] */
     bool causal;
+    const int64_t *key_lengths; /* NULL, or the caller's B global key lengths */
+    int64_t *block_klen;    /* [B]: one block call's local key lengths */
     ta_sdpa_opts block_opts; /* the caller's options for the block calls: no lse, no
                                 workspace, no causal (set per block) */
     ta_status run_status;   /* first failure while computing (the ring goes on) */
@@ -68,6 +70,10 @@ void cp_note_failure(cp_ctx *ctx, ta_status st);
 /* cp_agree_status on the computation's outcome (ctx->run_status and its message). */
 ta_status cp_agree_run(cp_ctx *ctx);
 double cp_now(void);
+
+/* The local key lengths (into ctx->block_klen) of rows k0 .. k0 + n - 1 of a block made
+ * of chunks blk[0 .. nblk-1]; NULL when the call has no key lengths. */
+const int64_t *cp_block_klen(cp_ctx *ctx, const cp_chunk *blk, int nblk, int64_t k0, int64_t n);
 
 /* Checks the options context parallelism takes (TA_EUNSUPPORTED for the others). */
 ta_status cp_check_opts(const ta_sdpa_opts *opts);
@@ -115,6 +121,7 @@ int cp_plan_step(cp_call call[CP_MAX_CALLS], const cp_chunk *me, int nme, const 
 typedef struct cp_piece {
     int64_t a, b, nkeys;
     ta_causal causal;
+    const int64_t *key_lengths; /* the piece's local key lengths (cp_block_klen), or NULL */
 } cp_piece;
 int cp_pieces(const cp_call *c, bool want_many);
 cp_piece cp_piece_at(const cp_call *c, int p, int n);

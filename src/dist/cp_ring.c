@@ -95,11 +95,13 @@ static bool run_step(cp_ctx *c, int src, float *kv, bool more, MPI_Request *req,
     cp_chunk me[2], blk[2];
     const int nme = cp_rank_chunks(c, c->rank, me);
     cp_call call[CP_MAX_CALLS];
-    const int ncall = cp_plan_step(call, me, nme, blk, cp_rank_chunks(c, src, blk), c->causal);
+    const int nblk = cp_rank_chunks(c, src, blk);
+    const int ncall = cp_plan_step(call, me, nme, blk, nblk, c->causal);
     for (int i = 0; i < ncall; i++) {
         const int np = cp_pieces(&call[i], more);
         for (int p = 0; p < np; p++) {
             cp_piece pc = cp_piece_at(&call[i], p, np);
+            pc.key_lengths = cp_block_klen(c, blk, nblk, call[i].k0, pc.nkeys);
             fn(c, &call[i], &pc, kv, c->len[src], arg);
             if (more && !progress(c, req, nreq)) return false;
         }
@@ -130,6 +132,7 @@ static void forward_piece(cp_ctx *c, const cp_call *cl, const cp_piece *pc, floa
     ta_tensor o = cp_view4(o_part, c->B, c->H, n, c->Dv), l = view3(l_part, c->B, c->H, n);
     ta_sdpa_opts opts = c->block_opts;
     opts.causal = pc->causal;
+    opts.key_lengths = pc->key_lengths;
     opts.lse = &l;
     ta_status st = ta_sdpa(&o, &q, &k, &v, &opts);
     cp_note_failure(c, st);
@@ -236,6 +239,7 @@ static void backward_piece(cp_ctx *c, const cp_call *cl, const cp_piece *pc, flo
     ta_tensor dv = cp_view4(b->dv_t, c->B, c->Hkv, nk, c->Dv);
     ta_sdpa_opts opts = c->block_opts;
     opts.causal = pc->causal;
+    opts.key_lengths = pc->key_lengths;
     ta_status st = ta_sdpa_backward(&dq, &dk, &dv, &dout, &q, &k, &v, &o, &l, &opts);
     cp_note_failure(c, st);
     if (!st) {

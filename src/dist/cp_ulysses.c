@@ -193,6 +193,7 @@ ta_status cp_ulysses_forward(cp_ctx *c, ta_tensor *O, ta_tensor *lse, const ta_t
         ta_tensor_from_buffer(&l, p[4], 3, (const int64_t[]){B, Hs, L}, NULL);
         ta_sdpa_opts opts = c->block_opts;
         opts.causal = c->causal ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_NONE;
+        opts.key_lengths = c->key_lengths; /* whole sequences: the global lengths */
         opts.lse = &l;
         cp_note_failure(c, ta_sdpa(&o, &q, &k, &v, &opts));
     }
@@ -238,6 +239,7 @@ ta_status cp_ulysses_backward(cp_ctx *c, ta_tensor *dQ, ta_tensor *dK, ta_tensor
         ta_tensor dv = cp_view4(p[8], B, Ks, L, Dv);
         ta_sdpa_opts opts = c->block_opts;
         opts.causal = c->causal ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_NONE;
+        opts.key_lengths = c->key_lengths; /* whole sequences: the global lengths */
         cp_note_failure(c, ta_sdpa_backward(&dq, &dk, &dv, &dout, &q, &k, &v, &o, &l, &opts));
     }
     c->stats.compute_s += cp_now() - t;

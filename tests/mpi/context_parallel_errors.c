@@ -168,6 +168,11 @@ void test_unsupported_option_same_error_everywhere(void **state)
     opts = (ta_sdpa_opts){.softcap = 30.0f, .lse = &t.lse};
     st = ta_sdpa_context_parallel(MPI_COMM_WORLD, TA_CP_ZIGZAG, &t.o, &t.q, &t.k, &t.v, &opts, NULL);
     expect_everywhere(st, TA_EUNSUPPORTED, "softcap", "zigzag", &t);
+    /* key lengths are global: above the local rows is fine, above L is not */
+    int64_t kl = 4 * P + 1;
+    opts = (ta_sdpa_opts){.key_lengths = &kl, .lse = &t.lse};
+    st = ta_sdpa_context_parallel(MPI_COMM_WORLD, TA_CP_ZIGZAG, &t.o, &t.q, &t.k, &t.v, &opts, NULL);
+    expect_everywhere(st, TA_EINVAL, "opts->key_lengths[0]", "outside [0, L", &t);
     /* the backward takes the forward's LSE as an argument, not in opts */
     opts = (ta_sdpa_opts){.lse = &t.lse};
     ta_tensor dq, dk, dv;
@@ -227,6 +232,14 @@ void test_ranks_disagree(void **state)
     st = ta_sdpa_context_parallel(MPI_COMM_WORLD, rank == 0 ? TA_CP_ULYSSES : TA_CP_RING, &t.o,
                                   &t.q, &t.k, &t.v, NULL, NULL);
     expect_everywhere(st, TA_EINVAL, "disagree", "scheme", &t);
+    /* key lengths: on some ranks only, then with different values */
+    int64_t kl = rank == 0 ? 1 : 2;
+    opts = (ta_sdpa_opts){.key_lengths = rank == 0 ? &kl : NULL};
+    st = ta_sdpa_context_parallel(MPI_COMM_WORLD, TA_CP_RING, &t.o, &t.q, &t.k, &t.v, &opts, NULL);
+    expect_everywhere(st, TA_EINVAL, "disagree", "opts->key_lengths", &t);
+    opts.key_lengths = &kl;
+    st = ta_sdpa_context_parallel(MPI_COMM_WORLD, TA_CP_ULYSSES, &t.o, &t.q, &t.k, &t.v, &opts, NULL);
+    expect_everywhere(st, TA_EINVAL, "disagree", "opts->key_lengths", &t);
     /* rank 0 calls the backward while the others call the forward */
     ta_tensor g[3];
     for (int i = 0; i < 3; i++) TA_CHECK_OK(ta_tensor_full(&g[i], 4, t.q.shape, 7.0f));

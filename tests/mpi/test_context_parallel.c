@@ -27,6 +27,7 @@ typedef struct cp_case {
     ta_dtype dtype;   /* of Q, K, V */
     bool strided;     /* Q, dO and O as [B, L, H, X] views */
     bool custom;      /* ring / Ulysses: rank r holds r + 1 rows (not the standard split) */
+    const int64_t *klen; /* NULL, or B global key lengths (opts.key_lengths) */
 } cp_case;
 
 /* The rows of the whole sequence this rank holds (1 or 2 chunks). */
@@ -110,7 +111,7 @@ static void whole_make(whole *w, const cp_case *c, bool causal, uint64_t seed)
     TA_CHECK_OK(ta_tensor_empty(&w->dk, 4, sk));
     TA_CHECK_OK(ta_tensor_empty(&w->dv, 4, sv));
     ta_sdpa_opts so_ = {.scale = c->scale, .causal = causal ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_NONE,
-                        .lse = &w->lse};
+                        .key_lengths = c->klen, .lse = &w->lse};
     TA_CHECK_OK(ta_sdpa(&w->o, &w->q, &w->k, &w->v, &so_));
     so_.lse = NULL;
     TA_CHECK_OK(ta_sdpa_backward(&w->dq, &w->dk, &w->dv, &w->dout, &w->q, &w->k, &w->v, &w->o,
@@ -143,7 +144,7 @@ static double run_case(const cp_case *c, ta_cp_scheme s, bool causal)
     view[5] = store[5];
     view[5].owned = NULL;
     ta_sdpa_opts opts = {.scale = c->scale, .causal = causal ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_NONE,
-                         .lse = &view[5]};
+                         .key_lengths = c->klen, .lse = &view[5]};
     TA_CHECK_OK(ta_sdpa_context_parallel(MPI_COMM_WORLD, s, &view[4], &view[0], &view[1],
                                          &view[2], &opts, NULL));
     double err = fmax(shard_err(&view[4], &w.o, start, len, n),
@@ -217,6 +218,31 @@ static void test_uneven_strided_and_bf16(void **state)
     check_cases(&pieces, 1, all, 2); /* ring and zigzag: Ulysses has no pieces */
 }
 
+/* Per-batch key lengths (global: of the whole sequence): 0, L, L - 1, and lengths that end
+ * at the edge of a ring chunk and of zigzag chunks, and one row inside one; GQA, odd L;
+ * then long calls cut into pieces, with lengths ending inside a piece. */
+static void test_key_lengths(void **state)
+{
+    (void)state;
+    const int64_t p = P, L = 8 * p + 3;
+    int64_t ring_s[2], ring_n[2], zz_s[2], zz_n[2];
+    ta_cp_shard(ring_s, ring_n, TA_CP_RING, L, P, 0);
+    ta_cp_shard(zz_s, zz_n, TA_CP_ZIGZAG, L, P, P - 1); /* chunks P - 1 and P */
+    const int64_t klen[8] = {0, L, L - 1, ring_n[0], zz_s[0] + zz_n[0], zz_s[1] + 1, zz_s[0],
+                             ring_n[0] - 1};
+    const cp_case cases[] = {
+        {.B = 8, .H = 2 * p, .Hkv = p, .L = L, .D = 8, .Dv = 4, .dtype = TA_F32, .klen = klen},
+        {.B = 8, .H = p, .Hkv = p, .L = L, .D = 4, .Dv = 8, .scale = 0.7f, .dtype = TA_F32,
+         .klen = klen},
+    };
+    const ta_cp_scheme all[3] = {TA_CP_RING, TA_CP_ZIGZAG, TA_CP_ULYSSES};
+    check_cases(cases, 2, all, 3);
+    const int64_t Lp = 520 * p + 7, klen_p[3] = {Lp - 300, 260, 0};
+    const cp_case pieces = {.B = 3, .H = p, .Hkv = p, .L = Lp, .D = 4, .Dv = 4, .dtype = TA_F32,
+                            .klen = klen_p};
+    check_cases(&pieces, 1, all, 3);
+}
+
 int main(int argc, char **argv)
 {
     /* before MPI_Init: a clean error, not a crash */
@@ -236,6 +262,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_mpi_not_initialised),
         cmocka_unit_test(test_schemes_match_single_process),
         cmocka_unit_test(test_uneven_strided_and_bf16),
+        cmocka_unit_test(test_key_lengths),
         cmocka_unit_test(test_deterministic_and_stats),
         cmocka_unit_test(test_unsupported_option_same_error_everywhere),
         cmocka_unit_test(test_one_rank_bad_shape_named),
