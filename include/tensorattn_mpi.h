@@ -41,8 +41,10 @@
  *   as ta_sdpa (f32, f16, bf16; blocks travel as float32).
  *   opts: scale, causal (TA_CAUSAL_TOP_LEFT or TA_CAUSAL_BOTTOM_RIGHT, the same thing when
  *   Lq == Lk), path, and lse (output [B, H, Lr], float32, the global log-sum-exp of each
- *   row: what the backward needs). mask, key_lengths, weights, cu_seqlens and the variants
- *   (window, softcap, ALiBi, sinks) are refused (TA_EUNSUPPORTED). opts->workspace is not
+ *   row: what the backward needs), key_lengths (B global lengths in [0, L], L the whole
+ *   sequence, the same on every rank: keys at global positions >= key_lengths[b] are
+ *   padding). mask, weights, cu_seqlens and the variants (window, softcap, ALiBi, sinks)
+ *   are refused (TA_EUNSUPPORTED). opts->workspace is not
  *   used: a call takes one buffer before communicating (kept between calls: ta_cp_release).
  *   stats: NULL, or this rank's timings and traffic for the call (ta_cp_stats).
  * Agreement: before any data moves, the ranks exchange their shapes, options and local
@@ -56,7 +58,8 @@
  * The communicator is duplicated for the call (its own tags), so it may carry other
  * traffic. MPI must be initialised; only the calling thread makes MPI calls
  * (MPI_THREAD_FUNNELED is enough) while OpenMP threads compute.
- * Errors: TA_EINVAL (NULL, MPI not initialised, a bad scheme, ranks that disagree),
+ * Errors: TA_EINVAL (NULL, MPI not initialised, a bad scheme, ranks that disagree, key
+ *   lengths outside [0, L]),
  *   TA_ESHAPE (shapes, Lq != Lk, a shard that does not fit the scheme, H or Hkv not
  *   divisible by P for Ulysses), TA_EUNSUPPORTED (options above), TA_ENOMEM, TA_EIO (MPI).
  *   On error the outputs are untouched. */

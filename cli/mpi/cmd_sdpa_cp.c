@@ -12,7 +12,7 @@ static const char help[] =
     "usage: mpirun -np P tensorattn sdpa --context-parallel ring|zigzag|ulysses\n"
     "                       --q Q.npy --k K.npy --v V.npy -o O.npy\n"
     "                       [--causal [top_left|bottom_right]] [--scale S] [--threads N]\n"
-    "                       [--lse LSE.npy]\n"
+    "                       [--lse LSE.npy] [--key-lengths L.npy]\n"
     "                       [--grad-out dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]\n"
     "\n"
     "Scaled dot-product attention split over the MPI ranks along the sequence (context\n"
@@ -27,25 +27,26 @@ static const char help[] =
     "  ulysses  all-to-all from sequence shards to head shards and back (needs\n"
     "           H % P == 0 and Hkv % P == 0)\n"
     "  Lengths that do not divide evenly give the first shards one row more.\n"
-    "  --causal, --scale, --lse and the backward flags as in tensorattn sdpa (--causal's\n"
-    "  two alignments agree here, since Lq == Lk).\n"
+    "  --causal, --scale, --lse, --key-lengths and the backward flags as in tensorattn\n"
+    "  sdpa (--causal's two alignments agree here, since Lq == Lk; the key lengths count\n"
+    "  keys of the whole sequence).\n"
     "  --threads  threads per rank (default: the cores this rank may use, shared among\n"
     "             the ranks on its node; OMP_NUM_THREADS is respected)\n"
-    "Not with --context-parallel: --mask, --key-lengths, --weights, --cu-seqlens-q/-k,\n"
+    "Not with --context-parallel: --mask, --weights, --cu-seqlens-q/-k,\n"
     "--window, --softcap, --alibi-slopes, --sinks, --kv-dtype.\n"
     "On an error every rank exits non-zero (2 usage, 1 input or computation) and rank 0\n"
     "prints the one error line. As root in a container: mpirun --allow-run-as-root\n"
     "--oversubscribe, with OMPI_MCA_btl_vader_single_copy_mechanism=none set.\n";
 
 enum { O_CP, O_Q, O_K, O_V, O_OUT, O_CAUSAL, O_SCALE, O_THREADS, O_LSE, O_GRAD, O_DQ, O_DK, O_DV,
-       O_REFUSED };
+       O_KLEN, O_REFUSED };
 
 /* sdpa's flags that context parallelism does not take (a clear usage error, not
  * "unknown option") */
-static const char *const refused[] = {"--mask",   "--mask-mode",     "--key-lengths",
-                                      "--weights", "--cu-seqlens-q", "--cu-seqlens-k",
-                                      "--window",  "--softcap",      "--alibi-slopes",
-                                      "--sinks",   "--dsinks",       "--kv-dtype"};
+static const char *const refused[] = {"--mask",         "--mask-mode",     "--weights",
+                                      "--cu-seqlens-q", "--cu-seqlens-k",  "--window",
+                                      "--softcap",      "--alibi-slopes",  "--sinks",
+                                      "--dsinks",       "--kv-dtype"};
 enum { N_REFUSED = sizeof refused / sizeof refused[0] };
 
 typedef struct cp_args {
@@ -53,6 +54,7 @@ typedef struct cp_args {
     ta_sdpa_opts so;
     bool grad;
     const char *in[4];  /* --q, --k, --v, --grad-out */
+    const char *klen;   /* --key-lengths, or NULL */
     const char *out[5]; /* -o, --lse, --dq, --dk, --dv (NULL: not wanted) */
 } cp_args;
 
@@ -66,7 +68,8 @@ static int parse_flags(cli_opt *opts, int argc, char **argv, cp_args *a)
     for (int i = 0; i < N_REFUSED; i++)
         if (opts[O_REFUSED + i].given)
             return cli_error(CLI_USAGE, "%s does not combine with --context-parallel (context "
-                             "parallelism takes --causal, --scale, --lse and the backward flags)",
+                             "parallelism takes --causal, --scale, --lse, --key-lengths and the "
+                             "backward flags)",
                              refused[i]);
     if (ta_cp_scheme_parse(&a->scheme, opts[O_CP].value))
         return cli_error(CLI_USAGE, "--context-parallel expects ring, zigzag or ulysses, got '%s'",
@@ -90,6 +93,7 @@ static int parse_flags(cli_opt *opts, int argc, char **argv, cp_args *a)
     const int in[4] = {O_Q, O_K, O_V, O_GRAD}, out[5] = {O_OUT, O_LSE, O_DQ, O_DK, O_DV};
     for (int i = 0; i < 4; i++) a->in[i] = opts[in[i]].value;
     for (int i = 0; i < 5; i++) a->out[i] = opts[out[i]].given ? opts[out[i]].value : NULL;
+    a->klen = opts[O_KLEN].given ? opts[O_KLEN].value : NULL;
     return CLI_OK;
 }
 
@@ -98,6 +102,7 @@ static int parse_flags(cli_opt *opts, int argc, char **argv, cp_args *a)
 typedef struct cp_data {
     ta_tensor full[4], in[4];  /* q, k, v, dout */
     ta_tensor out[5], gath[5]; /* o, lse, dq, dk, dv */
+    int64_t *klen;             /* --key-lengths [B] (global lengths), or NULL */
 } cp_data;
 
 static void free_data(cp_data *d)
@@ -110,6 +115,7 @@ static void free_data(cp_data *d)
         ta_tensor_free(&d->out[i]);
         ta_tensor_free(&d->gath[i]);
     }
+    ta_npy_free(d->klen);
 }
 
 /* The shapes of o, lse, dq, dk, dv for L rows. */
@@ -145,6 +151,15 @@ static void load(cli_mpi *m, const cp_args *a, cp_data *d)
                      "the same sequence length, got %lld, %lld and %lld",
                      (long long)f[0].shape[2], (long long)f[1].shape[2], (long long)f[2].shape[2]);
         return;
+    }
+    if (a->klen) {
+        int nd;
+        int64_t shape[TA_MAX_DIMS];
+        if (ta_npy_load_int64(&d->klen, &nd, shape, a->klen))
+            cli_mpi_fail(m, CLI_FAIL, "reading --key-lengths: %s", ta_last_error());
+        else if (nd != 1 || shape[0] != f[0].shape[0])
+            cli_mpi_fail(m, CLI_FAIL, "--key-lengths must have shape [B] = [%lld], got %d dims%s",
+                         (long long)f[0].shape[0], nd, nd == 1 ? " of another length" : "");
     }
     for (int i = 0; i < n && !m->code; i++)
         if (cli_mpi_shard(&d->in[i], &f[i], a->scheme, m))
@@ -188,6 +203,7 @@ static int run(cli_mpi *m, cp_args *a)
     int rc = cli_mpi_sync(m);
     if (!rc) {
         a->so.lse = d.out[1].data ? &d.out[1] : NULL;
+        a->so.key_lengths = d.klen;
         if (ta_sdpa_context_parallel(MPI_COMM_WORLD, a->scheme, &d.out[0], &d.in[0], &d.in[1],
                                      &d.in[2], &a->so, NULL))
             rc = cli_mpi_lib_fail(m, "sdpa");
@@ -226,6 +242,7 @@ int cmd_sdpa_context_parallel(int argc, char **argv)
         [O_DQ] = {.name = "--dq", .takes_value = true},
         [O_DK] = {.name = "--dk", .takes_value = true},
         [O_DV] = {.name = "--dv", .takes_value = true},
+        [O_KLEN] = {.name = "--key-lengths", .takes_value = true},
     };
     for (int i = 0; i < N_REFUSED; i++)
         opts[O_REFUSED + i] = (cli_opt){.name = refused[i], .takes_value = true};

@@ -64,6 +64,10 @@ static int setup(void **state)
     ta_tensor t;
     if (ta_tensor_zeros(&t, 4, sl) || ta_npy_save(path("k_long.npy"), &t)) return -1;
     ta_tensor_free(&t);
+    /* key lengths [B]: one that ends inside a shard, and one beyond L */
+    const int64_t klen = 6, too_long = 14;
+    ta_npy_write_raw(path("klen.npy"), "<i8", "(1,)", &klen, 8);
+    ta_npy_write_raw(path("klen_long.npy"), "<i8", "(1,)", &too_long, 8);
     return 0;
 }
 
@@ -85,7 +89,7 @@ static double file_err(const char *file, const ta_tensor *ref)
 }
 
 /* The single-process results: o, lse, dq, dk, dv. */
-static void reference(ta_tensor ref[5], bool causal, float scale)
+static void reference(ta_tensor ref[5], bool causal, float scale, const int64_t *klen)
 {
     ta_tensor in[4];
     const char *names[4] = {"q.npy", "k.npy", "v.npy", "dout.npy"};
@@ -97,7 +101,7 @@ static void reference(ta_tensor ref[5], bool causal, float scale)
     TA_CHECK_OK(ta_tensor_empty(&ref[3], 4, SK));
     TA_CHECK_OK(ta_tensor_empty(&ref[4], 4, SK));
     ta_sdpa_opts o = {.scale = scale, .causal = causal ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_NONE,
-                      .lse = &ref[1]};
+                      .key_lengths = klen, .lse = &ref[1]};
     TA_CHECK_OK(ta_sdpa(&ref[0], &in[0], &in[1], &in[2], &o));
     o.lse = NULL;
     TA_CHECK_OK(ta_sdpa_backward(&ref[2], &ref[3], &ref[4], &in[3], &in[0], &in[1], &in[2],
@@ -112,7 +116,9 @@ static void remove_outputs(void)
     for (int i = 0; i < 5; i++) unlink(path(outs[i]));
 }
 
-static void check_run(int np, const char *scheme, bool causal, const char *scale)
+/* klen: NULL, or the length in klen.npy (B = 1) */
+static void check_run(int np, const char *scheme, bool causal, const char *scale,
+                      const int64_t *klen)
 {
     remove_outputs();
     const char *args[40] = {"sdpa", "--context-parallel", scheme, "--q", path("q.npy"), "--k",
@@ -125,10 +131,14 @@ static void check_run(int np, const char *scheme, bool causal, const char *scale
         args[a++] = "--scale";
         args[a++] = scale;
     }
+    if (klen) {
+        args[a++] = "--key-lengths";
+        args[a++] = path("klen.npy");
+    }
     int rc = run_mpi(np, args);
     if (rc != 0) fail_msg("P = %d %s exited %d; stderr: %s", np, scheme, rc, ta_cli_err);
     ta_tensor ref[5];
-    reference(ref, causal, scale ? strtof(scale, NULL) : 0.0f);
+    reference(ref, causal, scale ? strtof(scale, NULL) : 0.0f, klen);
     for (int i = 0; i < 5; i++) {
         double e = file_err(path(outs[i]), &ref[i]);
         if (!(e <= 1e-5))
@@ -141,11 +151,15 @@ static void check_run(int np, const char *scheme, bool causal, const char *scale
 static void test_cli_matches_single_process(void **state)
 {
     (void)state;
-    check_run(2, "ring", true, NULL);
-    check_run(2, "zigzag", true, "0.4");
-    check_run(2, "ulysses", false, NULL);
-    check_run(3, "zigzag", false, NULL);
-    check_run(4, "ulysses", true, NULL);
+    const int64_t klen = 6;
+    check_run(2, "ring", true, NULL, NULL);
+    check_run(2, "zigzag", true, "0.4", NULL);
+    check_run(2, "ulysses", false, NULL, NULL);
+    check_run(3, "zigzag", false, NULL, NULL);
+    check_run(4, "ulysses", true, NULL, NULL);
+    check_run(3, "ring", false, NULL, &klen);
+    check_run(2, "zigzag", true, NULL, &klen);
+    check_run(2, "ulysses", true, NULL, &klen);
 }
 
 /* Exit code `code` from every rank (mpirun passes a failing rank's on), one error line
@@ -182,6 +196,9 @@ static void test_cli_errors_agree(void **state)
     const char *cross[] = {"sdpa", "--context-parallel", "ring", "--q", q, "--k",
                            path("k_long.npy"), "--v", v, "-o", o, NULL};
     expect_error(2, cross, 1, "self-attention");
+    const char *klen[] = {"sdpa", "--context-parallel", "zigzag", "--q", q, "--k", k, "--v", v,
+                          "-o", o, "--key-lengths", path("klen_long.npy"), NULL};
+    expect_error(2, klen, 1, "opts->key_lengths[0] = 14 is outside [0, L = 13]");
     const char *help[] = {"sdpa", "--context-parallel", "ring", "--help", NULL};
     assert_int_equal(run_mpi(2, help), 0);
     assert_int_equal(count_lines(ta_cli_out, "usage: mpirun -np P tensorattn sdpa"), 1);
