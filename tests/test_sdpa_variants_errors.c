@@ -1,9 +1,9 @@
 /* The attention variants' argument checks at the front door (ta_sdpa, ta_sdpa_backward
  * and their workspace queries): every error with its status and message and every output
  * untouched; the values that are valid (softcap 0, window bounds of -1, a window ignored
- * without has_window); the path each call takes while the fused paths do not implement
- * the variants yet (TA_SDPA_FUSED: TA_EUNSUPPORTED; TA_SDPA_AUTO: the reference path, the
- * same bits as TA_SDPA_REFERENCE). */
+ * without has_window); the path each call takes: the fused forward implements every
+ * variant (TA_SDPA_AUTO takes it: the same bits as TA_SDPA_FUSED, within 5e-5 of the
+ * reference), the fused backward none yet (TA_SDPA_FUSED: TA_EUNSUPPORTED). */
 #include "ta_test.h"
 
 #include <math.h>
@@ -235,24 +235,43 @@ static void test_paths(void **state)
         {.sinks = &f.sinks},
     };
     const char *names[] = {"a window", "softcap", "ALiBi", "sinks"};
-    ta_tensor ref;
+    ta_tensor ref, fused;
     const int64_t qs[4] = {B, H, LQ, D};
     TA_CHECK_OK(ta_tensor_empty(&ref, 4, qs));
+    TA_CHECK_OK(ta_tensor_empty(&fused, 4, qs));
     for (size_t i = 0; i < sizeof variants / sizeof *variants; i++) {
         ta_sdpa_opts o = variants[i];
         o.path = TA_SDPA_FUSED;
         char needle[128];
         snprintf(needle, sizeof needle, "the fused path (TA_SDPA_FUSED) does not implement %s",
                  names[i]);
-        expect_refused(&f, &o, TA_EUNSUPPORTED, needle);
+        size_t bytes;
+        TA_CHECK_ERR(ta_sdpa_backward(&f.dq, &f.dk, &f.dv, &f.dO, &f.q, &f.k, &f.v, &f.o,
+                                      &f.lse, &o), TA_EUNSUPPORTED, needle);
+        TA_CHECK_ERR(ta_sdpa_backward_workspace_size(&bytes, &f.dq, &f.dk, &f.dv, &f.dO, &f.q,
+                                                     &f.k, &f.v, &f.o, &f.lse, &o),
+                     TA_EUNSUPPORTED, needle);
+        expect_untouched(&f.dq, "dQ");
+        TA_CHECK_OK(ta_sdpa(&fused, &f.q, &f.k, &f.v, &o));
         o.path = TA_SDPA_REFERENCE;
         TA_CHECK_OK(ta_sdpa(&ref, &f.q, &f.k, &f.v, &o));
         o.path = TA_SDPA_AUTO;
         TA_CHECK_OK(ta_sdpa(&f.o, &f.q, &f.k, &f.v, &o));
-        assert_memory_equal(f.o.data, ref.data, sizeof(float) * (size_t)ta_tensor_numel(&ref));
+        assert_memory_equal(f.o.data, fused.data, sizeof(float) * (size_t)ta_tensor_numel(&ref));
+        const float *a = ref.data, *c = fused.data;
+        for (int64_t e = 0; e < ta_tensor_numel(&ref); e++)
+            if (!(fabsf(a[e] - c[e]) <= 5e-5f))
+                fail_msg("%s: fused %g, reference %g at %lld", names[i], (double)c[e],
+                         (double)a[e], (long long)e);
         TA_CHECK_OK(ta_tensor_fill(&f.o, 5.0f));
     }
+    /* a softcap outside the fused kernel's range: the reference path */
+    ta_sdpa_opts o = {.softcap = 0x1p127f, .path = TA_SDPA_FUSED};
+    TA_CHECK_ERR(ta_sdpa(&f.o, &f.q, &f.k, &f.v, &o), TA_EUNSUPPORTED,
+                 "does not implement softcap");
+    expect_untouched(&f.o, "O");
     ta_tensor_free(&ref);
+    ta_tensor_free(&fused);
     release(&f);
 }
 

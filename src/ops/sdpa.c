@@ -149,6 +149,7 @@ static ta_status prepare_common(ta_sdpa_problem *p, const char *fn, ta_tensor *O
     ta_sdpa_variants var;
     st = ta_sdpa_variants_init(&var, fn, opts, B, H, !o_is_output, check == TA_SDPA_CHECK_ALL);
     if (st) return st;
+    var.delta = ta_sdpa_delta(&var, Lq, Lk);
 
     *p = (ta_sdpa_problem){
         .fn = fn, .B = B, .H = H, .Hkv = Hkv, .G = Hkv ? H / Hkv : 1, .Lq = Lq, .Lk = Lk,
@@ -158,7 +159,7 @@ static ta_status prepare_common(ta_sdpa_problem *p, const char *fn, ta_tensor *O
                                    : (D > 0 ? (float)(1.0 / sqrt((double)D)) : 1.0f);
     /* The fused path never forms the weights: AUTO takes it unless they are wanted (or
      * a variant it does not implement yet is set). */
-    const char *gap = ta_sdpa_variants_fused_gap(&var);
+    const char *gap = ta_sdpa_variants_fused_gap(&var, !o_is_output);
     p->path = opts->path != TA_SDPA_AUTO ? opts->path
               : opts->weights || gap     ? TA_SDPA_REFERENCE
                                          : TA_SDPA_FUSED;

@@ -96,9 +96,12 @@ ta_status ta_sdpa_variants_init(ta_sdpa_variants *v, const char *fn, const ta_sd
     return TA_OK;
 }
 
-const char *ta_sdpa_variants_fused_gap(const ta_sdpa_variants *v)
+const char *ta_sdpa_variants_fused_gap(const ta_sdpa_variants *v, bool backward)
 {
-    /* phase 1 of issue 12: the fused forward and backward implement none yet */
+    if (!backward) /* attn_softcap takes 1 / cap as a normal float */
+        return v->softcap > 0.0f && (v->softcap < 0x1p-126f || v->softcap > 0x1p126f)
+                   ? "softcap" : NULL;
+    /* the fused backward implements none yet */
     return v->window ? "a window" : v->softcap > 0.0f ? "softcap" : v->alibi ? "ALiBi"
            : v->sinks ? "sinks" : NULL;
 }
@@ -123,7 +126,7 @@ double ta_sdpa_variant_score(const ta_sdpa_problem *p, int64_t b, int64_t h, int
     if (dcap) *dcap = 1.0;
     /* blocked: causal or key length (the row's end), window, keep/block mask */
     int64_t lo, hi;
-    ta_sdpa_window_keys(v, ta_sdpa_delta(v, p->Lq, p->Lk), p->Lk, i, &lo, &hi);
+    ta_sdpa_window_keys(v, v->delta, p->Lk, i, &lo, &hi);
     if (j >= ta_mask_row_end(mp, b, i) || j < lo || j >= hi) return -INFINITY;
     double add = 0.0;
     const float *m = ta_mask_row_ptr(mp, b, h, i);
@@ -138,7 +141,7 @@ double ta_sdpa_variant_score(const ta_sdpa_problem *p, int64_t b, int64_t h, int
         s = (double)v->softcap * t;
         if (dcap) *dcap = 1.0 - t * t;
     }
-    int64_t rel = j - (i + ta_sdpa_delta(v, p->Lq, p->Lk));
+    int64_t rel = j - (i + v->delta);
     s -= (double)ta_sdpa_alibi_slope(v, b, h) * (double)(rel < 0 ? -rel : rel);
     return s + add;
 }
