@@ -159,7 +159,7 @@ static ta_status prepare_common(ta_sdpa_problem *p, const char *fn, ta_tensor *O
                                    : (D > 0 ? (float)(1.0 / sqrt((double)D)) : 1.0f);
     /* The fused path never forms the weights: AUTO takes it unless they are wanted (or
      * a variant it does not implement yet is set). */
-    const char *gap = ta_sdpa_variants_fused_gap(&var, !o_is_output);
+    const char *gap = ta_sdpa_variants_fused_gap(&var);
     p->path = opts->path != TA_SDPA_AUTO ? opts->path
               : opts->weights || gap     ? TA_SDPA_REFERENCE
                                          : TA_SDPA_FUSED;

@@ -96,14 +96,12 @@ ta_status ta_sdpa_variants_init(ta_sdpa_variants *v, const char *fn, const ta_sd
     return TA_OK;
 }
 
-const char *ta_sdpa_variants_fused_gap(const ta_sdpa_variants *v, bool backward)
+const char *ta_sdpa_variants_fused_gap(const ta_sdpa_variants *v)
 {
-    if (!backward) /* attn_softcap takes 1 / cap as a normal float */
-        return v->softcap > 0.0f && (v->softcap < 0x1p-126f || v->softcap > 0x1p126f)
-                   ? "softcap" : NULL;
-    /* the fused backward implements none yet */
-    return v->window ? "a window" : v->softcap > 0.0f ? "softcap" : v->alibi ? "ALiBi"
-           : v->sinks ? "sinks" : NULL;
+    /* the fused forward and backward implement every variant; attn_softcap takes 1 / cap
+     * as a normal float */
+    return v->softcap > 0.0f && (v->softcap < 0x1p-126f || v->softcap > 0x1p126f) ? "softcap"
+                                                                                  : NULL;
 }
 
 /* -------------------------------------------------------------- scores */

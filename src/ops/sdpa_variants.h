@@ -97,10 +97,8 @@ void ta_sdpa_variant_row(const struct ta_sdpa_problem *p, int64_t b, int64_t h, 
  * in a fixed order: the same bits for any thread count. */
 void ta_sdpa_sinks_grad(const struct ta_sdpa_problem *p);
 
-/* NULL when the fused forward (backward false) or backward implements every variant v
- * sets, else the name of one it does not implement yet ("a window", "softcap", "ALiBi",
- * "sinks"; the fused forward takes every variant but a softcap outside the tanh kernel's
- * range 2^-126 .. 2^126). */
-const char *ta_sdpa_variants_fused_gap(const ta_sdpa_variants *v, bool backward);
+/* NULL when the fused paths implement every variant v sets, else the name of one they do
+ * not ("softcap": a softcap outside the tanh kernel's range 2^-126 .. 2^126). */
+const char *ta_sdpa_variants_fused_gap(const ta_sdpa_variants *v);
 
 #endif
