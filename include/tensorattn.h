@@ -390,7 +390,8 @@ typedef struct ta_sdpa_opts {
     int64_t window_left;         /* -1: unbounded; else >= 0 keys left of the diagonal */
     int64_t window_right;        /* -1: unbounded; else >= 0 keys right of the diagonal */
     float softcap;               /* 0: off; else > 0: s = softcap * tanh(s / softcap) */
-    const ta_tensor *alibi_slopes; /* NULL, or float32 [H] or [B, H] */
+    const ta_tensor *alibi_slopes; /* NULL, or float32 [H] or [B, H] (B = num_seqs with
+                                      cu_seqlens; a KV cache's batch) */
     const ta_tensor *sinks;      /* NULL, or float32 [H]: a logit in every row's denominator */
     ta_tensor *dsinks;           /* backward only: NULL, or output float32 [H] (overwritten) */
 } ta_sdpa_opts;

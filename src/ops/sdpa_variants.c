@@ -4,6 +4,7 @@
 #include "ops/sdpa_variants.h"
 
 #include "core/core.h"
+#include "core/dtype.h"
 #include "core/tensor_internal.h"
 #include "ops/sdpa.h"
 
@@ -153,9 +154,14 @@ void ta_sdpa_variant_row(const ta_sdpa_problem *p, int64_t b, int64_t h, int64_t
 
 /* ------------------------------------------------------------ gradients */
 
-static const float *at3(const ta_tensor *t, int64_t b, int64_t h, int64_t i)
+/* Element (b, h, i, c) of a rank-4 tensor (c = 0 of a rank-3 one), of any storage dtype,
+ * as double. */
+static double at4(const ta_tensor *t, int64_t b, int64_t h, int64_t i, int64_t c)
 {
-    return (const float *)t->data + b * t->stride[0] + h * t->stride[1] + i * t->stride[2];
+    const int64_t off = b * t->stride[0] + h * t->stride[1] + i * t->stride[2] +
+                        (t->ndim > 3 ? c * t->stride[3] : 0);
+    return (double)ta_dtype_load((const char *)t->data + off * (int64_t)ta_dtype_size(t->dtype),
+                                 t->dtype);
 }
 
 void ta_sdpa_sinks_grad(const ta_sdpa_problem *p)
@@ -168,12 +174,10 @@ void ta_sdpa_sinks_grad(const ta_sdpa_problem *p)
         double acc = 0.0;
         for (int64_t b = 0; b < p->B; b++)
             for (int64_t i = 0; i < p->Lq; i++) {
-                const double lse = *at3(p->fwd_lse, b, h, i);
+                const double lse = at4(p->fwd_lse, b, h, i, 0);
                 if (lse == -INFINITY) continue; /* attended to nothing, not even a sink */
-                const float *o = at3(O, b, h, i), *g = at3(dO, b, h, i);
                 double d = 0.0; /* D_i = rowsum(dO_i * O_i) */
-                for (int64_t c = 0; c < p->Dv; c++)
-                    d += (double)g[c * dO->stride[3]] * (double)o[c * O->stride[3]];
+                for (int64_t c = 0; c < p->Dv; c++) d += at4(dO, b, h, i, c) * at4(O, b, h, i, c);
                 acc -= exp(sigma - lse) * d;
             }
         ((float *)ds->data)[h * ds->stride[0]] = (float)acc;

@@ -93,8 +93,8 @@ void ta_sdpa_variant_row(const struct ta_sdpa_problem *p, int64_t b, int64_t h, 
 
 /* The sinks' gradient of a prepared backward problem into p->var.dsinks (when set):
  * dsigma_h = -sum over b, i of exp(sigma_h - LSE_bhi) D_bhi with D = rowsum(dO * O), from
- * dO, O and the forward's LSE; rows with LSE -inf contribute nothing. Summed in double
- * in a fixed order: the same bits for any thread count. */
+ * dO, O and the forward's LSE (any storage dtype); rows with LSE -inf contribute
+ * nothing. Summed in double in a fixed order: the same bits for any thread count. */
 void ta_sdpa_sinks_grad(const struct ta_sdpa_problem *p);
 
 /* NULL when the fused paths implement every variant v sets, else the name of one they do
