@@ -247,6 +247,14 @@ void bench_add_sdpa_decode(bench_state *s, const char *name, int64_t B, int64_t 
  * the shape of the case `causal_name` (its opts.causal twin): the same flops. */
 void bench_add_sdpa_causal_mask(bench_state *s, const char *name, const char *causal_name,
                                 int64_t B, int64_t H, int64_t L, int64_t D);
+/* Attention variants (issue 12), forward: a causal sliding window (each row sees itself
+ * and the `left` keys before it), its flops the window's pairs only; and softcap, ALiBi
+ * (BLOOM's slopes) or sinks on a plain shape, timed against the case `vs` of the same
+ * path ("ratio_vs_plain"). */
+void bench_add_sdpa_window(bench_state *s, const char *name, int64_t B, int64_t H, int64_t L,
+                           int64_t D, int64_t left);
+void bench_add_sdpa_variant(bench_state *s, const char *name, int64_t B, int64_t H, int64_t L,
+                            int64_t D, float softcap, int alibi, int sinks, const char *vs);
 void bench_add_sdpa_backward(bench_state *s, const char *name, int64_t B, int64_t H,
                              int64_t L, int64_t D, ta_causal causal);
 /* cases_kvcache.c. One decode step through ta_sdpa_kvcache (fused): B sequences of lens[b]

@@ -51,6 +51,16 @@ static void build_sdpa_cases(bench_state *s)
     bench_add_sdpa_decode(s, "sdpa_decode_ragged", 8, q ? 8 : 32, q ? 8 : 32, Lk, 128, lens);
     /* The memory goal's shape: B=1, H=8, L=8192, D=64 (extra memory under 8 MiB). */
     if (!q) bench_add_sdpa(s, "sdpa_L8192_H8_causal", 1, 8, 8, 8192, 8192, 64, TA_CAUSAL_TOP_LEFT);
+    /* Attention variants (issue 12): a sliding window of 512 keys (Mistral's: causal,
+     * each row sees itself and the 511 keys before it) at L = 8192, whose useful flops
+     * are the window's pairs only (the fused path never visits the tiles it hides);
+     * softcap 30 (Gemma 2 caps at 50), ALiBi (BLOOM's slopes) and sinks on the seed's
+     * shape, each timed against the plain seed case of its path (ratio_vs_plain). */
+    bench_add_sdpa_window(s, q ? "sdpa_L2048_window128" : "sdpa_L8192_window512", 1, 8,
+                          q ? 2048 : 8192, 64, q ? 127 : 511);
+    bench_add_sdpa_variant(s, "sdpa_seed_softcap", 32, 8, L0, 64, 30.0f, 0, 0, "sdpa_seed");
+    bench_add_sdpa_variant(s, "sdpa_seed_alibi", 32, 8, L0, 64, 0.0f, 1, 0, "sdpa_seed");
+    bench_add_sdpa_variant(s, "sdpa_seed_sinks", 32, 8, L0, 64, 0.0f, 0, 1, "sdpa_seed");
     /* A long causal sequence: the reference's scratch would be 8 GiB. */
     if (!q) bench_add_sdpa(s, "sdpa_long_causal", 1, 2, 2, 32768, 32768, 64, TA_CAUSAL_TOP_LEFT);
     /* Training: the backward of the seed's causal attention, and a long sequence whose

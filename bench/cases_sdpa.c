@@ -22,10 +22,35 @@ int64_t bench_sdpa_visible(ta_causal causal, int64_t i, int64_t Lq, int64_t Lk)
     return n < 0 ? 0 : n > Lk ? Lk : n;
 }
 
+/* The diagonal offset of the variants' positions: 0 top-left, else Lk - Lq. */
+static int64_t sdpa_delta(const bench_sdpa *a)
+{
+    return a->causal == TA_CAUSAL_TOP_LEFT ? 0 : a->Lk - a->Lq;
+}
+
 int64_t bench_sdpa_keys(const bench_sdpa *a, int64_t b, int64_t i)
 {
     int64_t n = bench_sdpa_visible(a->causal, i, a->Lq, a->Lk);
+    if (a->window && a->wright >= 0 && i + sdpa_delta(a) + a->wright + 1 < n)
+        n = i + sdpa_delta(a) + a->wright + 1;
+    if (n < 0) n = 0;
     return a->ragged && a->key_lengths[b] < n ? a->key_lengths[b] : n;
+}
+
+int64_t bench_sdpa_first(const bench_sdpa *a, int64_t i)
+{
+    int64_t lo = a->window && a->wleft >= 0 ? i + sdpa_delta(a) - a->wleft : 0;
+    return lo < 0 ? 0 : lo;
+}
+
+double bench_sdpa_slope(const bench_sdpa *a, int64_t h)
+{
+    return pow(2.0, -8.0 * (double)(h + 1) / (double)a->H);
+}
+
+double bench_sdpa_sink(int64_t h)
+{
+    return 0.25 * (double)(h % 4) - 0.5;
 }
 
 /* The unmasked (query, key) pairs of all batches and heads: the work a path that skips
@@ -34,7 +59,10 @@ static double sdpa_pairs(const bench_sdpa *a)
 {
     double pairs = 0.0;
     for (int64_t b = 0; b < (a->ragged ? a->B : 1); b++)
-        for (int64_t i = 0; i < a->Lq; i++) pairs += (double)bench_sdpa_keys(a, b, i);
+        for (int64_t i = 0; i < a->Lq; i++) {
+            int64_t n = bench_sdpa_keys(a, b, i) - bench_sdpa_first(a, i);
+            pairs += (double)(n > 0 ? n : 0);
+        }
     return (double)a->H * (a->ragged ? 1.0 : (double)a->B) * pairs;
 }
 
@@ -72,6 +100,13 @@ int bench_sdpa_setup(bench_case *c)
         if (st == TA_OK) st = ta_tensor_triu(&c->t[4], 1);
         if (st != TA_OK) return bench_lib_fail(c, "the mask tensor", st);
     }
+    for (int v = 0; v < 2; v++) { /* t[5] ALiBi slopes, t[6] sinks, [H] */
+        if (!(v ? a->sinks : a->alibi)) continue;
+        ta_status st = ta_tensor_empty(&c->t[5 + v], 1, &a->H);
+        if (st != TA_OK) return bench_lib_fail(c, "ta_tensor_empty", st);
+        for (int64_t h = 0; h < a->H; h++)
+            ((float *)c->t[5 + v].data)[h] = (float)(v ? bench_sdpa_sink(h) : bench_sdpa_slope(a, h));
+    }
     return bench_new_output(c, &c->t[3], 4, q);
 }
 
@@ -85,6 +120,12 @@ static int sdpa_run(bench_case *c)
         opts.mask_mode = TA_MASK_BLOCK; /* nonzero = blocked: masked_fill_(mask, -inf) */
     }
     if (a->ragged) opts.key_lengths = a->key_lengths;
+    opts.has_window = a->window;
+    opts.window_left = a->wleft;
+    opts.window_right = a->wright;
+    opts.softcap = a->softcap;
+    opts.alibi_slopes = a->alibi ? &c->t[5] : NULL;
+    opts.sinks = a->sinks ? &c->t[6] : NULL;
     opts.path = a->path;
     ta_status st = ta_sdpa(&c->t[3], &c->t[0], &c->t[1], &c->t[2], &opts);
     if (st != TA_OK) return bench_lib_fail(c, "ta_sdpa", st);
@@ -99,15 +140,21 @@ double bench_sdpa_exp_row(const bench_case *c, int64_t b, int64_t h, int64_t i, 
     const float *q = (const float *)c->t[0].data + ((b * a->H + h) * a->Lq + i) * D;
     const float *k = (const float *)c->t[1].data + (b * a->Hkv + kvh) * a->Lk * D;
     *n = bench_sdpa_keys(a, b, i);
+    const int64_t lo = bench_sdpa_first(a, i), pos = i + sdpa_delta(a);
+    const double c0 = a->softcap, slope = a->alibi ? bench_sdpa_slope(a, h) : 0.0;
     double scale = 1.0 / sqrt((double)D), top = -INFINITY, sum = 0.0;
     for (int64_t j = 0; j < *n; j++) {
         double dot = 0.0;
-        for (int64_t d = 0; d < D; d++) dot += (double)q[d] * (double)k[j * D + d];
+        for (int64_t d = 0; d < D && j >= lo; d++) dot += (double)q[d] * (double)k[j * D + d];
         w[j] = dot * scale;
+        if (c0 > 0.0) w[j] = c0 * tanh(w[j] / c0);
+        w[j] -= slope * (double)(j > pos ? j - pos : pos - j);
+        if (j < lo) w[j] = -INFINITY; /* left of the window */
         if (w[j] > top) top = w[j];
     }
+    if (top == -INFINITY) return 0.0; /* sees no key: O = 0 */
     for (int64_t j = 0; j < *n; j++) sum += (w[j] = exp(w[j] - top));
-    return sum;
+    return a->sinks ? sum + exp(bench_sdpa_sink(h) - top) : sum;
 }
 
 const float *bench_sdpa_value_row(const bench_case *c, int64_t b, int64_t h, int64_t j)
@@ -178,8 +225,14 @@ void bench_sdpa_shape_text(const bench_case *c, char *buf, size_t n)
                      (long long)a->D, causal,
                      a->causal && !a->mask_tensor ? bench_causal_name(a->causal) : "");
     if (a->ragged && w > 0 && (size_t)w < n) /* the lengths run from first to last */
-        snprintf(buf + w, n - (size_t)w, " len%lld..%lld", (long long)a->key_lengths[0],
-                 (long long)a->key_lengths[a->B - 1]);
+        w += snprintf(buf + w, n - (size_t)w, " len%lld..%lld", (long long)a->key_lengths[0],
+                      (long long)a->key_lengths[a->B - 1]);
+    if (a->window && w > 0 && (size_t)w < n)
+        w += snprintf(buf + w, n - (size_t)w, " window%lld,%lld", (long long)a->wleft,
+                      (long long)a->wright);
+    if (w > 0 && (size_t)w < n)
+        snprintf(buf + w, n - (size_t)w, "%s%s%s", a->softcap > 0.0f ? " softcap" : "",
+                 a->alibi ? " alibi" : "", a->sinks ? " sinks" : "");
 }
 
 void bench_sdpa_shape_json(const bench_case *c, cJSON *o)
@@ -197,6 +250,13 @@ void bench_sdpa_shape_json(const bench_case *c, cJSON *o)
         for (int64_t b = 0; b < a->B && lens; b++)
             cJSON_AddItemToArray(lens, cJSON_CreateNumber((double)a->key_lengths[b]));
     }
+    if (a->window) {
+        cJSON_AddNumberToObject(o, "window_left", (double)a->wleft);
+        cJSON_AddNumberToObject(o, "window_right", (double)a->wright);
+    }
+    if (a->softcap > 0.0f) cJSON_AddNumberToObject(o, "softcap", (double)a->softcap);
+    if (a->alibi) cJSON_AddStringToObject(o, "alibi_slopes", "2^(-8 (h + 1) / H)");
+    if (a->sinks) cJSON_AddStringToObject(o, "sinks", "0.25 (h % 4) - 0.5");
     cJSON_AddNumberToObject(o, "pairs", a->pairs);
 }
 
@@ -229,6 +289,11 @@ void bench_add_sdpa_pair(bench_state *s, const bench_kind *kind, const char *nam
                         .is_reference = p == 0, .output = proto->output};
         snprintf(c.name, sizeof c.name, "%s_%s", name, paths[p].name);
         memcpy(c.vs_causal, proto->vs_causal, sizeof c.vs_causal);
+        if (proto->vs_case[0]) { /* the same path of the other shape */
+            snprintf(c.vs_case, sizeof c.vs_case, "%.40s_%s", proto->vs_case, paths[p].name);
+            memcpy(c.vs_key, proto->vs_key, sizeof c.vs_key);
+            c.vs_scale = proto->vs_scale;
+        }
         if (p == 0) snprintf(c.skip_reason, sizeof c.skip_reason, "%s", ref_skip);
         bench_add_case(s, &c);
     }
@@ -246,7 +311,7 @@ bench_sdpa bench_sdpa_shape(int64_t B, int64_t H, int64_t Hkv, int64_t Lq, int64
  * unmasked pair and d; memory-bound shapes count their bytes. The reference path is
  * skipped where its [B, H, Lq, Lk] scratch would exceed 4 GiB. */
 static void add_forward(bench_state *s, const char *name, const bench_sdpa *a, int memory_bound,
-                        const char *vs_causal)
+                        const char *vs_causal, const char *vs_plain)
 {
     double scratch = (double)a->B * (double)a->H * (double)a->Lq * (double)a->Lk * sizeof(float);
     char skip[160] = "";
@@ -257,6 +322,11 @@ static void add_forward(bench_state *s, const char *name, const bench_sdpa *a, i
     bench_case proto = {.flops = 4.0 * a->pairs * (double)a->D, .output = 3,
                         .bytes = memory_bound ? sdpa_bytes(a) : 0.0};
     snprintf(proto.vs_causal, sizeof proto.vs_causal, "%s", vs_causal ? vs_causal : "");
+    if (vs_plain) {
+        snprintf(proto.vs_case, sizeof proto.vs_case, "%s", vs_plain);
+        snprintf(proto.vs_key, sizeof proto.vs_key, "ratio_vs_plain");
+        proto.vs_scale = 1.0;
+    }
     bench_add_sdpa_pair(s, &sdpa_kind, name, a, &proto, skip);
 }
 
@@ -264,7 +334,7 @@ void bench_add_sdpa(bench_state *s, const char *name, int64_t B, int64_t H, int6
                     int64_t Lq, int64_t Lk, int64_t D, ta_causal causal)
 {
     bench_sdpa a = bench_sdpa_shape(B, H, Hkv, Lq, Lk, D, causal);
-    add_forward(s, name, &a, 0, NULL);
+    add_forward(s, name, &a, 0, NULL, NULL);
 }
 
 void bench_add_sdpa_decode(bench_state *s, const char *name, int64_t B, int64_t H, int64_t Hkv,
@@ -281,7 +351,7 @@ void bench_add_sdpa_decode(bench_state *s, const char *name, int64_t B, int64_t 
         for (int64_t b = 0; b < B; b++) a.key_lengths[b] = key_lengths[b];
         a.pairs = sdpa_pairs(&a);
     }
-    add_forward(s, name, &a, 1, NULL);
+    add_forward(s, name, &a, 1, NULL, NULL);
 }
 
 void bench_add_sdpa_causal_mask(bench_state *s, const char *name, const char *causal_name,
@@ -289,5 +359,26 @@ void bench_add_sdpa_causal_mask(bench_state *s, const char *name, const char *ca
 {
     bench_sdpa a = bench_sdpa_shape(B, H, H, L, L, D, TA_CAUSAL_TOP_LEFT);
     a.mask_tensor = 1;
-    add_forward(s, name, &a, 0, causal_name);
+    add_forward(s, name, &a, 0, causal_name, NULL);
+}
+
+void bench_add_sdpa_window(bench_state *s, const char *name, int64_t B, int64_t H, int64_t L,
+                           int64_t D, int64_t left)
+{
+    bench_sdpa a = bench_sdpa_shape(B, H, H, L, L, D, TA_CAUSAL_BOTTOM_RIGHT);
+    a.window = 1;
+    a.wleft = left;
+    a.wright = 0;
+    a.pairs = sdpa_pairs(&a);
+    add_forward(s, name, &a, 0, NULL, NULL);
+}
+
+void bench_add_sdpa_variant(bench_state *s, const char *name, int64_t B, int64_t H, int64_t L,
+                            int64_t D, float softcap, int alibi, int sinks, const char *vs)
+{
+    bench_sdpa a = bench_sdpa_shape(B, H, H, L, L, D, TA_CAUSAL_NONE);
+    a.softcap = softcap;
+    a.alibi = alibi;
+    a.sinks = sinks;
+    add_forward(s, name, &a, 0, NULL, vs);
 }

@@ -21,7 +21,19 @@ typedef struct bench_sdpa {
     int64_t key_lengths[BENCH_SDPA_MAX_RAGGED];
     ta_sdpa_path path;
     double pairs;
+    /* Attention variants (issue 12; forward only): a window (left, right: -1 unbounded),
+     * softcap (0: off), ALiBi slopes bench_sdpa_slope (t[5]), sinks bench_sdpa_sink
+     * (t[6]). */
+    int window;
+    int64_t wleft, wright;
+    float softcap;
+    int alibi, sinks;
 } bench_sdpa;
+
+/* The variants' per-head values the forward cases pass (and their oracle uses): BLOOM's
+ * ALiBi slopes 2^(-8 (h + 1) / H), sinks -0.5 .. 0.25. */
+double bench_sdpa_slope(const bench_sdpa *a, int64_t h);
+double bench_sdpa_sink(int64_t h);
 
 /* The shape with its pairs counted (path: set per case by bench_add_sdpa_pair). */
 bench_sdpa bench_sdpa_shape(int64_t B, int64_t H, int64_t Hkv, int64_t Lq, int64_t Lk,
@@ -31,16 +43,19 @@ const bench_sdpa *bench_sdpa_of(const bench_case *c);
 
 /* The keys query row i may see under the causal alignment: a prefix [0, n) of Lk. */
 int64_t bench_sdpa_visible(ta_causal causal, int64_t i, int64_t Lq, int64_t Lk);
-/* The keys row i of batch b sees: the causal prefix, cut at the batch's key length. */
+/* The keys row i of batch b sees: the causal prefix, cut at the batch's key length and
+ * the window's right bound; from bench_sdpa_first on (the window's left bound, else 0). */
 int64_t bench_sdpa_keys(const bench_sdpa *a, int64_t b, int64_t i);
+int64_t bench_sdpa_first(const bench_sdpa *a, int64_t i);
 const char *bench_causal_name(ta_causal causal); /* "none", "top_left", "bottom_right" */
 
 /* t[0] = Q, t[1] = K, t[2] = V: N(0,1) from fixed seeds (both paths of a shape see the
  * same inputs); t[3] = O, NaN; t[4] = the mask tensor when mask_tensor. */
 int bench_sdpa_setup(bench_case *c);
 /* Row (b, h, i) of the softmax in float64, from t[0] and t[1], not yet normalised:
- * w[j] = exp(s_j - max s) for the *n keys the row sees (a prefix of Lk; w holds Lk
- * doubles), s_j = q_i . k_j / sqrt(D). Returns sum_j w[j]. */
+ * w[j] = exp(s_j - max s) for the *n keys of a prefix of Lk (w holds Lk doubles; 0 at
+ * keys left of a window), s_j = q_i . k_j / sqrt(D) (then softcap, ALiBi).
+ * Returns sum_j w[j] (plus exp(sigma - max s) with sinks; 0 when the row sees nothing). */
 double bench_sdpa_exp_row(const bench_case *c, int64_t b, int64_t h, int64_t i, double *w,
                           int64_t *n);
 /* Row j of V for query head h of batch b: D floats. */
@@ -55,5 +70,4 @@ void bench_sdpa_shape_json(const bench_case *c, cJSON *o);
 void bench_add_sdpa_pair(bench_state *s, const bench_kind *kind, const char *name,
                          const bench_sdpa *shape, const bench_case *proto,
                          const char *ref_skip);
-
 #endif

@@ -85,12 +85,20 @@ static int first_of_shape(const bench_state *s, int i)
     return bench_case_ok(c) && !(c->twin >= 0 && c->twin < i && bench_case_ok(&s->cases[c->twin]));
 }
 
+/* Whether an attention case has an attention variant (window, softcap, ALiBi, sinks):
+ * the peers' scripts compute plain attention, so such cases get no peer. */
+static int has_variant(const bench_case *c)
+{
+    const bench_sdpa *a = bench_sdpa_of(c);
+    return a && (a->window || a->softcap > 0.0f || a->alibi || a->sinks);
+}
+
 /* torch_seed.py: the seed's shapes (self-attention, the seed's own causal mask or none). */
 static int seed_eligible(const bench_state *s, int i)
 {
     const bench_case *c = &s->cases[i];
     const bench_sdpa *a = bench_sdpa_of(c);
-    return a && first_of_shape(s, i) && !strncmp(c->name, "sdpa_seed", 9) && a->Hkv == a->H &&
+    return a && !has_variant(c) && first_of_shape(s, i) && !strncmp(c->name, "sdpa_seed", 9) && a->Hkv == a->H &&
            a->Lq == a->Lk && a->causal != TA_CAUSAL_BOTTOM_RIGHT;
 }
 
@@ -98,7 +106,8 @@ static int seed_eligible(const bench_state *s, int i)
 static int sdpa_eligible(const bench_state *s, int i)
 {
     const bench_case *c = &s->cases[i];
-    return first_of_shape(s, i) && !strncmp(c->kind->name, "sdpa", 4) && c->twin >= 0;
+    return first_of_shape(s, i) && !strncmp(c->kind->name, "sdpa", 4) && c->twin >= 0 &&
+           !has_variant(c);
 }
 
 /* A command line being built; full once something did not fit. */

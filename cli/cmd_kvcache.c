@@ -14,6 +14,8 @@ static const char help[] =
     "                          [--k-new K.npy --v-new V.npy] [--block-table BT.npy]\n"
     "                          [--causal] [--scale S] [--threads N] [--lse LSE.npy]\n"
     "                          [--k-cache-out KC2.npy --v-cache-out VC2.npy]\n"
+    "                          [--window LEFT,RIGHT] [--softcap C]\n"
+    "                          [--alibi-slopes S.npy] [--sinks S.npy]\n"
     "\n"
     "Attention of new queries against a KV cache (FlashAttention's flash_attn_with_kvcache,\n"
     "BSHD layout): k_new and v_new are first written into each sequence's cache at\n"
@@ -33,24 +35,32 @@ static const char help[] =
     "  --lse            also write the log-sum-exp of each query row [B,H,Lq]\n"
     "  --k-cache-out --v-cache-out\n"
     "                   write the caches after the append (both or neither)\n"
+    "Variants (FlashAttention's definitions; with query i, key j of a sequence of Lk keys:\n"
+    "rel = j - (i + Lk - Lq)):\n"
+    "  --window         keys with -LEFT <= rel <= RIGHT only; -1: unbounded on that side\n"
+    "  --softcap        C > 0: scores s = C * tanh(s / C) (after the scale)\n"
+    "  --alibi-slopes   <f4 [H] or [B,H]: scores -= slope * |rel|\n"
+    "  --sinks          <f4 [H]: a logit per head in every row's softmax denominator\n"
+    "                   (LSE includes it; a row with no key gets output 0, LSE = sink)\n"
     "O is [B,Lq,H,Dv]; a query row with no key gets output 0 and LSE -inf. Inputs are\n"
     "never modified. Outputs are .npy <f4, each written whole or not at all, and only\n"
     "after the computation succeeded: bad lengths, a block index out of range or a\n"
     "sequence longer than its cache exit 1 and write nothing.\n";
 
 enum { O_Q, O_KC, O_VC, O_SEQ, O_OUT, O_KNEW, O_VNEW, O_BT, O_CAUSAL, O_SCALE, O_THREADS,
-       O_LSE, O_KC_OUT, O_VC_OUT };
+       O_LSE, O_KC_OUT, O_VC_OUT, O_WINDOW, O_SOFTCAP, O_ALIBI, O_SINKS };
 
 /* What the command loads and makes; released in one place. */
 typedef struct kv_args {
-    ta_tensor q, kc, vc, kn, vn, o, lse;
+    ta_tensor q, kc, vc, kn, vn, o, lse, slopes, sinks;
     int32_t *seqlens, *table;
     int64_t max_blocks;
 } kv_args;
 
 static void kv_args_free(kv_args *a)
 {
-    ta_tensor *t[] = {&a->q, &a->kc, &a->vc, &a->kn, &a->vn, &a->o, &a->lse};
+    ta_tensor *t[] = {&a->q, &a->kc, &a->vc, &a->kn, &a->vn, &a->o, &a->lse, &a->slopes,
+                      &a->sinks};
     for (size_t i = 0; i < sizeof t / sizeof *t; i++) ta_tensor_free(t[i]);
     free(a->seqlens);
     free(a->table);
@@ -107,6 +117,7 @@ static int check_usage(cli_opt *opts, ta_sdpa_opts *so)
         return CLI_USAGE;
     if (opts[O_SCALE].given && so->scale == 0.0f)
         return cli_error(CLI_USAGE, "--scale must be nonzero");
+    if (!cli_variant_flags(opts, so)) return CLI_USAGE;
     if (!cli_threads(opts)) return CLI_USAGE;
     return CLI_OK;
 }
@@ -175,6 +186,10 @@ int cmd_kvcache(int argc, char **argv)
         [O_LSE] = {.name = "--lse", .takes_value = true},
         [O_KC_OUT] = {.name = "--k-cache-out", .takes_value = true},
         [O_VC_OUT] = {.name = "--v-cache-out", .takes_value = true},
+        [O_WINDOW] = {.name = "--window", .takes_value = true},
+        [O_SOFTCAP] = {.name = "--softcap", .takes_value = true},
+        [O_ALIBI] = {.name = "--alibi-slopes", .takes_value = true},
+        [O_SINKS] = {.name = "--sinks", .takes_value = true},
         {0}};
     const char *pos[1];
     int npos;
@@ -186,6 +201,7 @@ int cmd_kvcache(int argc, char **argv)
     kv_args a = {0};
     rc = CLI_FAIL;
     if (!load_inputs(&a, opts)) goto done;
+    if (!cli_variant_files(opts, &so, &a.slopes, &a.sinks)) goto done;
     ta_kv_cache cache = {.k = &a.kc, .v = &a.vc, .seqlens = a.seqlens,
                          .block_table = a.table, .max_blocks = a.max_blocks};
     so.lse = opts[O_LSE].given ? &a.lse : NULL;

@@ -398,7 +398,8 @@ typedef struct ta_sdpa_opts {
     int64_t window_left;         /* -1: unbounded; else >= 0 keys left of the diagonal */
     int64_t window_right;        /* -1: unbounded; else >= 0 keys right of the diagonal */
     float softcap;               /* 0: off; else > 0: s = softcap * tanh(s / softcap) */
-    const ta_tensor *alibi_slopes; /* NULL, or float32 [H] or [B, H] */
+    const ta_tensor *alibi_slopes; /* NULL, or float32 [H] or [B, H] (B = num_seqs with
+                                      cu_seqlens; a KV cache's batch) */
     const ta_tensor *sinks;      /* NULL, or float32 [H]: a logit in every row's denominator */
     ta_tensor *dsinks;           /* backward only: NULL, or output float32 [H] (overwritten) */
 } ta_sdpa_opts;
@@ -521,9 +522,9 @@ ta_status ta_sdpa_backward_workspace_size(size_t *bytes, const ta_tensor *dQ,
  * Errors (TA_EINVAL): a negative or non-finite softcap, a window bound below -1, slopes or
  * sinks of the wrong shape or dtype, dsinks in a forward, dsinks without sinks, outputs
  * overlapping slopes or sinks. The fused path never visits key tiles a window hides.
- * (Until the fused paths implement the variants, TA_SDPA_FUSED with one set is
- * TA_EUNSUPPORTED and TA_SDPA_AUTO takes the reference path; softcap 0, a window of -1, -1
- * and has_window 0 are no variant.) */
+ * Both paths implement every variant (TA_SDPA_FUSED refuses, TA_EUNSUPPORTED, only a
+ * softcap below 2^-126 or above 2^126, which TA_SDPA_AUTO runs on the reference path);
+ * softcap 0, a window of -1, -1 and has_window 0 are no variant. */
 
 /* KV cache (FlashAttention's flash_attn_with_kvcache, BSHD layout). A cache is one of
  *   contiguous: k [B, Lmax, Hkv, D], v [B, Lmax, Hkv, Dv]  (block_table NULL), or

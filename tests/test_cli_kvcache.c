@@ -3,12 +3,15 @@
  * O, LSE and the updated caches compared with the PyTorch references, the input files
  * unchanged byte for byte; hostile inputs (bad lengths, a block index out of range, a
  * sequence longer than its cache, integers that do not fit int32) exit 1 with one error
- * line and write no output file; usage errors exit 2; --help. */
+ * line and write no output file; usage errors exit 2; --help. The variants' flags
+ * (--window, --softcap, --alibi-slopes [B, H], --sinks) on a paged case against the
+ * library's reference path on the same inputs, and their errors. */
 #include "ta_test.h"
 #include "cli_run.h"
 #include "fixture_cases.h"
 #include "io_files.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,6 +200,96 @@ static void test_hostile_inputs(void **state)
     }
 }
 
+/* The kv004 inputs with the variants' flags appended (slopes of shape [nb, H]); returns
+ * the next position of argv. */
+static int variant_inputs(const char **argv, const ta_fixture_file *f, char *scale,
+                          const char *window, const char *softcap, int64_t nb)
+{
+    int a = case_inputs(argv, 2, f, "kv004", 0, scale);
+    const ta_fixture_record *qr = ta_fixture_need(f, "kv004", "q");
+    const int64_t H = qr->shape[2];
+    float slopes[64], sinks[16];
+    assert_true(nb * H <= 64 && H <= 16);
+    for (int64_t e = 0; e < nb * H; e++) slopes[e] = 0.1f * (float)(e % 4 + 1);
+    for (int64_t h = 0; h < H; h++) sinks[h] = 0.5f * (float)h - 0.25f;
+    char shape[32];
+    snprintf(shape, sizeof shape, "(%lld, %lld)", (long long)nb, (long long)H);
+    ta_npy_write_raw(ta_test_path("slopes.npy"), "<f4", shape, slopes, sizeof(float) * (size_t)(nb * H));
+    snprintf(shape, sizeof shape, "(%lld,)", (long long)H);
+    ta_npy_write_raw(ta_test_path("sinks.npy"), "<f4", shape, sinks, sizeof(float) * (size_t)H);
+    const char *extra[8] = {"--window", window, "--softcap", softcap, "--alibi-slopes",
+                            ta_test_path("slopes.npy"), "--sinks", ta_test_path("sinks.npy")};
+    for (int i = 0; i < 8; i++) argv[a++] = extra[i];
+    return add_outputs(argv, a);
+}
+
+static void test_variants(void **state)
+{
+    (void)state;
+    ta_fixture_file *f;
+    TA_CHECK_OK(ta_fixture_open(&f, "kvcache.tafx"));
+    const char *argv[48] = {"", "kvcache"};
+    char scale[64];
+    const int64_t B = ta_fixture_need(f, "kv004", "q")->shape[0];
+    variant_inputs(argv, f, scale, "3,0", "2.5", B);
+    remove_outputs();
+    int rc = ta_cli_run(argv);
+    if (rc != 0) fail_msg("exit %d: %s", rc, ta_cli_err);
+    /* the library's reference path on the same inputs */
+    ta_tensor q, kc, vc, kn, vn, o, lse, slopes, sinks, got_o, got_l;
+    const char *roles[5] = {"q", "k_cache", "v_cache", "k_new", "v_new"};
+    ta_tensor *ts[5] = {&q, &kc, &vc, &kn, &vn};
+    for (int r = 0; r < 5; r++) TA_CHECK_OK(ta_fixture_tensor(ts[r], ta_fixture_need(f, "kv004", roles[r])));
+    TA_CHECK_OK(ta_npy_load(&slopes, ta_test_path("slopes.npy")));
+    TA_CHECK_OK(ta_npy_load(&sinks, ta_test_path("sinks.npy")));
+    const ta_fixture_record *cs = ta_fixture_need(f, "kv004", "cache_seqlens");
+    const ta_fixture_record *bt = ta_fixture_need(f, "kv004", "block_table");
+    ta_kv_cache cache = {.k = &kc, .v = &vc, .seqlens = cs->data, .block_table = bt->data,
+                         .max_blocks = bt->shape[1]};
+    const int64_t os[4] = {q.shape[0], q.shape[1], q.shape[2], vc.shape[3]};
+    const int64_t ls[3] = {q.shape[0], q.shape[2], q.shape[1]};
+    TA_CHECK_OK(ta_tensor_empty(&o, 4, os));
+    TA_CHECK_OK(ta_tensor_empty(&lse, 3, ls));
+    char causal[32];
+    ta_fixture_meta_get(ta_fixture_case_meta(f, "kv004"), "causal", causal, sizeof causal);
+    ta_sdpa_opts so = {.causal = strcmp(causal, "bottom_right") ? TA_CAUSAL_NONE
+                                                                 : TA_CAUSAL_BOTTOM_RIGHT,
+                       .scale = (float)strtod(scale, NULL), .has_window = 1,
+                       .window_left = 3, .window_right = 0, .softcap = 2.5f,
+                       .alibi_slopes = &slopes, .sinks = &sinks, .lse = &lse,
+                       .path = TA_SDPA_REFERENCE};
+    TA_CHECK_OK(ta_sdpa_kvcache(&o, &q, &cache, &kn, &vn, &so));
+    TA_CHECK_OK(ta_npy_load(&got_o, ta_test_path("o.npy")));
+    TA_CHECK_OK(ta_npy_load(&got_l, ta_test_path("lse.npy")));
+    const ta_tensor *pairs[2][2] = {{&got_o, &o}, {&got_l, &lse}};
+    for (int p = 0; p < 2; p++) {
+        assert_int_equal(ta_tensor_numel(pairs[p][0]), ta_tensor_numel(pairs[p][1]));
+        for (int64_t e = 0; e < ta_tensor_numel(pairs[p][1]); e++) {
+            const float g = ((float *)pairs[p][0]->data)[e], w = ((float *)pairs[p][1]->data)[e];
+            if (!(fabsf(g - w) <= 1e-5f))
+                fail_msg("%s[%lld]: the command %g, the library %g", p ? "LSE" : "O",
+                         (long long)e, (double)g, (double)w);
+        }
+    }
+    ta_tensor *all[] = {&q, &kc, &vc, &kn, &vn, &o, &lse, &slopes, &sinks, &got_o, &got_l};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ta_tensor_free(all[i]);
+    /* errors: bad window syntax, softcap 0 (usage, 2); slopes of another batch (1, no
+     * output file) */
+    const char *bad[2][2] = {{"3", "2.5"}, {"3,0", "0"}};
+    const char *needles[2] = {"--window expects LEFT,RIGHT", "--softcap must be > 0"};
+    for (int i = 0; i < 2; i++) {
+        const char *bv[48] = {"", "kvcache"};
+        variant_inputs(bv, f, scale, bad[i][0], bad[i][1], B);
+        ta_cli_expect_error(bv, 2, needles[i]);
+    }
+    const char *bv[48] = {"", "kvcache"};
+    variant_inputs(bv, f, scale, "3,0", "2.5", B + 1);
+    remove_outputs();
+    ta_cli_expect_error(bv, 1, "opts->alibi_slopes has shape");
+    for (int i = 0; i < 4; i++) assert_false(ta_test_file_exists(ta_test_path(out_files[i])));
+    ta_fixture_close(f);
+}
+
 static void test_usage(void **state)
 {
     (void)state;
@@ -235,6 +328,7 @@ int main(void)
         cmocka_unit_test(test_kvcache_fixtures),
         cmocka_unit_test(test_hostile_inputs),
         cmocka_unit_test(test_usage),
+        cmocka_unit_test(test_variants),
     };
     return cmocka_run_group_tests_name("cli_kvcache", tests, setup, ta_test_teardown_dir);
 }

@@ -1,9 +1,10 @@
 /* The attention variants' argument checks at the front door (ta_sdpa, ta_sdpa_backward
  * and their workspace queries): every error with its status and message and every output
  * untouched; the values that are valid (softcap 0, window bounds of -1, a window ignored
- * without has_window); the path each call takes while the fused paths do not implement
- * the variants yet (TA_SDPA_FUSED: TA_EUNSUPPORTED; TA_SDPA_AUTO: the reference path, the
- * same bits as TA_SDPA_REFERENCE). */
+ * without has_window); the path each call takes: the fused forward and backward implement
+ * every variant (TA_SDPA_AUTO takes them: the same bits as TA_SDPA_FUSED, within 5e-5 and
+ * 2e-4 of the reference), but a softcap outside the tanh kernel's range
+ * (TA_SDPA_FUSED: TA_EUNSUPPORTED). */
 #include "ta_test.h"
 
 #include <math.h>
@@ -223,6 +224,26 @@ static void test_neutral_values(void **state)
 /* Phase 1 of issue 12: the fused paths refuse every variant, TA_SDPA_AUTO takes the
  * reference path (the same bits as TA_SDPA_REFERENCE). When the fused paths implement a
  * variant, this test changes with them. */
+/* The backward of o on path into the fixture's dq, dk, dv (and dsinks with sinks). */
+static void backward_on(fixture *f, const ta_sdpa_opts *vo, ta_sdpa_path path)
+{
+    ta_sdpa_opts o = *vo;
+    o.path = path;
+    o.dsinks = o.sinks ? &f->dsinks : NULL;
+    TA_CHECK_OK(ta_sdpa_backward(&f->dq, &f->dk, &f->dv, &f->dO, &f->q, &f->k, &f->v, &f->o,
+                                 &f->lse, &o));
+}
+
+static void expect_near(const char *what, const char *name, const ta_tensor *a,
+                        const ta_tensor *b, float tol)
+{
+    const float *x = a->data, *y = b->data;
+    for (int64_t e = 0; e < ta_tensor_numel(a); e++)
+        if (!(fabsf(x[e] - y[e]) <= tol))
+            fail_msg("%s %s: fused %g, reference %g at %lld", name, what, (double)x[e],
+                     (double)y[e], (long long)e);
+}
+
 static void test_paths(void **state)
 {
     (void)state;
@@ -235,24 +256,58 @@ static void test_paths(void **state)
         {.sinks = &f.sinks},
     };
     const char *names[] = {"a window", "softcap", "ALiBi", "sinks"};
-    ta_tensor ref;
-    const int64_t qs[4] = {B, H, LQ, D};
+    const int64_t qs[4] = {B, H, LQ, D}, ks[4] = {B, HKV, LK, D}, hs[1] = {H};
+    ta_tensor ref, fused, g[2][4]; /* [fused, reference] x dq, dk, dv, dsinks */
     TA_CHECK_OK(ta_tensor_empty(&ref, 4, qs));
+    TA_CHECK_OK(ta_tensor_empty(&fused, 4, qs));
     for (size_t i = 0; i < sizeof variants / sizeof *variants; i++) {
         ta_sdpa_opts o = variants[i];
         o.path = TA_SDPA_FUSED;
-        char needle[128];
-        snprintf(needle, sizeof needle, "the fused path (TA_SDPA_FUSED) does not implement %s",
-                 names[i]);
-        expect_refused(&f, &o, TA_EUNSUPPORTED, needle);
+        TA_CHECK_OK(ta_sdpa(&fused, &f.q, &f.k, &f.v, &o));
         o.path = TA_SDPA_REFERENCE;
         TA_CHECK_OK(ta_sdpa(&ref, &f.q, &f.k, &f.v, &o));
         o.path = TA_SDPA_AUTO;
+        o.lse = &f.lse;
         TA_CHECK_OK(ta_sdpa(&f.o, &f.q, &f.k, &f.v, &o));
-        assert_memory_equal(f.o.data, ref.data, sizeof(float) * (size_t)ta_tensor_numel(&ref));
-        TA_CHECK_OK(ta_tensor_fill(&f.o, 5.0f));
+        o.lse = NULL;
+        assert_memory_equal(f.o.data, fused.data, sizeof(float) * (size_t)ta_tensor_numel(&ref));
+        expect_near("O", names[i], &fused, &ref, 5e-5f);
+        /* the backward from the automatic forward's O and LSE: fused, reference, auto */
+        const ta_sdpa_path paths[2] = {TA_SDPA_FUSED, TA_SDPA_REFERENCE};
+        for (int p = 0; p < 2; p++) {
+            backward_on(&f, &o, paths[p]);
+            ta_tensor *src[4] = {&f.dq, &f.dk, &f.dv, &f.dsinks};
+            const int64_t *shp[4] = {qs, ks, ks, hs};
+            for (int t = 0; t < 4; t++) {
+                TA_CHECK_OK(ta_tensor_empty(&g[p][t], t == 3 ? 1 : 4, shp[t]));
+                TA_CHECK_OK(ta_tensor_copy(&g[p][t], src[t]));
+            }
+        }
+        backward_on(&f, &o, TA_SDPA_AUTO);
+        ta_tensor *got[4] = {&f.dq, &f.dk, &f.dv, &f.dsinks};
+        const char *roles[4] = {"dQ", "dK", "dV", "dsinks"};
+        for (int t = 0; t < (o.sinks ? 4 : 3); t++) {
+            assert_memory_equal(got[t]->data, g[0][t].data,
+                                sizeof(float) * (size_t)ta_tensor_numel(got[t]));
+            expect_near(roles[t], names[i], &g[0][t], &g[1][t], 2e-4f);
+        }
+        for (int p = 0; p < 2; p++)
+            for (int t = 0; t < 4; t++) ta_tensor_free(&g[p][t]);
+        ta_tensor *all[] = {&f.o, &f.lse, &f.dq, &f.dk, &f.dv, &f.dsinks};
+        for (size_t t = 0; t < sizeof all / sizeof *all; t++) TA_CHECK_OK(ta_tensor_fill(all[t], 5.0f));
     }
+    /* a softcap outside the fused kernels' range: refused there, the reference on AUTO */
+    ta_sdpa_opts o = {.softcap = 0x1p127f, .path = TA_SDPA_FUSED};
+    TA_CHECK_ERR(ta_sdpa(&f.o, &f.q, &f.k, &f.v, &o), TA_EUNSUPPORTED,
+                 "the fused path (TA_SDPA_FUSED) does not implement softcap");
+    expect_refused(&f, &o, TA_EUNSUPPORTED, "does not implement softcap");
+    o.path = TA_SDPA_REFERENCE;
+    TA_CHECK_OK(ta_sdpa(&ref, &f.q, &f.k, &f.v, &o));
+    o.path = TA_SDPA_AUTO;
+    TA_CHECK_OK(ta_sdpa(&f.o, &f.q, &f.k, &f.v, &o));
+    assert_memory_equal(f.o.data, ref.data, sizeof(float) * (size_t)ta_tensor_numel(&ref));
     ta_tensor_free(&ref);
+    ta_tensor_free(&fused);
     release(&f);
 }
 

@@ -5,7 +5,8 @@
  * sum(dO * out) for DESIGN.md's definitions run literally in torch, each variant alone and
  * combined with causal (both alignments), Lq != Lk, masks, key lengths and GQA, and rows
  * that a window blocks entirely, with and without sinks. Every case runs the forward on the
- * reference path (with weights) and the automatic one, within 5e-5, and the backward on
+ * reference path (with weights), the fused one and the automatic one, within 5e-5, and
+ * the backward on all three (fused: the fused backward),
  * both, from the fixture's out and LSE rounded to float32, within 2e-4 (the issue's
  * tolerances; the generator checks torch's own float32 math lands within half of them). */
 #include "ta_test.h"
@@ -53,14 +54,16 @@ static void forward(const ta_fixture_file *f, const char *c, const ta_test_sdpa_
     TA_CHECK_OK(ta_tensor_full(&W, 4, ws, 7.0f));
     TA_CHECK_OK(ta_tensor_full(&L, 3, ws, 7.0f));
     const ta_fixture_record *want_w = ta_fixture_case_record(f, c, "weights");
-    for (int path = 0; path < 2; path++) {
+    const ta_sdpa_path paths[3] = {TA_SDPA_REFERENCE, TA_SDPA_FUSED, TA_SDPA_AUTO};
+    const char *names[3] = {"reference", "fused", "auto"};
+    for (int path = 0; path < 3; path++) {
         ta_sdpa_opts o = *vo;
         o.lse = &L;
-        o.path = path ? TA_SDPA_AUTO : TA_SDPA_REFERENCE;
+        o.path = paths[path];
         o.weights = path == 0 && want_w ? &W : NULL;
         TA_CHECK_OK(ta_tensor_fill(&O, 9.0f));
         TA_CHECK_OK(ta_sdpa(&O, &in->q, &in->k, &in->v, &o));
-        const char *what = path ? "auto" : "reference";
+        const char *what = names[path];
         char name[64];
         snprintf(name, sizeof name, "out (%s)", what);
         ta_fixture_expect_close(c, name, &O, ta_fixture_need(f, c, "out"), 0.0, TOL_FWD);
@@ -88,9 +91,11 @@ static void backward(const ta_fixture_file *f, const char *c, const ta_test_sdpa
     const ta_fixture_record *want_ds = ta_fixture_case_record(f, c, "dsinks");
     assert_true(!want_ds == !vo->sinks);
     if (want_ds) TA_CHECK_OK(ta_tensor_empty(&dS, 1, &in->m.shape[1]));
-    for (int path = 0; path < 2; path++) {
+    const ta_sdpa_path paths[3] = {TA_SDPA_REFERENCE, TA_SDPA_FUSED, TA_SDPA_AUTO};
+    const char *names[3] = {"reference", "fused", "auto"};
+    for (int path = 0; path < 3; path++) {
         ta_sdpa_opts o = *vo;
-        o.path = path ? TA_SDPA_AUTO : TA_SDPA_REFERENCE;
+        o.path = paths[path];
         o.dsinks = want_ds ? &dS : NULL;
         ta_tensor *outs[4] = {&dQ, &dK, &dV, &dS};
         for (int i = 0; i < (want_ds ? 4 : 3); i++) TA_CHECK_OK(ta_tensor_fill(outs[i], 9.0f));
@@ -98,7 +103,7 @@ static void backward(const ta_fixture_file *f, const char *c, const ta_test_sdpa
         const char *roles[4] = {"dq", "dk", "dv", "dsinks"};
         for (int i = 0; i < (want_ds ? 4 : 3); i++) {
             char name[64];
-            snprintf(name, sizeof name, "%s (%s)", roles[i], path ? "auto" : "reference");
+            snprintf(name, sizeof name, "%s (%s)", roles[i], names[path]);
             ta_fixture_expect_close(c, name, outs[i], ta_fixture_need(f, c, roles[i]), 0.0,
                                     TOL_GRAD);
         }

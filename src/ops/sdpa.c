@@ -149,6 +149,7 @@ static ta_status prepare_common(ta_sdpa_problem *p, const char *fn, ta_tensor *O
     ta_sdpa_variants var;
     st = ta_sdpa_variants_init(&var, fn, opts, B, H, !o_is_output, check == TA_SDPA_CHECK_ALL);
     if (st) return st;
+    var.delta = ta_sdpa_delta(&var, Lq, Lk);
 
     *p = (ta_sdpa_problem){
         .fn = fn, .B = B, .H = H, .Hkv = Hkv, .G = Hkv ? H / Hkv : 1, .Lq = Lq, .Lk = Lk,

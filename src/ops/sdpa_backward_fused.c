@@ -27,11 +27,21 @@
  *     (group, key tile) items for dK and dV; pass 2 takes (head, query tile) items that
  *     recompute S, P, dP and dS over the key tiles in order for dQ (3.5x the forward).
  * The plan depends on the shape only, never on the thread count, so results are
- * bitwise identical for any number of threads. */
+ * bitwise identical for any number of threads.
+ *
+ * Attention variants (sdpa_variants.h): a window gives each row a first key next to its
+ * last, and blocks (and sub-blocks) left of every row's window are skipped as those past
+ * every row's end are; with softcap, ALiBi or a window the block's scores are scaled,
+ * capped, biased and masked before the softmax step (sc = 1 then), and softcap's factor
+ * 1 - tanh^2 (kept per score in the workspace) multiplies dS. The forward's LSE already
+ * holds the sinks (P = exp(s - LSE) is the weight of the definition, and
+ * dS = P (dP - D) still holds: the sink has no value row); their gradient dsigma comes
+ * from D and the LSE at the end (ta_sdpa_sinks_grad, a fixed-order sum). */
 #include "ops/sdpa.h"
 
 #include "core/core.h"
 #include "kernels/kernels.h"
+#include "ops/sdpa_fused_variants.h"
 
 #include <math.h>
 #include <omp.h>
@@ -60,6 +70,8 @@ typedef struct bwd_plan {
     bwd_view q, k_, v, dout; /* q, k_ and dout have unit stride along D / Dv */
     const float *lse, *di;   /* per row (b * H + h) * Lq + i */
     int64_t dq_rows;         /* rows of the per-thread dQ buffer */
+    bool var_scores;         /* a window, softcap or ALiBi: the scores of every block are
+                                formed by block_scores */
     size_t ws_bytes;         /* per thread (SIZE_MAX: does not fit) */
 } bwd_plan;
 
@@ -69,6 +81,7 @@ typedef struct bwd_ws {
     float *s, *dp;  /* [MQ][NK] */
     float *dk, *dv; /* [NK][D], [NK][Dv] */
     float *dq;      /* [dq_rows][D] */
+    float *cap;     /* softcap: [MQ][NK] of 1 - tanh^2 */
 } bwd_ws;
 
 /* One thread's scratch laid out in arena a (measuring or carving: the plan sizes it with
@@ -82,6 +95,7 @@ static void ws_layout(ta_arena *a, bwd_ws *w, const bwd_plan *f)
     w->dk = TA_ARENA_TAKE2(a, float, BWD_NK, f->D);
     w->dv = TA_ARENA_TAKE2(a, float, BWD_NK, f->Dv);
     w->dq = TA_ARENA_TAKE2(a, float, f->dq_rows, f->D);
+    w->cap = f->p->var.softcap > 0.0f ? TA_ARENA_TAKE2(a, float, BWD_MQ, BWD_NK) : NULL;
 }
 
 static size_t ws_bytes(const bwd_plan *f)
@@ -110,19 +124,62 @@ static void pack_kv(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, int64_
     f->k->attn_pack_t(w->vt, BWD_NK, at(&f->v, b, hkv, j0), voff, f->v.s[3], nk, f->Dv, 1.0f);
 }
 
-/* The largest and smallest key bound of query rows [i0, i0 + mq) of batch b. */
-static void row_bounds(const bwd_plan *f, int64_t b, int64_t i0, int64_t mq, int64_t *lo,
-                       int64_t *hi)
+/* The keys query rows [i0, i0 + mq) of batch b see: each row [start, end) (its window,
+ * causal limit and key length; an empty row has start = end), and the extremes. A block
+ * of keys [j0, j0 + n) needs no mask when j0 >= start_max and j0 + n <= end_min, and no
+ * work when j0 >= end_max or j0 + n <= start_min. */
+typedef struct bwd_bounds {
+    int64_t start_min, start_max, end_min, end_max;
+} bwd_bounds;
+
+static bwd_bounds row_bounds(const bwd_plan *f, int64_t b, int64_t i0, int64_t mq)
 {
     const ta_mask_plan *mp = &f->p->mask;
-    int64_t mn = f->Lk, mx = 0;
-    for (int64_t r = 0; r < mq; r++) {
-        int64_t e = ta_mask_row_end(mp, b, i0 + r);
-        mn = TA_MIN(mn, e);
-        mx = TA_MAX(mx, e);
+    const ta_sdpa_variants *v = &f->p->var;
+    bwd_bounds r = {.start_min = f->Lk, .start_max = 0, .end_min = f->Lk, .end_max = 0};
+    for (int64_t i = i0; i < i0 + mq; i++) {
+        int64_t lo, hi, e = ta_mask_row_end(mp, b, i);
+        ta_sdpa_window_keys(v, v->delta, f->Lk, i, &lo, &hi);
+        lo = TA_MIN(lo, f->Lk);
+        e = TA_MAX(TA_MIN(e, hi), lo);
+        r.start_min = TA_MIN(r.start_min, lo);
+        r.start_max = TA_MAX(r.start_max, lo);
+        r.end_min = TA_MIN(r.end_min, e);
+        r.end_max = TA_MAX(r.end_max, e);
     }
-    *lo = mn;
-    *hi = mx;
+    return r;
+}
+
+/* The scores of a block with a variant, in place in s (row stride BWD_NK): scale,
+ * softcap (its factor 1 - tanh^2 into cap), ALiBi, then the masks and the window
+ * (mask: the block is cut or a mask tensor exists). Scaled: dsoftmax takes scale 1. */
+static void block_scores(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, int64_t i0,
+                         int64_t mq, int64_t j0, int64_t nk, bool mask)
+{
+    const ta_sdpa_problem *p = f->p;
+    const ta_sdpa_variants *v = &p->var;
+    const float c = v->softcap, slope = ta_sdpa_alibi_slope(v, b, h);
+    for (int64_t r = 0; r < mq; r++) {
+        float *row = w->s + r * BWD_NK;
+        for (int64_t t = 0; t < nk; t++) row[t] *= p->scale;
+        if (c > 0.0f) {
+            f->k->attn_softcap(row, nk, c);
+            float *fac = w->cap + r * BWD_NK;
+            for (int64_t t = 0; t < nk; t++) {
+                const float th = row[t] / c;
+                fac[t] = 1.0f - th * th;
+            }
+        }
+        const int64_t pos = i0 + r + v->delta;
+        if (v->alibi)
+            for (int64_t t = 0; t < nk; t++)
+                row[t] -= slope * (float)(j0 + t > pos ? j0 + t - pos : pos - j0 - t);
+        if (!mask) continue;
+        ta_mask_apply(&p->mask, b, h, i0 + r, j0, nk, 1.0f, row, 1);
+        int64_t lo, hi;
+        ta_sdpa_window_keys(v, v->delta, f->Lk, i0 + r, &lo, &hi);
+        ta_sdpa_fused_window_mask(row, 1, 1, j0, nk, &lo, &hi);
+    }
 }
 
 /* One block: query rows [i0, i0 + mq) of head h against keys [j0 + jj, j0 + jj + nk),
@@ -142,15 +199,21 @@ static void run_block(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, int64_
     k->attn_bwd_gemm(w->s, NK, q, qs, 1, w->kt + jj, NK, mq, nk, D, 0); /* S = Q K^T */
     j0 += jj;
     float sc = p->scale;
-    int64_t lo, hi;
-    row_bounds(f, b, i0, mq, &lo, &hi);
-    if (p->mask.mask || j0 + nk > lo) { /* the mask plan scales and blocks; then scale 1 */
+    const bwd_bounds bd = row_bounds(f, b, i0, mq);
+    const bool cut = j0 + nk > bd.end_min || j0 < bd.start_max;
+    if (f->var_scores) {
+        block_scores(f, w, b, h, i0, mq, j0, nk, p->mask.mask || cut);
+        sc = 1.0f;
+    } else if (p->mask.mask || cut) { /* the mask plan scales and blocks; then scale 1 */
         for (int64_t r = 0; r < mq; r++)
             ta_mask_apply(&p->mask, b, h, i0 + r, j0, nk, p->scale, w->s + r * NK, 1);
         sc = 1.0f;
     }
     k->attn_bwd_gemm(w->dp, NK, dout, dos, 1, w->vt + jj, NK, mq, nk, Dv, 0); /* dP = dO V^T */
     k->attn_bwd_dsoftmax(w->s, w->dp, NK, f->lse + row0, f->di + row0, mq, nk, sc, k->attn_exp);
+    if (w->cap) /* softcap: d s / d (scale q.k) = 1 - tanh^2 */
+        for (int64_t r = 0; r < mq; r++)
+            for (int64_t t = 0; t < nk; t++) w->dp[r * NK + t] *= w->cap[r * NK + t];
     if (kv) {
         k->attn_bwd_gemm(w->dv + jj * Dv, Dv, w->s, 1, NK, dout, dos, nk, Dv, mq, 1); /* dV += P^T dO */
         k->attn_bwd_gemm(w->dk + jj * D, D, w->dp, 1, NK, q, qs, nk, D, mq, 1);      /* dK += dS^T Q */
@@ -182,21 +245,24 @@ static void run_key_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, i
     for (int64_t gi = 0; gi < f->G; gi++) {
         int64_t h = hkv * f->G + gi;
         for (int64_t i0 = 0; i0 < f->Lq; i0 += BWD_MQ) {
-            int64_t mq = TA_MIN(BWD_MQ, f->Lq - i0), lo, hi;
-            row_bounds(f, b, i0, mq, &lo, &hi);
-            if (hi <= j0) continue; /* every row of the tile ends before these keys */
+            const int64_t mq = TA_MIN(BWD_MQ, f->Lq - i0);
+            const bwd_bounds bd = row_bounds(f, b, i0, mq);
+            /* every row of the tile ends before these keys, or starts after them */
+            if (bd.end_max <= j0 || bd.start_min >= j0 + nk) continue;
             float *dqb = dq ? dq + (gi * f->Lq + i0) * f->D : NULL;
-            if (j0 + nk <= lo) {
+            if (j0 + nk <= bd.end_min && j0 >= bd.start_max) {
                 run_block(f, w, b, h, i0, mq, j0, 0, nk, true, dqb);
                 continue;
             }
-            /* A block that a bound cuts (the causal diagonal): in sub-blocks, skipping
-             * those whose rows all end before their keys. Every sum keeps its order. */
+            /* A block that a bound cuts (the causal diagonal, a window's edges): in
+             * sub-blocks, skipping those whose rows all end before their keys or start
+             * after them. Every sum keeps its order. */
             for (int64_t ii = 0; ii < mq; ii += BWD_SUB) {
-                int64_t ms = TA_MIN(BWD_SUB, mq - ii), lo2, hi2;
-                row_bounds(f, b, i0 + ii, ms, &lo2, &hi2);
-                for (int64_t jj = 0; jj < nk && j0 + jj < hi2; jj += BWD_SUB)
-                    run_block(f, w, b, h, i0 + ii, ms, j0, jj, TA_MIN(BWD_SUB, nk - jj), true,
+                const int64_t ms = TA_MIN(BWD_SUB, mq - ii);
+                const bwd_bounds b2 = row_bounds(f, b, i0 + ii, ms);
+                for (int64_t jj = 0; jj < nk && j0 + jj < b2.end_max; jj += BWD_SUB)
+                    if (b2.start_min < j0 + jj + TA_MIN(BWD_SUB, nk - jj))
+                        run_block(f, w, b, h, i0 + ii, ms, j0, jj, TA_MIN(BWD_SUB, nk - jj), true,
                               dqb ? dqb + ii * f->D : NULL);
             }
         }
@@ -220,10 +286,10 @@ static void run_group(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv)
  * order (recomputing S, P, dP and dS). */
 static void run_query_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, int64_t i0)
 {
-    int64_t mq = TA_MIN(BWD_MQ, f->Lq - i0), lo, hi;
+    const int64_t mq = TA_MIN(BWD_MQ, f->Lq - i0);
     memset(w->dq, 0, sizeof(float) * (size_t)(mq * f->D));
-    row_bounds(f, b, i0, mq, &lo, &hi);
-    for (int64_t j0 = 0; j0 < hi; j0 += BWD_NK) {
+    const bwd_bounds bd = row_bounds(f, b, i0, mq);
+    for (int64_t j0 = bd.start_min / BWD_NK * BWD_NK; j0 < bd.end_max; j0 += BWD_NK) {
         int64_t nk = TA_MIN(BWD_NK, f->Lk - j0);
         pack_kv(f, w, b, h / f->G, j0, nk);
         run_block(f, w, b, h, i0, mq, j0, 0, nk, false, w->dq);
@@ -287,6 +353,7 @@ static bwd_plan make_plan(const ta_sdpa_problem *p, bwd_sched *sc)
     double dq_bytes = 4.0 * (double)f.G * (double)f.Lq * (double)f.D;
     sc->group_plan = (sc->groups >= BWD_GROUP_MIN || sc->nkt <= 1) && dq_bytes <= BWD_GROUP_DQ_MAX;
     f.dq_rows = sc->group_plan ? f.G * f.Lq : BWD_MQ;
+    f.var_scores = p->var.window || p->var.softcap > 0.0f || p->var.alibi;
     f.ws_bytes = ws_bytes(&f);
     sc->qtiles = (f.Lq + BWD_MQ - 1) / BWD_MQ;
     sc->items1 = sc->group_plan ? sc->groups : sc->groups * sc->nkt;
@@ -395,5 +462,6 @@ ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
             }
         }
     }
+    ta_sdpa_sinks_grad(p); /* dsigma from dO, O and the LSE (when asked for) */
     return TA_OK;
 }

@@ -43,6 +43,7 @@
 #include "core/core.h"
 #include "core/dtype.h"
 #include "kernels/kernels.h"
+#include "ops/sdpa_fused_variants.h"
 
 #include <math.h>
 #include <omp.h>
@@ -72,6 +73,8 @@ typedef struct fused_ws {
     int64_t *end;  /* per row: the keys it may see (ta_mask_row_end, or the mask's bound) */
     int64_t *qoff; /* per row: its Q row's offset in elements */
     int32_t *rowk; /* per row: keys of the current tile it needs */
+    int64_t *lo;   /* per row: its first key (a window's left bound; 0 without) */
+    float *slope, *pos; /* per row: ALiBi slope and position i + delta */
 } fused_ws;
 
 typedef struct fused_plan {
@@ -84,6 +87,7 @@ typedef struct fused_plan {
     bool split;          /* the keys are cut into chunks merged by LSE (decode) */
     bool too_big;        /* D or Dv above TA_FUSED_DIM_MAX: the scratch cannot fit */
     bool pack_k, pack_v; /* K or V not unit-stride along D: copy each key tile */
+    bool scores_var;     /* softcap or ALiBi change the scores (ta_sdpa_fused_scores) */
     int64_t mrows;       /* rows of the mask's bound table (0: none) */
     const int64_t *mt;   /* the table, once laid out (mask_bounds) */
     size_t ws_bytes;     /* per thread (SIZE_MAX: does not fit) */
@@ -115,6 +119,9 @@ static void ws_layout(ta_arena *a, fused_ws *w, const fused_plan *f)
     w->rowk = TA_ARENA_TAKE(a, int32_t, mq);
     w->ones = TA_ARENA_TAKE(a, float, mq);
     w->rowk_run = TA_ARENA_TAKE(a, int32_t, mq);
+    w->lo = TA_ARENA_TAKE(a, int64_t, mq);
+    w->slope = TA_ARENA_TAKE(a, float, mq);
+    w->pos = TA_ARENA_TAKE(a, float, mq);
     w->kp = f->pack_k ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK, p->D) : NULL;
     w->vp = f->pack_v ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK, p->Dv) : NULL;
 }
@@ -247,11 +254,11 @@ static bool tile_blocked(const fused_plan *f, const fused_item *it, const fused_
     if (mp->mode == TA_MASK_ADDITIVE) return false;
     const int64_t ms = mp->mstride[3];
     for (int64_t r = 0; r < it->mq; r++) {
-        int64_t e = TA_MIN(w->end[r] - j0, nk), h, i;
-        if (e <= 0) continue;
+        int64_t e = TA_MIN(w->end[r] - j0, nk), t = TA_MAX(w->lo[r] - j0, 0), h, i;
+        if (e <= t) continue;
         row_hi(f, it->hkv, it->r0 + r, &h, &i);
         const float *m = ta_mask_row_ptr(mp, it->b, h, i) + j0 * ms;
-        for (int64_t t = 0; t < e; t++)
+        for (; t < e; t++)
             if (!ta_mask_value_blocks(mp->mode, m[t * ms])) return false;
     }
     return true;
@@ -309,6 +316,17 @@ static int64_t row_bound(const fused_plan *f, int64_t b, int64_t h, int64_t i, b
         }
     }
     return end;
+}
+
+/* The keys [*lo, end) row (b, h, i) may see: row_bound tightened by the window (an empty
+ * range has *lo >= end). */
+static int64_t row_keys(const fused_plan *f, int64_t b, int64_t h, int64_t i, int64_t *lo,
+                        bool *exact)
+{
+    int64_t end = row_bound(f, b, h, i, exact), wl, wh;
+    ta_sdpa_window_keys(&f->p->var, f->p->var.delta, f->p->Lk, i, &wl, &wh);
+    *lo = wl;
+    return TA_MIN(end, wh);
 }
 
 /* A tile's keys come in runs that share a stride (ta_sdpa_kv_run): the whole tile, or
@@ -403,39 +421,55 @@ static void run_item(const fused_plan *f, const fused_item *it, const fused_ws *
     pack_q(f, it, w->qp, w->qoff);
 
     /* The smallest row bound: key tiles below it need no mask unless a tensor exists
-     * that the bounds do not fully describe. */
-    int64_t clean_end = p->Lk;
+     * that the bounds do not fully describe; a window's largest first key: tiles from it
+     * on have no key left of any row's window. */
+    const ta_sdpa_variants *v = &p->var;
+    int64_t clean_end = p->Lk, clean_lo = 0;
     bool exact_all = true;
     for (int64_t r = 0; r < it->mq; r++) {
         int64_t h, i;
         bool exact;
         row_hi(f, it->hkv, it->r0 + r, &h, &i);
-        w->end[r] = row_bound(f, it->b, h, i, &exact);
+        w->end[r] = row_keys(f, it->b, h, i, &w->lo[r], &exact);
         exact_all &= exact;
         if (w->end[r] < clean_end) clean_end = w->end[r];
+        if (w->lo[r] > clean_lo) clean_lo = w->lo[r];
+        w->slope[r] = ta_sdpa_alibi_slope(v, it->b, h);
+        w->pos[r] = (float)(i + v->delta);
     }
     const bool use_mask = p->mask.mask && !exact_all;
     /* Key tiles end where the cut keys start (rounded down to 16 keys, a multiple of
      * every kernel's key block), so the keys a bound cuts (the causal diagonal) share as
-     * few tiles as they can. */
+     * few tiles as they can; tiles that a window's left bounds cut end at clean_lo
+     * (rounded up to 16 keys from the item's first key). */
     const int64_t cut_start = clean_end < it->jhi ? TA_MAX(it->jlo, clean_end / 16 * 16) : it->jhi;
+    const int64_t left_end = TA_MIN(it->jlo + ta_round_up(TA_MAX(clean_lo - it->jlo, 0), 16), it->jhi);
     int64_t nk;
     for (int64_t j0 = it->jlo; j0 < it->jhi; j0 += nk) {
-        nk = TA_MIN(TA_FUSED_NK, (j0 < cut_start ? cut_start : it->jhi) - j0);
+        const int64_t stop = j0 < left_end && left_end < cut_start ? left_end
+                             : j0 < cut_start                      ? cut_start
+                                                                   : it->jhi;
+        nk = TA_MIN(TA_FUSED_NK, stop - j0);
         if (use_mask && tile_blocked(f, it, w, j0, nk)) continue;
-        /* A tile that a row bound cuts (the causal diagonal, a key length): each row's
-         * key count lets the kernels skip the blocks no row of theirs needs. */
+        /* A tile that a row bound cuts (the causal diagonal, a key length, a window): each
+         * row's key count lets the kernels skip the blocks no row of theirs needs (none,
+         * for a row whose window starts past the tile). */
         const int32_t *rowk = NULL;
-        bool cut = j0 + nk > clean_end;
+        const bool left_cut = j0 < clean_lo, cut = j0 + nk > clean_end || left_cut;
         if (cut || it->mq < MQ) { /* a short tile (decode) skips its empty vectors too */
             for (int64_t r = 0; r < MQ; r++) {
                 int64_t e = r < it->mq ? (cut ? w->end[r] - j0 : nk) : 0;
+                if (r < it->mq && w->lo[r] >= TA_MIN(w->end[r], j0 + nk)) e = 0;
                 w->rowk[r] = (int32_t)(e < 0 ? 0 : e > nk ? nk : e);
             }
             rowk = w->rowk;
         }
         tile_scores(f, it, w, j0, nk, rowk);
-        if (use_mask || cut) mask_tile(f, it, w, w->s, j0, nk, use_mask);
+        if (f->scores_var)
+            ta_sdpa_fused_scores(k, v, w->s, MQ, it->mq, j0, nk, w->slope, w->pos);
+        if (use_mask || j0 + nk > clean_end) mask_tile(f, it, w, w->s, j0, nk, use_mask);
+        if (v->window && (left_cut || use_mask))
+            ta_sdpa_fused_window_mask(w->s, MQ, it->mq, j0, nk, w->lo, w->end);
         k->attn_softmax(w->s, w->m, w->l, w->alpha, nk, it->mq);
         if (p->Dv > 0) tile_pv(f, it, w, j0, nk, rowk);
     }
@@ -461,7 +495,16 @@ static void finish_row(const fused_plan *f, int64_t b, int64_t hkv, int64_t r,
     }
     const ta_tensor *O = p->O;
     float *orow = (float *)O->data + b * O->stride[0] + h * O->stride[1] + i * O->stride[2];
-    if (L == 0.0) {
+    double lse = L == 0.0 ? -INFINITY : u + log(L);
+    if (p->var.sinks) { /* O = sum o_c e^(m_c - u) * factor */
+        double factor;
+        ta_sdpa_sink_finish(u, L, ta_sdpa_sink(&p->var, h), &factor, &lse);
+        for (int64_t d = 0; d < p->Dv; d++) {
+            double acc = 0.0;
+            for (int64_t c = 0; c < nch; c++) acc += (double)o[c][d] * fc[c];
+            orow[d * O->stride[3]] = L == 0.0 ? 0.0f : (float)(acc * factor);
+        }
+    } else if (L == 0.0) {
         for (int64_t d = 0; d < p->Dv; d++) orow[d * O->stride[3]] = 0.0f;
     } else {
         for (int64_t d = 0; d < p->Dv; d++) {
@@ -472,8 +515,7 @@ static void finish_row(const fused_plan *f, int64_t b, int64_t hkv, int64_t r,
     }
     if (p->lse) {
         const ta_tensor *T = p->lse;
-        ((float *)T->data)[b * T->stride[0] + h * T->stride[1] + i * T->stride[2]] =
-            L == 0.0 ? -INFINITY : (float)(u + log(L));
+        ((float *)T->data)[b * T->stride[0] + h * T->stride[1] + i * T->stride[2]] = (float)lse;
     }
 }
 
@@ -491,13 +533,19 @@ static void finish_item(const fused_plan *f, const fused_item *it, const fused_w
                       i * O->stride[2];
         const float *o = w->o + r * f->ldo;
         float l = w->l[r], inv = l == 0.0f ? 0.0f : 1.0f / l; /* inv NaN when l is */
+        double lse = l == 0.0f ? -INFINITY : (double)w->m[r] + log((double)l);
+        if (p->var.sinks) { /* the sink joins the denominator: O and LSE change */
+            double factor;
+            ta_sdpa_sink_finish(w->m[r], l, ta_sdpa_sink(&p->var, h), &factor, &lse);
+            inv = (float)factor;
+        }
         if (os == 1)
             for (int64_t d = 0; d < Dv; d++) orow[d] = l == 0.0f ? 0.0f : o[d] * inv;
         else
             for (int64_t d = 0; d < Dv; d++) orow[d * os] = l == 0.0f ? 0.0f : o[d] * inv;
         if (T)
             ((float *)T->data)[it->b * T->stride[0] + h * T->stride[1] + i * T->stride[2]] =
-                l == 0.0f ? -INFINITY : (float)((double)w->m[r] + log((double)l));
+                (float)lse;
     }
 }
 
@@ -556,6 +604,7 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
     /* half-precision K and V are widened tile by tile (ta_sdpa_native_dtype) */
     f.pack_k = (p->K->stride[3] != 1 && p->D > 1) || p->K->dtype != TA_F32;
     f.pack_v = (p->V->stride[3] != 1 && p->Dv > 1) || p->V->dtype != TA_F32;
+    f.scores_var = ta_sdpa_fused_scores_needed(&p->var);
     f.tpg = group_tiles(&f, NULL, NULL);
     f.ngroups = p->B * p->Hkv;
     f.ntiles = f.ngroups * f.tpg;
@@ -651,22 +700,28 @@ static int64_t build_items(const fused_plan *f, const fused_mem *m)
             int64_t t = tile_in_order(f, k);
             fused_item base = {.b = g / p->Hkv, .hkv = g % p->Hkv, .r0 = m->t_r0[t],
                                .mq = m->t_mq[t], .tile = g * f->tpg + t};
-            int64_t jmax = 0; /* the largest row bound of the tile */
+            /* the keys of the tile's rows: from the smallest first key (a window's;
+             * rounded down to 16 keys) to the largest row bound */
+            int64_t jmin = p->Lk, jmax = 0;
             for (int64_t r = 0; r < base.mq; r++) {
-                int64_t h, i;
+                int64_t h, i, lo;
                 row_hi(f, base.hkv, base.r0 + r, &h, &i);
                 bool exact;
-                int64_t e = row_bound(f, base.b, h, i, &exact);
+                int64_t e = row_keys(f, base.b, h, i, &lo, &exact);
+                if (lo >= e) continue; /* sees no key */
                 if (e > jmax) jmax = e;
+                if (lo < jmin) jmin = lo;
             }
+            jmin = jmin >= jmax ? 0 : jmin / 16 * 16;
             int64_t c = 0;
             for (; c < f->nchunks; c++) {
+                if (f->split && c > 0 && c * f->chunk_keys >= jmax) break; /* and later ones */
                 fused_item it = base;
                 it.chunk = c;
-                it.jlo = c * f->chunk_keys;
-                it.jhi = TA_MIN(it.jlo + f->chunk_keys, jmax);
+                /* a chunk left of every row's window holds no key: an empty partial */
+                it.jlo = TA_MAX(c * f->chunk_keys, jmin);
+                it.jhi = TA_MIN(c * f->chunk_keys + f->chunk_keys, jmax);
                 if (it.jhi < it.jlo) it.jhi = it.jlo;
-                if (f->split && it.jhi == it.jlo && c > 0) break; /* and every later chunk */
                 m->items[n++] = it;
             }
             if (f->split) m->t_nch[base.tile] = c;

@@ -41,6 +41,9 @@ typedef struct kv_call {
     float scale;
     ta_causal causal;
     ta_sdpa_path path;                      /* resolved: fused unless reference asked */
+    ta_sdpa_variants var;                   /* window, softcap, ALiBi, sinks (delta: per
+                                               sequence, seq_problem) */
+    const ta_tensor *alibi, *sinks;         /* their tensors, for the overlap checks */
 } kv_call;
 
 /* ------------------------------------------------------------ validation */
@@ -70,7 +73,15 @@ static ta_status check_opts(kv_call *k, const ta_sdpa_opts *o)
         return ta_error(TA_EINVAL, "%s: opts->causal = %d is not a ta_causal value", fn,
                         (int)o->causal);
     k->causal = o->causal;
-    k->path = o->path == TA_SDPA_REFERENCE ? TA_SDPA_REFERENCE : TA_SDPA_FUSED;
+    ta_status st = ta_sdpa_variants_init(&k->var, fn, o, k->B, k->H, false, true);
+    if (st) return st;
+    const char *gap = ta_sdpa_variants_fused_gap(&k->var);
+    if (gap && o->path == TA_SDPA_FUSED)
+        return ta_error(TA_EUNSUPPORTED, "%s: the fused path (TA_SDPA_FUSED) does not implement "
+                        "%s; use TA_SDPA_REFERENCE or TA_SDPA_AUTO", fn, gap);
+    k->alibi = o->alibi_slopes;
+    k->sinks = o->sinks;
+    k->path = o->path == TA_SDPA_REFERENCE || gap ? TA_SDPA_REFERENCE : TA_SDPA_FUSED;
     k->scale = o->scale != 0.0f ? o->scale : (k->D > 0 ? (float)(1.0 / sqrt((double)k->D)) : 1.0f);
     return TA_OK;
 }
@@ -198,15 +209,16 @@ static ta_status check_overlaps(const kv_call *k)
 {
     ta_tensor *outs[2] = {k->O, k->lse};
     const char *out_names[2] = {"O", "opts->lse"};
-    const ta_tensor *ins[5] = {k->q, k->kc, k->vc, k->kn, k->vn};
-    const char *in_names[5] = {"q", "cache->k", "cache->v", "k_new", "v_new"};
-    ta_status st = ta_sdpa_check_overlaps(k->fn, 2, outs, out_names, 5, ins, in_names);
-    const ta_tensor *read[3] = {k->q, k->kn, k->vn};
-    const char *read_names[3] = {"q", "k_new", "v_new"};
+    const ta_tensor *ins[7] = {k->q, k->kc, k->vc, k->kn, k->vn, k->alibi, k->sinks};
+    const char *in_names[7] = {"q", "cache->k", "cache->v", "k_new", "v_new",
+                               "opts->alibi_slopes", "opts->sinks"};
+    ta_status st = ta_sdpa_check_overlaps(k->fn, 2, outs, out_names, 7, ins, in_names);
+    const ta_tensor *read[5] = {k->q, k->kn, k->vn, k->alibi, k->sinks};
+    const char *read_names[5] = {"q", "k_new", "v_new", "opts->alibi_slopes", "opts->sinks"};
     for (int c = 0; !st && k->kn && c < 2; c++) {
         ta_tensor *cache = (ta_tensor *)(c ? k->vc : k->kc);
         const char *name = c ? "cache->v" : "cache->k";
-        st = ta_sdpa_check_overlaps(k->fn, 1, &cache, &name, 3, read, read_names);
+        st = ta_sdpa_check_overlaps(k->fn, 1, &cache, &name, 5, read, read_names);
     }
     return st;
 }
@@ -292,10 +304,15 @@ static ta_status seq_problem(ta_sdpa_problem *p, kv_seq *s, const kv_call *k, in
                                      TA_MASK_KEEP, &s->keys, true);
     if (st) return st;
     if (k->causal == TA_CAUSAL_BOTTOM_RIGHT) mp.causal_shift = keys - k->Lq; /* per sequence */
+    /* the variants' positions from the sequence's real keys, not the capacity; its ALiBi
+     * row (slopes [B, H]) as the problem's batch 0 */
+    ta_sdpa_variants var = k->var;
+    var.delta = ta_sdpa_delta(&var, k->Lq, keys);
+    if (var.alibi) var.alibi += b * var.alibi_sb;
     *p = (ta_sdpa_problem){
         .fn = k->fn, .path = k->path, .B = 1, .H = k->H, .Hkv = k->Hkv,
         .G = k->Hkv ? k->H / k->Hkv : 1, .Lq = k->Lq, .Lk = k->cap, .D = k->D, .Dv = k->Dv,
-        .scale = k->scale, .mask = mp, .Q = &s->q, .K = &s->k, .V = &s->v, .O = &s->o,
+        .scale = k->scale, .mask = mp, .var = var, .Q = &s->q, .K = &s->k, .V = &s->v, .O = &s->o,
         .lse = k->lse ? &s->lse : NULL, .pages = pages};
     return TA_OK;
 }

@@ -19,7 +19,11 @@
  *      the library's block holds the largest sequence's need.
  *   3. Run the sequences in order in that block.
  * Each sequence is one run of an implementation (its own OpenMP region): with many very
- * short sequences that fixed cost, not the arithmetic, dominates. */
+ * short sequences that fixed cost, not the arithmetic, dominates.
+ * Attention variants: each sequence has its own delta (its Lq_b, Lk_b); ALiBi slopes
+ * [num_seqs, H] give sequence b its row b as [H]; the sinks' gradient sums over every
+ * sequence, so the sequences run without dsinks and the whole (its O, dO and LSE are the
+ * packed tensors) computes it once at the end, in a fixed order. */
 #include "ops/sdpa.h"
 
 #include "core/core.h"
@@ -39,7 +43,9 @@ typedef struct seqs_call {
     bool backward;
     const int32_t *cq, *ck;
     int64_t n;          /* sequences */
-    ta_sdpa_opts opts;  /* the caller's without the offsets: what each sequence runs with */
+    ta_sdpa_opts opts;  /* the caller's without the offsets: what each sequence runs with
+                           (dsinks: the whole only) */
+    const ta_tensor *alibi_bh; /* ALiBi slopes [num_seqs, H] (else NULL): a row each */
     bool has[T_COUNT];
     seq_views whole;
 } seqs_call;
@@ -181,11 +187,36 @@ static ta_status views_of(seq_views *v, const seqs_call *c, int64_t b)
     return TA_OK;
 }
 
-/* The dense problem of views v (the whole, or one sequence). */
-static ta_status prepare(ta_sdpa_problem *p, const seqs_call *c, seq_views *v)
+/* The ALiBi slopes [num_seqs, H] of a call: checked (shape; the rest the dense checks do
+ * on each row) and kept aside, each sequence getting its row. */
+static ta_status alibi_rows(seqs_call *c)
+{
+    const ta_tensor *a = c->opts.alibi_slopes;
+    if (!a || a->ndim != 2) return TA_OK; /* [H] (or wrong: the dense check says so) */
+    const int64_t H = c->whole.t[T_Q].shape[1];
+    if (a->shape[0] != c->n || a->shape[1] != H)
+        return ta_error(TA_EINVAL, "%s: opts->alibi_slopes has shape [%lld, %lld]; expected "
+                        "[H] = [%lld] or [num_seqs, H] = [%lld, %lld]", c->fn,
+                        (long long)a->shape[0], (long long)a->shape[1], (long long)H,
+                        (long long)c->n, (long long)H);
+    c->alibi_bh = a;
+    return TA_OK;
+}
+
+/* The dense problem of views v: sequence b, or the whole (b = -1). */
+static ta_status prepare(ta_sdpa_problem *p, const seqs_call *c, seq_views *v, int64_t b)
 {
     ta_tensor *t = v->t;
     ta_sdpa_opts o = c->opts;
+    ta_tensor row;
+    if (c->alibi_bh) { /* row b (the whole: row 0) as [H] */
+        const ta_tensor *a = c->alibi_bh;
+        row = (ta_tensor){.data = a->data, .dtype = a->dtype, .ndim = 1,
+                          .shape = {a->shape[1]}, .stride = {a->stride[1]}};
+        if (b > 0) row.data = (char *)a->data + b * a->stride[0] * (int64_t)ta_dtype_size(a->dtype);
+        o.alibi_slopes = c->n > 0 ? &row : NULL;
+    }
+    if (b >= 0) o.dsinks = NULL; /* the whole sums it over every sequence (run) */
     if (!c->backward) {
         o.lse = c->has[T_LSE] ? &t[T_LSE] : NULL;
         return ta_sdpa_prepare(p, c->fn, &t[T_O], &t[T_Q], &t[T_K], &t[T_V], &o,
@@ -206,7 +237,7 @@ static ta_status largest_need(size_t *need, const seqs_call *c)
         seq_views v;
         ta_sdpa_problem p;
         ta_status st = views_of(&v, c, b);
-        if (!st) st = prepare(&p, c, &v);
+        if (!st) st = prepare(&p, c, &v, b);
         if (st) return st;
         *need = TA_MAX(*need, ta_sdpa_scratch_bytes(&p));
     }
@@ -222,7 +253,8 @@ static ta_status run(size_t *bytes, seqs_call *c)
 {
     ta_sdpa_problem whole;
     size_t need;
-    ta_status st = prepare(&whole, c, &c->whole);
+    ta_status st = alibi_rows(c);
+    if (!st) st = prepare(&whole, c, &c->whole, -1);
     if (!st) st = largest_need(&need, c);
     if (st) return st;
     const size_t bound = whole.path == TA_SDPA_FUSED ? ta_sdpa_scratch_bound(&whole) : need;
@@ -243,11 +275,12 @@ static ta_status run(size_t *bytes, seqs_call *c)
         seq_views v;
         ta_sdpa_problem p;
         st = views_of(&v, c, b);
-        if (!st) st = prepare(&p, c, &v);
+        if (!st) st = prepare(&p, c, &v, b);
         ta_arena a = ta_arena_over(s.base, s.size);
         if (!st) st = ta_sdpa_run(&p, &a);
     }
     ta_scratch_release(&s);
+    if (!st && c->backward) ta_sdpa_sinks_grad(&whole); /* dsinks over every sequence */
     return st;
 }
 

@@ -4,6 +4,7 @@
 #include "ops/sdpa_variants.h"
 
 #include "core/core.h"
+#include "core/dtype.h"
 #include "core/tensor_internal.h"
 #include "ops/sdpa.h"
 
@@ -98,9 +99,10 @@ ta_status ta_sdpa_variants_init(ta_sdpa_variants *v, const char *fn, const ta_sd
 
 const char *ta_sdpa_variants_fused_gap(const ta_sdpa_variants *v)
 {
-    /* phase 1 of issue 12: the fused forward and backward implement none yet */
-    return v->window ? "a window" : v->softcap > 0.0f ? "softcap" : v->alibi ? "ALiBi"
-           : v->sinks ? "sinks" : NULL;
+    /* the fused forward and backward implement every variant; attn_softcap takes 1 / cap
+     * as a normal float */
+    return v->softcap > 0.0f && (v->softcap < 0x1p-126f || v->softcap > 0x1p126f) ? "softcap"
+                                                                                  : NULL;
 }
 
 /* -------------------------------------------------------------- scores */
@@ -123,7 +125,7 @@ double ta_sdpa_variant_score(const ta_sdpa_problem *p, int64_t b, int64_t h, int
     if (dcap) *dcap = 1.0;
     /* blocked: causal or key length (the row's end), window, keep/block mask */
     int64_t lo, hi;
-    ta_sdpa_window_keys(v, ta_sdpa_delta(v, p->Lq, p->Lk), p->Lk, i, &lo, &hi);
+    ta_sdpa_window_keys(v, v->delta, p->Lk, i, &lo, &hi);
     if (j >= ta_mask_row_end(mp, b, i) || j < lo || j >= hi) return -INFINITY;
     double add = 0.0;
     const float *m = ta_mask_row_ptr(mp, b, h, i);
@@ -138,7 +140,7 @@ double ta_sdpa_variant_score(const ta_sdpa_problem *p, int64_t b, int64_t h, int
         s = (double)v->softcap * t;
         if (dcap) *dcap = 1.0 - t * t;
     }
-    int64_t rel = j - (i + ta_sdpa_delta(v, p->Lq, p->Lk));
+    int64_t rel = j - (i + v->delta);
     s -= (double)ta_sdpa_alibi_slope(v, b, h) * (double)(rel < 0 ? -rel : rel);
     return s + add;
 }
@@ -152,9 +154,14 @@ void ta_sdpa_variant_row(const ta_sdpa_problem *p, int64_t b, int64_t h, int64_t
 
 /* ------------------------------------------------------------ gradients */
 
-static const float *at3(const ta_tensor *t, int64_t b, int64_t h, int64_t i)
+/* Element (b, h, i, c) of a rank-4 tensor (c = 0 of a rank-3 one), of any storage dtype,
+ * as double. */
+static double at4(const ta_tensor *t, int64_t b, int64_t h, int64_t i, int64_t c)
 {
-    return (const float *)t->data + b * t->stride[0] + h * t->stride[1] + i * t->stride[2];
+    const int64_t off = b * t->stride[0] + h * t->stride[1] + i * t->stride[2] +
+                        (t->ndim > 3 ? c * t->stride[3] : 0);
+    return (double)ta_dtype_load((const char *)t->data + off * (int64_t)ta_dtype_size(t->dtype),
+                                 t->dtype);
 }
 
 void ta_sdpa_sinks_grad(const ta_sdpa_problem *p)
@@ -167,12 +174,10 @@ void ta_sdpa_sinks_grad(const ta_sdpa_problem *p)
         double acc = 0.0;
         for (int64_t b = 0; b < p->B; b++)
             for (int64_t i = 0; i < p->Lq; i++) {
-                const double lse = *at3(p->fwd_lse, b, h, i);
+                const double lse = at4(p->fwd_lse, b, h, i, 0);
                 if (lse == -INFINITY) continue; /* attended to nothing, not even a sink */
-                const float *o = at3(O, b, h, i), *g = at3(dO, b, h, i);
                 double d = 0.0; /* D_i = rowsum(dO_i * O_i) */
-                for (int64_t c = 0; c < p->Dv; c++)
-                    d += (double)g[c * dO->stride[3]] * (double)o[c * O->stride[3]];
+                for (int64_t c = 0; c < p->Dv; c++) d += at4(dO, b, h, i, c) * at4(O, b, h, i, c);
                 acc -= exp(sigma - lse) * d;
             }
         ((float *)ds->data)[h * ds->stride[0]] = (float)acc;

@@ -26,6 +26,9 @@ struct ta_sdpa_problem;
 typedef struct ta_sdpa_variants {
     bool any;             /* some variant changes a score or the softmax */
     bool top_left;        /* delta = 0 (TA_CAUSAL_TOP_LEFT), else delta = Lk - Lq */
+    int64_t delta;        /* the problem's diagonal offset: ta_sdpa_delta of its Lq and its
+                             real key count (a KV cache's problem has Lk = the capacity),
+                             set by whoever builds the problem */
     bool window;          /* a window that bounds at least one side */
     int64_t left, right;  /* keys left / right of the diagonal; -1: unbounded */
     float softcap;        /* 0: off */
@@ -90,12 +93,12 @@ void ta_sdpa_variant_row(const struct ta_sdpa_problem *p, int64_t b, int64_t h, 
 
 /* The sinks' gradient of a prepared backward problem into p->var.dsinks (when set):
  * dsigma_h = -sum over b, i of exp(sigma_h - LSE_bhi) D_bhi with D = rowsum(dO * O), from
- * dO, O and the forward's LSE; rows with LSE -inf contribute nothing. Summed in double
- * in a fixed order: the same bits for any thread count. */
+ * dO, O and the forward's LSE (any storage dtype); rows with LSE -inf contribute
+ * nothing. Summed in double in a fixed order: the same bits for any thread count. */
 void ta_sdpa_sinks_grad(const struct ta_sdpa_problem *p);
 
 /* NULL when the fused paths implement every variant v sets, else the name of one they do
- * not implement yet ("a window", "softcap", "ALiBi", "sinks"). */
+ * not ("softcap": a softcap outside the tanh kernel's range 2^-126 .. 2^126). */
 const char *ta_sdpa_variants_fused_gap(const ta_sdpa_variants *v);
 
 #endif
