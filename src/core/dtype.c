@@ -88,13 +88,18 @@ static void copy_strided(unsigned char *d, int64_t ds, const unsigned char *s, i
 
 /* Contiguous runs through the table's vector converters; returns 0 when the pair has
  * none (a float64 side). */
+ta_widen_fn ta_widen_kernel(ta_dtype from)
+{
+    const ta_kernels *k = ta_kernels_active();
+    return from == TA_F16 ? k->cvt_f16_f32 : from == TA_BF16 ? k->cvt_bf16_f32 : NULL;
+}
+
 static int convert_vector(void *dst, ta_dtype to, const void *src, ta_dtype from, int64_t n)
 {
     const ta_kernels *k = ta_kernels_active();
     if (from == TA_F32 && to == TA_F16) k->cvt_f32_f16(dst, src, n);
     else if (from == TA_F32 && to == TA_BF16) k->cvt_f32_bf16(dst, src, n);
-    else if (from == TA_F16 && to == TA_F32) k->cvt_f16_f32(dst, src, n);
-    else if (from == TA_BF16 && to == TA_F32) k->cvt_bf16_f32(dst, src, n);
+    else if (to == TA_F32 && ta_widen_kernel(from)) ta_widen_kernel(from)(dst, src, n);
     else if ((from == TA_F16 && to == TA_BF16) || (from == TA_BF16 && to == TA_F16)) {
         /* widening is exact, so this rounds once */
         float buf[512];
@@ -102,7 +107,7 @@ static int convert_vector(void *dst, ta_dtype to, const void *src, ta_dtype from
         const uint16_t *s = src;
         for (int64_t i = 0; i < n; i += 512) {
             int64_t m = TA_MIN((int64_t)512, n - i);
-            (from == TA_F16 ? k->cvt_f16_f32 : k->cvt_bf16_f32)(buf, s + i, m);
+            ta_widen_kernel(from)(buf, s + i, m);
             (to == TA_F16 ? k->cvt_f32_f16 : k->cvt_f32_bf16)(d + i, buf, m);
         }
     } else {

@@ -174,6 +174,12 @@ static inline void ta_dtype_store(void *p, ta_dtype dt, float x)
 void ta_convert_strided(void *dst, ta_dtype to, int64_t ds, const void *src, ta_dtype from,
                         int64_t ss, int64_t n);
 
+/* The active table's vector converter from a half type to float32 (dst, src, n: a
+ * contiguous run), or NULL for any other dtype: for loops that widen many short rows
+ * and should look the kernel up once, not per row. */
+typedef void (*ta_widen_fn)(float *dst, const uint16_t *src, int64_t n);
+ta_widen_fn ta_widen_kernel(ta_dtype from);
+
 /* The building blocks of the dtype-aware paths (SDPA): one row or contiguous run of a
  * storage tensor to float32 and back.
  *   ta_row_to_f32:   dst[j] = src[j * stride] widened (dt: F32, F16, BF16 or F64), j < n

@@ -180,9 +180,7 @@ static const float *kv_tile(const fused_plan *f, const fused_item *it, bool valu
     const int64_t cols = value ? p->Dv : p->D, rs = (int64_t)es * t->stride[2];
     /* unit-stride half rows: the ISA's converter straight from the table, row by row (a
      * decode step widens tens of thousands of rows: no per-row dispatch) */
-    void (*widen)(float *, const uint16_t *, int64_t) =
-        t->stride[3] != 1 ? NULL
-        : t->dtype == TA_F16 ? f->k->cvt_f16_f32 : t->dtype == TA_BF16 ? f->k->cvt_bf16_f32 : NULL;
+    const ta_widen_fn widen = t->stride[3] == 1 ? ta_widen_kernel(t->dtype) : NULL;
     for (int64_t j = 0; j < nk; j++) {
         if (widen)
             widen(buf + j * cols, (const uint16_t *)(src + j * rs), cols);
