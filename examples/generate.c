@@ -122,13 +122,6 @@ static void decoder_free(decoder *d)
     free(d->ws.data);
 }
 
-/* dst[r, :] += bias for r < rows */
-static void add_bias(float *dst, int64_t rows, int64_t cols, const float *bias)
-{
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) dst[r * cols + c] += bias[c];
-}
-
 /* n tokens per sequence (tokens[b * n + t]) at positions seqlens[b] + t through both
  * layers and the read-out: logits [B, V_OUT] of each sequence's last token. */
 static void step(decoder *d, const int *tokens, int64_t n, float *logits)

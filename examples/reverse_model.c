@@ -89,6 +89,12 @@ void make_batch(acts *a, uint64_t seed)
     free(digits);
 }
 
+void add_bias(float *dst, int64_t rows, int64_t cols, const float *bias)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) dst[r * cols + c] += bias[c];
+}
+
 const ta_attention_opts REVERSE_CAUSAL = {.causal = TA_CAUSAL_TOP_LEFT};
 
 /* Forward to the logits. */
@@ -110,9 +116,7 @@ void forward(model *m, acts *a)
     float *lg = a->logits.data;
     CHECK(ta_sgemm(lg, V_OUT, 1, a->h[NLAYERS].data, EMB, 1, m->w.data, 1, EMB, R, V_OUT, EMB,
                    1.0f, 0.0f));
-    const float *bias = m->b.data;
-    for (int64_t r = 0; r < R; r++)
-        for (int j = 0; j < V_OUT; j++) lg[r * V_OUT + j] += bias[j];
+    add_bias(lg, R, V_OUT, m->b.data);
 }
 
 /* Mean cross-entropy over the target positions; dlogits = its gradient; correct count. */

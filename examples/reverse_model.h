@@ -67,6 +67,8 @@ void acts_init(acts *a, int64_t B);
 void acts_free(acts *a);
 /* A batch of sequences from the stream `seed`: tokens and targets. */
 void make_batch(acts *a, uint64_t seed);
+/* dst[r, :] += bias for the rows r < rows of a [rows, cols] matrix. */
+void add_bias(float *dst, int64_t rows, int64_t cols, const float *bias);
 /* Forward of the whole stream to the logits. */
 void forward(model *m, acts *a);
 /* Mean cross-entropy over the target positions; dlogits = its gradient; correct count. */
