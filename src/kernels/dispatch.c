@@ -72,7 +72,9 @@ int ta_kernels_check(const ta_kernels *k, char *why, size_t n)
     CHECK(k->sgemm_ukr && k->attn_qk && k->attn_qk_rows && k->attn_softmax && k->attn_pv &&
               k->attn_exp && k->attn_pack_t && k->attn_bwd_gemm && k->attn_bwd_dsoftmax &&
               k->cvt_f16_f32 && k->cvt_f32_f16 && k->cvt_bf16_f32 && k->cvt_f32_bf16 &&
-              k->attn_softcap,
+              k->attn_softcap && k->attn_qk_rows_kv[0] && k->attn_qk_rows_kv[1] &&
+              k->attn_qk_rows_kv[2] && k->attn_pv_rows_kv[0] && k->attn_pv_rows_kv[1] &&
+              k->attn_pv_rows_kv[2] && k->attn_softmax_rows,
           "a kernel entry is not set");
     CHECK(k->sgemm_mr >= 1 && k->sgemm_nr >= 1 &&
               (int64_t)k->sgemm_mr * k->sgemm_nr <= TA_SGEMM_TILE_MAX,
@@ -90,8 +92,8 @@ int ta_kernels_check(const ta_kernels *k, char *why, size_t n)
           "attn_rows_max %d is not in 1 .. attn_mq %d", k->attn_rows_max, k->attn_mq);
     /* the fused forward pads O rows to a multiple of max(16, attn_vl) (attn_pv writes
      * whole vectors): a multiple of attn_vl only when attn_vl is a power of two */
-    CHECK((k->attn_vl & (k->attn_vl - 1)) == 0, "attn_vl %d is not a power of two",
-          k->attn_vl);
+    CHECK((k->attn_vl & (k->attn_vl - 1)) == 0 && k->attn_vl <= 64,
+          "attn_vl %d is not a power of two <= 64", k->attn_vl);
     return 0;
 }
 

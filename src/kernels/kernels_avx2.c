@@ -18,4 +18,5 @@ void ta_kernels_fill_avx2(ta_kernels *k)
     ta_attn_bwd_fill_avx2(k); /* attention backward kernels: attn_bwd_avx2.c */
     ta_cvt_fill_avx2(k);      /* float16 / bfloat16 conversions: cvt_avx2.c */
     ta_attn_variants_fill_avx2(k); /* softcap's tanh: attn_variants_avx2.c */
+    ta_attn_rows_fill_avx2(k); /* few-row kernels on typed rows: attn_rows_avx2.c */
 }

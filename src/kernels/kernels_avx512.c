@@ -24,4 +24,5 @@ void ta_kernels_fill_avx512(ta_kernels *k)
     ta_attn_bwd_fill_avx512(k); /* attention backward kernels: attn_bwd_avx512.c */
     ta_cvt_fill_avx512(k);      /* float16 / bfloat16 conversions: cvt_avx512.c */
     ta_attn_variants_fill_avx512(k); /* softcap's tanh: attn_variants_avx512.c */
+    ta_attn_rows_fill_avx512(k); /* few-row kernels on typed rows: attn_rows_avx512.c */
 }

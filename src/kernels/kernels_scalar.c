@@ -13,4 +13,5 @@ void ta_kernels_fill_scalar(ta_kernels *k)
     ta_attn_bwd_fill_scalar(k); /* attention backward kernels: attn_bwd_scalar.c */
     ta_cvt_fill_scalar(k);      /* float16 / bfloat16 conversions: cvt_scalar.c */
     ta_attn_variants_fill_scalar(k); /* softcap's tanh: attn_variants_scalar.c */
+    ta_attn_rows_fill_scalar(k); /* few-row kernels on typed rows: attn_rows_scalar.c */
 }

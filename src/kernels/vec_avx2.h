@@ -94,4 +94,36 @@ static inline float reduce_add_avx2(__m256 v)
 #define V_TANH(v) softcap_avx2(v, V_SET1(1.0f), V_SET1(1.0f))
 #define V_REDUCE_ADD(v) reduce_add_avx2(v) /* float: the sum of the lanes, fixed order */
 
+/* Few-row kernels (attn_rows_template.h): VL float16 / bfloat16 values widened in
+ * registers (exact), and the lane sums of VL vectors at once. */
+#define V_LOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define V_LOAD_BF16(p)                                                                       \
+    _mm256_castsi256_ps(_mm256_slli_epi32(                                                   \
+        _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))), 16))
+
+/* 2 VL bfloat16 values from p: the even-indexed ones widened into *e, the odd ones into
+ * *o (a shift and a mask: no shuffle). */
+#define V_LOAD_BF16_EO(p, e, o)                                                              \
+    do {                                                                                     \
+        const __m256i x_ = _mm256_loadu_si256((const __m256i *)(const void *)(p));           \
+        *(e) = _mm256_castsi256_ps(_mm256_slli_epi32(x_, 16));                               \
+        *(o) = _mm256_castsi256_ps(_mm256_and_si256(x_, _mm256_set1_epi32((int)0xffff0000u))); \
+    } while (0)
+
+/* Lane i of the result = the sum of a[i]'s 8 lanes, for 8 vectors at once (a transpose
+ * tree: pairs of lanes, then of 64-bit and 128-bit groups; the same order every call). */
+static inline __m256 hsum8_avx2(const __m256 *a)
+{
+    __m256 b[4], c[2];
+    for (int i = 0; i < 4; i++)
+        b[i] = _mm256_add_ps(_mm256_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                             _mm256_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+    for (int i = 0; i < 2; i++)
+        c[i] = _mm256_add_ps(_mm256_shuffle_ps(b[2 * i], b[2 * i + 1], 0x44),
+                             _mm256_shuffle_ps(b[2 * i], b[2 * i + 1], 0xEE));
+    return _mm256_add_ps(_mm256_permute2f128_ps(c[0], c[1], 0x20),
+                         _mm256_permute2f128_ps(c[0], c[1], 0x31));
+}
+#define V_HSUM_ALL(a) hsum8_avx2(a)
+
 #endif

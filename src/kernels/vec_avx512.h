@@ -80,4 +80,39 @@ static inline __m512 softcap_avx512(__m512 x, __m512 c, __m512 ic)
 /* float: the sum of the lanes in gcc's fixed tree (halves, then quarters, ...) */
 #define V_REDUCE_ADD(v) _mm512_reduce_add_ps(v)
 
+/* Few-row kernels (attn_rows_template.h): VL float16 / bfloat16 values widened in
+ * registers (exact), and the lane sums of VL vectors at once. */
+#define V_LOAD_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define V_LOAD_BF16(p)                                                                       \
+    _mm512_castsi512_ps(_mm512_slli_epi32(                                                   \
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p))), 16))
+
+/* 2 VL bfloat16 values from p: the even-indexed ones widened into *e, the odd ones into
+ * *o (a shift and a mask: no shuffle). */
+#define V_LOAD_BF16_EO(p, e, o)                                                              \
+    do {                                                                                     \
+        const __m512i x_ = _mm512_loadu_si512((const void *)(p));                            \
+        *(e) = _mm512_castsi512_ps(_mm512_slli_epi32(x_, 16));                               \
+        *(o) = _mm512_castsi512_ps(_mm512_and_si512(x_, _mm512_set1_epi32((int)0xffff0000u))); \
+    } while (0)
+
+/* Lane i of the result = the sum of a[i]'s 16 lanes, for 16 vectors at once (a transpose
+ * tree: pairs of lanes, then of 64-bit and of 128-bit groups, 45 operations; the same
+ * order on every call). */
+static inline __m512 hsum16_avx512(const __m512 *a)
+{
+    __m512 b[8], c[4], d[2];
+    for (int i = 0; i < 8; i++)
+        b[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                             _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+    for (int i = 0; i < 4; i++)
+        c[i] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0xEE));
+    for (int i = 0; i < 2; i++)
+        d[i] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0xDD));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(d[0], d[1], 0x88), _mm512_shuffle_f32x4(d[0], d[1], 0xDD));
+}
+#define V_HSUM_ALL(a) hsum16_avx512(a)
+
 #endif

@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "core/dtype.h"
+
 #define VT float
 #define VL 1
 
@@ -73,5 +75,13 @@ static inline float softcap_scalar(float x, float c, float ic)
 #define V_SOFTCAP(v, c, ic) softcap_scalar(v, c, ic)
 #define V_TANH(v) softcap_scalar(v, 1.0f, 1.0f)
 #define V_REDUCE_ADD(v) (v) /* float: the sum of the lanes */
+
+/* Few-row kernels (attn_rows_template.h): one float16 / bfloat16 value widened (exact,
+ * src/core/dtype.h), and the lane sum of one one-lane vector. */
+#define V_LOAD_F16(p) ta_f16_to_f32(*(const uint16_t *)(const void *)(p))
+#define V_LOAD_BF16(p) ta_bf16_to_f32(*(const uint16_t *)(const void *)(p))
+#define V_LOAD_BF16_EO(p, e, o)                                                              \
+    (*(e) = V_LOAD_BF16(p), *(o) = V_LOAD_BF16((const uint16_t *)(const void *)(p) + 1))
+#define V_HSUM_ALL(a) ((a)[0])
 
 #endif

@@ -87,6 +87,9 @@ typedef struct fused_plan {
     bool split;          /* the keys are cut into chunks merged by LSE (decode) */
     bool too_big;        /* D or Dv above TA_FUSED_DIM_MAX: the scratch cannot fit */
     bool pack_k, pack_v; /* K or V not unit-stride along D: copy each key tile */
+    int kind_k, kind_v;  /* few-row tiles read K / V rows in place through
+                            attn_qk_rows_kv / attn_pv_rows_kv of this kind (0 float32,
+                            1 float16, 2 bfloat16), or -1: through kv_tile */
     bool scores_var;     /* softcap or ALiBi change the scores (ta_sdpa_fused_scores) */
     int64_t mrows;       /* rows of the mask's bound table (0: none) */
     const int64_t *mt;   /* the table, once laid out (mask_bounds) */
@@ -157,6 +160,19 @@ static void pack_q(const fused_plan *f, const fused_item *it, float *qp, int64_t
     }
     for (int64_t r = 0; r < it->mq; r++)
         for (int64_t d = 0; d < D; d++) qp[r * D + d] = q[qoff[r] + d * s3] * p->scale;
+    if (f->kind_k == 2) { /* bfloat16 K in place: blocks of 2 VL even, then odd (kernels.h) */
+        const int64_t vl = f->k->attn_vl;
+        float tmp[2 * 64];
+        for (int64_t r = 0; r < it->mq; r++)
+            for (int64_t d0 = 0; d0 + 2 * vl <= D; d0 += 2 * vl) {
+                float *row = qp + r * D + d0;
+                for (int64_t i = 0; i < vl; i++) {
+                    tmp[i] = row[2 * i];
+                    tmp[vl + i] = row[2 * i + 1];
+                }
+                memcpy(row, tmp, sizeof(float) * (size_t)(2 * vl));
+            }
+    }
 }
 
 /* The tile of keys [j0, j0 + nk) of the item's group in K (value false) or V, which
@@ -165,19 +181,28 @@ static void pack_q(const fused_plan *f, const fused_item *it, float *qp, int64_t
  * half-precision cache: widened here, in registers, at half the bytes read) or not
  * unit-stride along D, a float32 copy in buf [nk, cols]. The one place the forward reads
  * K and V. */
+/* The first byte of key row j0 of the item's group in K (value false) or V. */
+static const char *kv_rows(const fused_plan *f, const fused_item *it, bool value, int64_t j0)
+{
+    const ta_tensor *t = value ? f->p->V : f->p->K;
+    return (const char *)t->data +
+           ta_dtype_size(t->dtype) * (size_t)ta_sdpa_kv_offset(f->p, value, it->b, it->hkv, j0);
+}
+
+/* Bytes between key rows of K or V (within a run). */
+static int64_t kv_ld(const ta_tensor *t) { return (int64_t)ta_dtype_size(t->dtype) * t->stride[2]; }
+
 static const float *kv_tile(const fused_plan *f, const fused_item *it, bool value, int64_t j0,
                             int64_t nk, float *buf, int64_t *ld)
 {
     const ta_sdpa_problem *p = f->p;
     const ta_tensor *t = value ? p->V : p->K;
-    const size_t es = ta_dtype_size(t->dtype);
-    const char *src = (const char *)t->data +
-                      es * (size_t)ta_sdpa_kv_offset(p, value, it->b, it->hkv, j0);
+    const char *src = kv_rows(f, it, value, j0);
     if (!(value ? f->pack_v : f->pack_k)) {
         *ld = t->stride[2];
         return (const float *)src;
     }
-    const int64_t cols = value ? p->Dv : p->D, rs = (int64_t)es * t->stride[2];
+    const int64_t cols = value ? p->Dv : p->D, rs = kv_ld(t);
     /* unit-stride half rows: the ISA's converter straight from the table, row by row (a
      * decode step widens tens of thousands of rows: no per-row dispatch) */
     const ta_widen_fn widen = t->stride[3] == 1 ? ta_widen_kernel(t->dtype) : NULL;
@@ -374,10 +399,18 @@ static void tile_scores(const fused_plan *f, const fused_item *it, const fused_w
     const ta_sdpa_problem *p = f->p;
     int64_t n, ld;
     for (int64_t a = 0; a < nk; a += n) {
-        n = TA_MIN(nk - a, ta_sdpa_kv_run(p, j0 + a));
+        const int64_t run = ta_sdpa_kv_run(p, j0 + a);
+        n = TA_MIN(nk - a, run);
+        float *s = w->s + a * f->mq_max;
+        if (few_rows(f, it) && f->kind_k >= 0) { /* K rows in place; the kernel prefetches */
+            if (n == run) prefetch_run(f, it, false, j0 + a + n); /* the next run's */
+            f->k->attn_qk_rows_kv[f->kind_k](s, f->mq_max, w->qp, p->D, it->mq,
+                                             kv_rows(f, it, false, j0 + a), kv_ld(p->K), n,
+                                             p->D, TA_MIN(run, it->jhi - j0 - a));
+            continue;
+        }
         const float *kt = kv_tile(f, it, false, j0 + a, n, w->kp, &ld);
         prefetch_run(f, it, false, j0 + a + n);
-        float *s = w->s + a * f->mq_max;
         if (few_rows(f, it))
             f->k->attn_qk_rows(s, w->qp, p->D, it->mq, kt, ld, n, p->D);
         else
@@ -395,7 +428,19 @@ static void tile_pv(const fused_plan *f, const fused_item *it, const fused_ws *w
     const ta_sdpa_problem *p = f->p;
     int64_t n, ld;
     for (int64_t a = 0; a < nk; a += n) {
-        n = TA_MIN(nk - a, ta_sdpa_kv_run(p, j0 + a));
+        const int64_t run = ta_sdpa_kv_run(p, j0 + a);
+        n = TA_MIN(nk - a, run);
+        if (few_rows(f, it) && f->kind_v >= 0) { /* V rows in place; the kernel prefetches */
+            if (n == run) prefetch_run(f, it, true, j0 + a + n);
+            const int32_t *rr = run_rowk(f, w, rowk, nk, a, n);
+            int64_t keys = rr ? 0 : n; /* keys past every row's need hold p = 0: skip */
+            for (int64_t r = 0; rr && r < it->mq; r++) keys = TA_MAX(keys, (int64_t)rr[r]);
+            f->k->attn_pv_rows_kv[f->kind_v](w->o, f->ldo, w->s + a * f->mq_max, f->mq_max,
+                                             a ? w->ones : w->alpha,
+                                             kv_rows(f, it, true, j0 + a), kv_ld(p->V), keys,
+                                             p->Dv, it->mq, TA_MIN(run, it->jhi - j0 - a));
+            continue;
+        }
         const float *vt = kv_tile(f, it, true, j0 + a, n, w->vp, &ld);
         prefetch_run(f, it, true, j0 + a + n);
         f->k->attn_pv(w->o, f->ldo, w->s + a * f->mq_max, a ? w->ones : w->alpha, vt, ld, n,
@@ -414,7 +459,7 @@ static void run_item(const fused_plan *f, const fused_item *it, const fused_ws *
         w->m[r] = -INFINITY;
         w->l[r] = 0.0f;
     }
-    memset(w->o, 0, sizeof(float) * (size_t)(MQ * f->ldo));
+    memset(w->o, 0, sizeof(float) * (size_t)(it->mq * f->ldo)); /* no kernel reads rows >= mq */
     if (it->jhi <= it->jlo) return;
     pack_q(f, it, w->qp, w->qoff);
 
@@ -468,7 +513,8 @@ static void run_item(const fused_plan *f, const fused_item *it, const fused_ws *
         if (use_mask || j0 + nk > clean_end) mask_tile(f, it, w, w->s, j0, nk, use_mask);
         if (v->window && (left_cut || use_mask))
             ta_sdpa_fused_window_mask(w->s, MQ, it->mq, j0, nk, w->lo, w->end);
-        k->attn_softmax(w->s, w->m, w->l, w->alpha, nk, it->mq);
+        if (few_rows(f, it)) k->attn_softmax_rows(w->s, MQ, w->m, w->l, w->alpha, nk, it->mq);
+        else k->attn_softmax(w->s, w->m, w->l, w->alpha, nk, it->mq);
         if (p->Dv > 0) tile_pv(f, it, w, j0, nk, rowk);
     }
 }
@@ -590,6 +636,15 @@ static int plan_threads(int64_t nitems)
 
 /* Everything about a call that does not depend on data: tiles, the key split, packing,
  * threads. The same for the size query and the run. */
+/* The kind of rows the few-row kernels read from t in place (kernels.h,
+ * attn_qk_rows_kv), or -1 when its rows are not unit-stride or cols is not a multiple of
+ * the kernels' vector (kv_tile copies them then). */
+static int rows_kind(const ta_tensor *t, int64_t cols, int vl)
+{
+    if (cols <= 0 || cols % vl != 0 || t->stride[3] != 1) return -1;
+    return t->dtype == TA_F32 ? 0 : t->dtype == TA_F16 ? 1 : t->dtype == TA_BF16 ? 2 : -1;
+}
+
 static fused_plan make_plan(const ta_sdpa_problem *p)
 {
     fused_plan f = {.p = p, .k = ta_kernels_active(), .G = p->G};
@@ -602,6 +657,8 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
     /* half-precision K and V are widened tile by tile (ta_sdpa_native_dtype) */
     f.pack_k = (p->K->stride[3] != 1 && p->D > 1) || p->K->dtype != TA_F32;
     f.pack_v = (p->V->stride[3] != 1 && p->Dv > 1) || p->V->dtype != TA_F32;
+    f.kind_k = rows_kind(p->K, p->D, f.k->attn_vl);
+    f.kind_v = rows_kind(p->V, p->Dv, f.k->attn_vl);
     f.scores_var = ta_sdpa_fused_scores_needed(&p->var);
     f.tpg = group_tiles(&f, NULL, NULL);
     f.ngroups = p->B * p->Hkv;

@@ -1,0 +1,328 @@
+/* The few-row attention kernels (a decode step: one query row, or the few query heads
+ * of a kv head), reading K and V rows straight from float32, float16 or bfloat16
+ * memory (half rows widened in registers), written once over the vector vocabulary and
+ * instantiated per ISA by attn_rows_scalar.c, attn_rows_avx2.c and attn_rows_avx512.c.
+ * Contracts: src/kernels/kernels.h (attn_qk_rows_kv, attn_pv_rows_kv) and docs/kernels.md,
+ * "Decode: the few-row kernels".
+ *
+ * The including file defines:
+ *   ROWS_MAX           the most rows a tile of the few-row path has (attn_rows_max);
+ *   PV_ACC             accumulators of a P.V pass (rows x column vectors);
+ *   NAME_QK_F32, NAME_QK_F16, NAME_QK_BF16, NAME_PV_F32, NAME_PV_F16, NAME_PV_BF16,
+ *   NAME_SOFTMAX_ROWS, FILL_FN   the exported names;
+ * and the vocabulary: VT, VL, V_ZERO, V_SET1, V_BCAST, V_LOADU, V_STOREU, V_ADD, V_SUB,
+ * V_MUL, V_FMA, V_MAX, V_EXP, V_LOAD_BF16_EO(p, e, o) (2 VL bfloat16: even, odd widened),
+ * V_LOAD_F16(p), V_LOAD_BF16(p) (VL values widened), V_HSUM_ALL(a) (lane i = the sum of
+ * a[i]'s lanes, for VL vectors, in a fixed order).
+ *
+ * Both kernels need d (dv) a multiple of VL and unit-stride rows; the driver takes the
+ * copying path otherwise. Each K or V row is read once per call (the scores of all rows
+ * from one pass over K; P.V in passes over column groups, each V element loaded and
+ * widened once per pass that needs it), and rows PF_ROWS ahead are requested into L2
+ * while the current ones are used: a KV cache [B, L, Hkv, D] puts each key row of a head
+ * in its own page, beyond the hardware prefetchers. */
+#include "kernels/kernels.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define ROWS_INLINE static inline __attribute__((always_inline))
+#ifndef PF_ROWS
+#define PF_ROWS 16
+#endif
+#define PF_ROWS_DOC /* rows ahead that the kernels prefetch (within the rows given) */
+
+_Static_assert(ROWS_MAX >= 1 && ROWS_MAX <= 8 && ROWS_MAX <= VL * 8,
+               "attn_rows_template.h: ROWS_MAX in 1..8");
+_Static_assert(PV_ACC >= 8 && PV_ACC <= 16, "attn_rows_template.h: PV_ACC in 8..16");
+
+enum { KIND_F32 = 0, KIND_F16 = 1, KIND_BF16 = 2 };
+
+/* VL elements of a row from element i (kind a constant after inlining). */
+ROWS_INLINE VT load_kind(const char *row, int64_t i, const int kind)
+{
+    if (kind == KIND_F16) return V_LOAD_F16((const uint16_t *)(const void *)row + i);
+    if (kind == KIND_BF16) return V_LOAD_BF16((const uint16_t *)(const void *)row + i);
+    return V_LOADU((const float *)(const void *)row + i);
+}
+
+/* Every 64-byte line of the row `rows` rows after `row`, into L2, when that row is among
+ * the `avail` rows from the tile's first (ahead counts from that first row too). */
+ROWS_INLINE void prefetch_row(const char *row, int64_t ld, int64_t j, int64_t avail,
+                              int64_t bytes)
+{
+    if (j + PF_ROWS >= avail) return;
+    const char *r = row + PF_ROWS * ld;
+    for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(r + c, 0, 2);
+}
+
+/* s[k * MQS + r] = q_r . k_(j0 + k) for KB = VL / R keys from j0 (nkb of them real) and
+ * R rows (nr real; the others repeat row 0 and are not stored). Accumulator k * R + r
+ * holds the lane sums of that pair along d; V_HSUM_ALL adds all of them at once. */
+ROWS_INLINE void qk_block(float *s, int64_t mqs, const float *q, int64_t ldq, int nr,
+                          const char *k, int64_t ldk, int nkb, int64_t d, const int R,
+                          const int kind)
+{
+    const int KB = VL / R;
+    VT acc[VL];
+    const float *qr[8];
+    const char *kr[VL];
+#pragma GCC unroll 16
+    for (int i = 0; i < VL; i++) acc[i] = V_ZERO();
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) qr[r] = q + (r < nr ? r : 0) * ldq;
+#pragma GCC unroll 16
+    for (int j = 0; j < KB; j++) kr[j] = k + (j < nkb ? j : 0) * ldk;
+    int64_t p = 0;
+    if (kind == KIND_BF16) /* q blocks of 2 VL hold their even elements, then the odd */
+        for (; p + 2 * VL <= d; p += 2 * VL) {
+            VT qe[8], qo[8];
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                qe[r] = V_LOADU(qr[r] + p);
+                qo[r] = V_LOADU(qr[r] + p + VL);
+            }
+#pragma GCC unroll 16
+            for (int j = 0; j < KB; j++) {
+                VT ke, ko;
+                V_LOAD_BF16_EO((const uint16_t *)(const void *)kr[j] + p, &ke, &ko);
+#pragma GCC unroll 8
+                for (int r = 0; r < R; r++) {
+                    acc[j * R + r] = V_FMA(qe[r], ke, acc[j * R + r]);
+                    acc[j * R + r] = V_FMA(qo[r], ko, acc[j * R + r]);
+                }
+            }
+        }
+    for (; p < d; p += VL) {
+        VT qv[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) qv[r] = V_LOADU(qr[r] + p);
+#pragma GCC unroll 16
+        for (int j = 0; j < KB; j++) {
+            const VT kv = load_kind(kr[j], p, kind);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) acc[j * R + r] = V_FMA(qv[r], kv, acc[j * R + r]);
+        }
+    }
+    float t[VL];
+    V_STOREU(t, V_HSUM_ALL(acc));
+    for (int j = 0; j < nkb; j++)
+        for (int r = 0; r < nr; r++) s[j * mqs + r] = t[j * R + r];
+}
+
+/* The scores of nk keys for mq rows, R rows a pass (R >= mq, a power of two <= VL). */
+ROWS_INLINE void qk_rows(float *s, int64_t mqs, const float *q, int64_t ldq, int mq,
+                         const char *k, int64_t ldk, int64_t nk, int64_t d, int64_t avail,
+                         const int R, const int kind)
+{
+    const int KB = VL / R;
+    const int64_t bytes = d * (kind == KIND_F32 ? 4 : 2);
+    for (int64_t j = 0; j < nk; j += KB) {
+        const int nkb = (int)(nk - j < KB ? nk - j : KB);
+        for (int i = 0; i < nkb; i++) prefetch_row(k + (j + i) * ldk, ldk, j + i, avail, bytes);
+        qk_block(s + j * mqs, mqs, q, ldq, mq, k + j * ldk, ldk, nkb, d, R, kind);
+    }
+}
+
+/* s [nk, mqs] (rows < mq only) = q [mq rows, ldq] K^T for nk key rows of k (ldk bytes
+ * apart, of the kind's type), prefetching up to row avail. */
+#define QK_ENTRY(NAME, KIND)                                                                 \
+    void NAME(float *s, int64_t mqs, const float *q, int64_t ldq, int64_t mq,                \
+              const void *k, int64_t ldk, int64_t nk, int64_t d, int64_t avail)             \
+    {                                                                                        \
+        const char *kb = (const char *)k;                                                    \
+        if (mq <= 1 || VL < 2) qk_rows(s, mqs, q, ldq, (int)mq, kb, ldk, nk, d, avail, 1, KIND); \
+        else if (mq <= 2 || VL < 4) qk_rows(s, mqs, q, ldq, (int)mq, kb, ldk, nk, d, avail, VL < 2 ? 1 : 2, KIND); \
+        else if (mq <= 4 || VL < 8) qk_rows(s, mqs, q, ldq, (int)mq, kb, ldk, nk, d, avail, VL < 4 ? 1 : 4, KIND); \
+        else qk_rows(s, mqs, q, ldq, (int)mq, kb, ldk, nk, d, avail, VL < 8 ? 1 : 8, KIND); \
+    }
+QK_ENTRY(NAME_QK_F32, KIND_F32)
+QK_ENTRY(NAME_QK_F16, KIND_F16)
+QK_ENTRY(NAME_QK_BF16, KIND_BF16)
+#undef QK_ENTRY
+
+/* o[r, c0 + c * VL ..] = o * alpha[r] + sum_j p[j * mqs + r] v_j[c0 + c * VL ..] for R rows
+ * (a constant) and NV column vectors (a constant), keys in order: per element the
+ * operations of attn_pv (o * alpha, then one FMA per key in key order), so bitwise its
+ * results. */
+ROWS_INLINE void pv_group(float *o, int64_t ldo, const float *p, int64_t mqs,
+                          const float *alpha, const char *v, int64_t ldv, int64_t nk,
+                          int64_t c0, int64_t avail, int64_t bytes, const int R, const int NV,
+                          const int kind)
+{
+    VT acc[8][8];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        const VT a = V_SET1(alpha[r]);
+#pragma GCC unroll 8
+        for (int c = 0; c < NV; c++) acc[r][c] = V_MUL(V_LOADU(o + r * ldo + c0 + c * VL), a);
+    }
+    for (int64_t j = 0; j < nk; j++) {
+        const char *vr = v + j * ldv;
+        if (c0 == 0) prefetch_row(vr, ldv, j, avail, bytes);
+        VT pb[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) pb[r] = V_BCAST(p + j * mqs + r);
+#pragma GCC unroll 8
+        for (int c = 0; c < NV; c++) {
+            const VT vv = load_kind(vr, c0 + c * VL, kind);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) acc[r][c] = V_FMA(pb[r], vv, acc[r][c]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int c = 0; c < NV; c++) V_STOREU(o + r * ldo + c0 + c * VL, acc[r][c]);
+}
+
+/* All dv columns of R rows: column groups of the most vectors (8, 4, 2 or 1) that fit
+ * PV_ACC accumulators and the columns left. */
+ROWS_INLINE void pv_rows(float *o, int64_t ldo, const float *p, int64_t mqs,
+                         const float *alpha, const char *v, int64_t ldv, int64_t nk,
+                         int64_t dv, int64_t avail, const int R, const int kind)
+{
+    const int64_t bytes = dv * (kind == KIND_F32 ? 4 : 2);
+    const int NVMAX = PV_ACC / R >= 8 ? 8 : PV_ACC / R >= 4 ? 4 : PV_ACC / R >= 2 ? 2 : 1;
+    for (int64_t c0 = 0; c0 < dv;) {
+        const int64_t left = (dv - c0) / VL;
+        if (NVMAX >= 8 && left >= 8) {
+            pv_group(o, ldo, p, mqs, alpha, v, ldv, nk, c0, avail, bytes, R, 8, kind);
+            c0 += 8 * VL;
+        } else if (NVMAX >= 4 && left >= 4) {
+            pv_group(o, ldo, p, mqs, alpha, v, ldv, nk, c0, avail, bytes, R, 4, kind);
+            c0 += 4 * VL;
+        } else if (NVMAX >= 2 && left >= 2) {
+            pv_group(o, ldo, p, mqs, alpha, v, ldv, nk, c0, avail, bytes, R, 2, kind);
+            c0 += 2 * VL;
+        } else {
+            pv_group(o, ldo, p, mqs, alpha, v, ldv, nk, c0, avail, bytes, R, 1, kind);
+            c0 += VL;
+        }
+    }
+}
+
+/* o [mq rows, ldo] = o * alpha + p [nk, mqs]^T v for nk value rows of v (ldv bytes apart,
+ * of the kind's type, dv columns), prefetching up to row avail. */
+#define PV_ENTRY(NAME, KIND)                                                                 \
+    void NAME(float *o, int64_t ldo, const float *p, int64_t mqs, const float *alpha,       \
+              const void *v, int64_t ldv, int64_t nk, int64_t dv, int64_t mq, int64_t avail) \
+    {                                                                                        \
+        const char *vb = (const char *)v;                                                    \
+        switch (mq) {                                                                        \
+        case 1: pv_rows(o, ldo, p, mqs, alpha, vb, ldv, nk, dv, avail, 1, KIND); break;      \
+        case 2: if (ROWS_MAX >= 2) pv_rows(o, ldo, p, mqs, alpha, vb, ldv, nk, dv, avail, 2, KIND); break; \
+        case 3: if (ROWS_MAX >= 3) pv_rows(o, ldo, p, mqs, alpha, vb, ldv, nk, dv, avail, 3, KIND); break; \
+        case 4: if (ROWS_MAX >= 4) pv_rows(o, ldo, p, mqs, alpha, vb, ldv, nk, dv, avail, 4, KIND); break; \
+        case 5: if (ROWS_MAX >= 5) pv_rows(o, ldo, p, mqs, alpha, vb, ldv, nk, dv, avail, 5, KIND); break; \
+        case 6: if (ROWS_MAX >= 6) pv_rows(o, ldo, p, mqs, alpha, vb, ldv, nk, dv, avail, 6, KIND); break; \
+        case 7: if (ROWS_MAX >= 7) pv_rows(o, ldo, p, mqs, alpha, vb, ldv, nk, dv, avail, 7, KIND); break; \
+        case 8: if (ROWS_MAX >= 8) pv_rows(o, ldo, p, mqs, alpha, vb, ldv, nk, dv, avail, 8, KIND); break; \
+        default: break;                                                                      \
+        }                                                                                    \
+    }
+PV_ENTRY(NAME_PV_F32, KIND_F32)
+PV_ENTRY(NAME_PV_F16, KIND_F16)
+PV_ENTRY(NAME_PV_BF16, KIND_BF16)
+#undef PV_ENTRY
+
+/* The online-softmax step of attn_softmax for the rows r < mq (<= ROWS_MAX) of a score
+ * tile s [nk, mqs], with the lanes holding (key, row) pairs instead of one key's rows: G
+ * rows (4, or 8 for mq > 4; rows mq .. G - 1 are computed on whatever s holds there and
+ * stored back, as attn_softmax does with its vectors' idle rows) by VL / G keys a
+ * vector, through a copy in t (nk <= SM_KEYS per chunk), so that a decode tile of 4 rows
+ * computes 4 exps a lane where attn_softmax's vectors would hold 12 idle lanes. Per row
+ * the same definition: m' = max(m, max_j s) (NaN does not enter it), u = m' or 0 when
+ * m' = -inf, alpha = exp(m - u), s = exp(s - u), l = l alpha + sum_j s (the lanes' sums of
+ * two chains, then the key slots in order), m = m'. */
+#define SM_KEYS 64
+ROWS_INLINE void softmax_rows_g(float *s, int64_t mqs, float *m, float *l, float *alpha,
+                                int64_t nk, int mq, const int G)
+{
+    const int KPV = VL / G;
+    float t[SM_KEYS * 8];
+    float mv[VL], uv[VL], sv[VL];
+    const float ninf = -__builtin_inff();
+    for (int i = 0; i < VL; i++) mv[i] = m[i % G];
+    VT mx = V_LOADU(mv);
+    const bool one = nk <= SM_KEYS; /* t still holds the tile for the second pass */
+    for (int64_t j0 = 0; j0 < nk; j0 += SM_KEYS) {
+        const int64_t n = nk - j0 < SM_KEYS ? nk - j0 : SM_KEYS, nv = (n + KPV - 1) / KPV;
+        for (int64_t j = 0; j < n; j++) memcpy(t + j * G, s + (j0 + j) * mqs, sizeof(float) * (size_t)G);
+        for (int64_t j = n; j < nv * KPV; j++)
+            for (int r = 0; r < G; r++) t[j * G + r] = ninf;
+        for (int64_t v = 0; v < nv; v++) mx = V_MAX(V_LOADU(t + v * VL), mx);
+    }
+    V_STOREU(mv, mx);
+    for (int r = 0; r < G; r++) { /* the key slots' maxima, NaN-free as V_MAX keeps them */
+        float x = mv[r];
+        for (int k = 1; k < KPV; k++) x = mv[k * G + r] > x ? mv[k * G + r] : x;
+        mv[r] = x;
+    }
+    for (int i = 0; i < VL; i++) {
+        const float mr = mv[i % G];
+        uv[i] = mr == ninf ? 0.0f : mr;
+        sv[i] = m[i % G] - uv[i];
+    }
+    const VT u = V_LOADU(uv);
+    V_STOREU(sv, V_EXP(V_LOADU(sv))); /* alpha per row (every key slot alike) */
+    VT sum0 = V_ZERO(), sum1 = V_ZERO();
+    for (int64_t j0 = 0; j0 < nk; j0 += SM_KEYS) {
+        const int64_t n = nk - j0 < SM_KEYS ? nk - j0 : SM_KEYS, nv = (n + KPV - 1) / KPV;
+        if (!one)
+            for (int64_t j = 0; j < n; j++) memcpy(t + j * G, s + (j0 + j) * mqs, sizeof(float) * (size_t)G);
+        for (int64_t j = n; j < nv * KPV; j++) /* padding keys: exp(-inf) = 0 */
+            for (int r = 0; r < G; r++) t[j * G + r] = ninf;
+        int64_t v = 0;
+        for (; v + 2 <= nv; v += 2) {
+            const VT p0 = V_EXP(V_SUB(V_LOADU(t + v * VL), u));
+            const VT p1 = V_EXP(V_SUB(V_LOADU(t + (v + 1) * VL), u));
+            V_STOREU(t + v * VL, p0);
+            V_STOREU(t + (v + 1) * VL, p1);
+            sum0 = V_ADD(sum0, p0);
+            sum1 = V_ADD(sum1, p1);
+        }
+        if (v < nv) {
+            const VT p0 = V_EXP(V_SUB(V_LOADU(t + v * VL), u));
+            V_STOREU(t + v * VL, p0);
+            sum0 = V_ADD(sum0, p0);
+        }
+        for (int64_t j = 0; j < n; j++) /* rows mq .. G - 1 of s are scratch, as in attn_softmax */
+            memcpy(s + (j0 + j) * mqs, t + j * G, sizeof(float) * (size_t)G);
+    }
+    float tot[VL];
+    V_STOREU(tot, V_ADD(sum0, sum1));
+    for (int r = 0; r < mq; r++) {
+        float x = tot[r];
+        for (int k = 1; k < KPV; k++) x += tot[k * G + r];
+        l[r] = l[r] * sv[r] + x;
+        m[r] = mv[r];
+        alpha[r] = sv[r];
+    }
+}
+
+/* softmax_rows_g over the rows r < mq of s [nk, mqs] (m, l, alpha: rows >= mq untouched). */
+void NAME_SOFTMAX_ROWS(float *s, int64_t mqs, float *m, float *l, float *alpha, int64_t nk,
+                       int64_t mq)
+{
+    if (VL < 4) { /* one-lane vectors: a key a vector, per row */
+        for (int64_t r = 0; r < mq; r++) softmax_rows_g(s + r, mqs, m + r, l + r, alpha + r, nk, 1, VL < 4 ? VL : 4);
+        return;
+    }
+    if (mq <= 4 || VL < 8) softmax_rows_g(s, mqs, m, l, alpha, nk, (int)mq, 4);
+    else softmax_rows_g(s, mqs, m, l, alpha, nk, (int)mq, VL < 8 ? 4 : 8);
+}
+#undef SM_KEYS
+
+void FILL_FN(ta_kernels *k)
+{
+    k->attn_softmax_rows = NAME_SOFTMAX_ROWS;
+    k->attn_qk_rows_kv[KIND_F32] = NAME_QK_F32;
+    k->attn_qk_rows_kv[KIND_F16] = NAME_QK_F16;
+    k->attn_qk_rows_kv[KIND_BF16] = NAME_QK_BF16;
+    k->attn_pv_rows_kv[KIND_F32] = NAME_PV_F32;
+    k->attn_pv_rows_kv[KIND_F16] = NAME_PV_F16;
+    k->attn_pv_rows_kv[KIND_BF16] = NAME_PV_BF16;
+}
