@@ -38,9 +38,16 @@
  *   attn_pv            (2nk + 4) u (|o alpha| + sum_j |p v|)
  *   attn_exp           6 u |y| + 2^-148; -inf -> 0, NaN -> NaN, 0 -> 1 exactly
  *   attn_bwd_gemm      (2k + 2) u (|c| + sum_p |a b|)
- *   attn_bwd_dsoftmax  P: 6 u |P| + 2^-148; dS: 8 u |dS| + 2^-148; lse = -inf rows 0. */
+ *   attn_bwd_dsoftmax  P: 6 u |P| + 2^-148; dS: 8 u |dS| + 2^-148; lse = -inf rows 0.
+ * The few-row kernels on typed rows (attn_qk_rows_kv, attn_pv_rows_kv, float32, float16
+ * and bfloat16 K / V rows; the oracle widens the same half values exactly):
+ *   attn_qk_rows_kv    oracle (d + 1) u sum_p |q k|; scalar kernel (2d + 2) u sum_p |q k|
+ *   attn_pv_rows_kv    bitwise the table's attn_pv on the widened rows; oracle as attn_pv
+ *   attn_softmax_rows  m, s, alpha bitwise the table's attn_softmax; l as attn_softmax's
+ *                      bound against the oracle. */
 #include "ta_test.h"
 
+#include "core/dtype.h"
 #include "guard.h"
 #include "kernels/kernels.h"
 
@@ -728,6 +735,220 @@ static void test_attn_pack_t(void **state)
                 for (int64_t s3 = 1; s3 <= 2; s3++) pack_t_case(k, lds[l], mq, ds[i], s3);
 }
 
+/* ---------------------------------------- few-row kernels on typed rows */
+
+static const char *const kind_names[3] = {"f32", "f16", "bf16"};
+
+/* n rows of cols values (row stride ld elements, the last row ending at a guard page) in
+ * the kind's type, and their exact float32 values in *wide (ld floats a row). */
+static void *typed_rows(arena *a, int kind, int64_t n, int64_t cols, int64_t ld, float **wide)
+{
+    const int64_t es = kind == 0 ? 4 : 2, count = n ? (n - 1) * ld + cols : 0;
+    assert_true(a->n < 8);
+    char *p = ta_guard_bytes(&a->g[a->n++], (size_t)(count > 0 ? count * es : 1));
+    assert_non_null(p);
+    float *w = malloc(sizeof(float) * (size_t)(n * ld + 1));
+    assert_non_null(w);
+    for (int64_t i = 0; i < count; i++) {
+        float x = frand() * 2.0f;
+        if (kind == 1) {
+            const uint16_t h = ta_f32_to_f16(x);
+            memcpy(p + 2 * i, &h, 2);
+            x = ta_f16_to_f32(h);
+        } else if (kind == 2) {
+            const uint16_t h = ta_f32_to_bf16(x);
+            memcpy(p + 2 * i, &h, 2);
+            x = ta_bf16_to_f32(h);
+        } else {
+            memcpy(p + 4 * i, &x, 4);
+        }
+        w[i] = x;
+    }
+    *wide = w;
+    return p;
+}
+
+/* q rows in the layout attn_qk_rows_kv takes for the kind (kernels.h: bfloat16 blocks of
+ * 2 vl hold their even elements, then the odd). */
+static void permute_q(float *dst, const float *q, int64_t mq, int64_t ldq, int64_t d,
+                      int64_t vl, int kind)
+{
+    for (int64_t r = 0; r < mq; r++) {
+        memcpy(dst + r * ldq, q + r * ldq, sizeof(float) * (size_t)d);
+        for (int64_t b = 0; kind == 2 && b + 2 * vl <= d; b += 2 * vl)
+            for (int64_t i = 0; i < vl; i++) {
+                dst[r * ldq + b + i] = q[r * ldq + b + 2 * i];
+                dst[r * ldq + b + vl + i] = q[r * ldq + b + 2 * i + 1];
+            }
+    }
+}
+
+static void qk_rows_kv_case(const ta_kernels *k, const ta_kernels *ref, int kind, int64_t d,
+                            int64_t nk, int64_t mq)
+{
+    const int64_t MQ = k->attn_mq, ldq = d + 2, ldk = d + 3, es = kind == 0 ? 4 : 2;
+    snprintf(where, sizeof where, "%s attn_qk_rows_kv %s d=%lld nk=%lld mq=%lld", k->name,
+             kind_names[kind], (long long)d, (long long)nk, (long long)mq);
+    arena ar = {0};
+    float *kw;
+    const float *q = gfloats(&ar, (mq - 1) * ldq + d, NAN);
+    float *qk = gfloats(&ar, (mq - 1) * ldq + d, 0.0f), *qr = gfloats(&ar, (mq - 1) * ldq + d, 0.0f);
+    const void *kk = typed_rows(&ar, kind, nk, d, ldk, &kw);
+    float *s = gfloats(&ar, nk * MQ, SENTINEL), *rs = gfloats(&ar, nk * MQ, SENTINEL);
+    permute_q(qk, q, mq, ldq, d, k->attn_vl, kind);
+    permute_q(qr, q, mq, ldq, d, ref->attn_vl, kind);
+    /* avail past the buffer: prefetches there must not fault */
+    k->attn_qk_rows_kv[kind](s, MQ, qk, ldq, mq, kk, ldk * es, nk, d, nk + 40);
+    ref->attn_qk_rows_kv[kind](rs, MQ, qr, ldq, mq, kk, ldk * es, nk, d, nk);
+    for (int64_t j = 0; j < nk; j++)
+        for (int64_t r = 0; r < MQ; r++) {
+            const int64_t i = j * MQ + r;
+            if (r >= mq) {
+                EXPECT_ORACLE("untouched s", i, s[i], SENTINEL, 0.0);
+                continue;
+            }
+            double sum = 0.0, e = 0.0;
+            for (int64_t p = 0; p < d; p++) {
+                const double t = (double)q[r * ldq + p] * kw[j * ldk + p];
+                sum += fabs(t);
+                e += t;
+            }
+            EXPECT_ORACLE("s", i, s[i], e, ((double)d + 1.0) * U * sum);
+            EXPECT_SCALAR("s", i, s[i], rs[i], (2.0 * (double)d + 2.0) * U * sum);
+        }
+    free(kw);
+    arena_release(&ar);
+}
+
+/* d = 1 .. 4 vectors and 8 (D 128 at 16 lanes), odd vector counts leaving a last block of
+ * one vector (bfloat16); nk = 0 .. 19 (every block tail of VL / R keys), 64; mq = 1 ..
+ * attn_rows_max; every kind. */
+static void test_attn_qk_rows_kv(void **state)
+{
+    (void)state;
+    const ta_kernels *ref, *k = tested(&ref);
+    const int64_t VL = k->attn_vl, dvs[] = {1, 2, 3, 4, 5, 8};
+    for (int kind = 0; kind < 3; kind++)
+        for (size_t di = 0; di < sizeof dvs / sizeof dvs[0]; di++)
+            for (int64_t nk = 0; nk <= 20; nk++)
+                for (int64_t mq = 1; mq <= k->attn_rows_max; mq++)
+                    if (nk < 20 ? (nk + mq + (int64_t)di) % 3 == 0 || dvs[di] == 8 : 1)
+                        qk_rows_kv_case(k, ref, kind, dvs[di] * VL, nk == 20 ? 64 : nk, mq);
+}
+
+static void pv_rows_kv_case(const ta_kernels *k, int kind, int64_t nk, int64_t dv, int64_t mq)
+{
+    const int64_t MQ = k->attn_mq, ldo = dv, ldv = dv + 5, es = kind == 0 ? 4 : 2;
+    snprintf(where, sizeof where, "%s attn_pv_rows_kv %s nk=%lld dv=%lld mq=%lld", k->name,
+             kind_names[kind], (long long)nk, (long long)dv, (long long)mq);
+    arena ar = {0};
+    float *vw;
+    float *o = gfloats(&ar, mq * ldo, NAN), *p = gfloats(&ar, nk * MQ, NAN);
+    const float *alpha = gfloats(&ar, MQ, NAN);
+    const void *v = typed_rows(&ar, kind, nk, dv, ldv, &vw);
+    for (int64_t i = 0; i < nk * MQ; i++) p[i] = fabsf(p[i]);
+    float *o0 = copy_of(o, mq * ldo), *ow = copy_of(o, mq * ldo);
+    k->attn_pv_rows_kv[kind](o, ldo, p, MQ, alpha, v, ldv * es, nk, dv, mq, nk + 40);
+    k->attn_pv(ow, ldo, p, alpha, vw, ldv, nk, dv, mq, NULL);
+    for (int64_t r = 0; r < mq; r++)
+        for (int64_t c = 0; c < dv; c++) {
+            const int64_t i = r * ldo + c;
+            double e = (double)o0[i] * alpha[r], sum = fabs(e);
+            for (int64_t j = 0; j < nk; j++) {
+                const double t = (double)p[j * MQ + r] * vw[j * ldv + c];
+                sum += fabs(t);
+                e += t;
+            }
+            EXPECT_ORACLE("o", i, o[i], e, ((double)nk + 2.0) * U * sum);
+            expect_near("table's attn_pv on the widened rows", "o", i, o[i], ow[i], 0.0);
+        }
+    free(vw);
+    free(o0);
+    free(ow);
+    arena_release(&ar);
+}
+
+/* dv = 1 .. 9 vectors and 16 (every column grouping of 8, 4, 2, 1 vectors); mq = 1 ..
+ * attn_rows_max; nk = 0, 1, 3, 17, 64; every kind. */
+static void test_attn_pv_rows_kv(void **state)
+{
+    (void)state;
+    const ta_kernels *ref, *k = tested(&ref);
+    (void)ref;
+    const int64_t VL = k->attn_vl, nks[] = {0, 1, 3, 17, 64};
+    for (int kind = 0; kind < 3; kind++)
+        for (int64_t nv = 1; nv <= 10; nv++)
+            for (int64_t mq = 1; mq <= k->attn_rows_max; mq++)
+                for (size_t j = 0; j < 5; j++)
+                    if ((nv + mq + (int64_t)j) % 2 == 0 || nks[j] == 17)
+                        pv_rows_kv_case(k, kind, nks[j], (nv == 10 ? 16 : nv) * VL, mq);
+}
+
+static void softmax_rows_case(const ta_kernels *k, int64_t nk, int64_t mq)
+{
+    const int64_t MQ = k->attn_mq;
+    snprintf(where, sizeof where, "%s attn_softmax_rows nk=%lld mq=%lld", k->name,
+             (long long)nk, (long long)mq);
+    arena ar = {0};
+    float *s = gfloats(&ar, nk * MQ, NAN), *m = gfloats(&ar, MQ, NAN), *l = gfloats(&ar, MQ, 0.0f);
+    float *alpha = gfloats(&ar, MQ, SENTINEL);
+    for (int64_t i = 0; i < nk * MQ; i++) {
+        s[i] *= 60.0f;
+        if (i % 7 == 3 || i % MQ == 1) s[i] = -INFINITY;
+        if (nk > 1 && i == MQ + 2) s[i] = NAN;
+    }
+    for (int64_t r = 0; r < MQ; r++) {
+        m[r] = r % 3 == 0 ? -INFINITY : 40.0f * m[r];
+        l[r] = r % 3 == 0 ? 0.0f : 1.0f + 3.0f * fabsf(frand());
+    }
+    float *s0 = copy_of(s, nk * MQ), *m0 = copy_of(m, MQ), *l0 = copy_of(l, MQ);
+    float *sw = copy_of(s, nk * MQ), *mw = copy_of(m, MQ), *lw = copy_of(l, MQ), *aw = copy_of(alpha, MQ);
+    k->attn_softmax_rows(s, MQ, m, l, alpha, nk, mq);
+    k->attn_softmax(sw, mw, lw, aw, nk, mq);
+    for (int64_t r = 0; r < MQ; r++) {
+        if (r >= mq) {
+            EXPECT_ORACLE("untouched m", r, m[r], m0[r], 0.0);
+            EXPECT_ORACLE("untouched l", r, l[r], l0[r], 0.0);
+            EXPECT_ORACLE("untouched alpha", r, alpha[r], SENTINEL, 0.0);
+            continue;
+        }
+        expect_near("table's attn_softmax", "m", r, m[r], mw[r], 0.0);
+        expect_near("table's attn_softmax", "alpha", r, alpha[r], aw[r], 0.0);
+        double mx = m0[r];
+        for (int64_t j = 0; j < nk; j++)
+            if (s0[j * MQ + r] > mx) mx = s0[j * MQ + r];
+        const double sub = mx == -INFINITY ? 0.0 : mx, xa = m0[r] - sub, ea = exp(xa);
+        double lo = l0[r] * ea, bl = lo > 0.0 ? (fabs(xa) + (double)nk + 6.0) * U * lo : 0.0;
+        for (int64_t j = 0; j < nk; j++) {
+            expect_near("table's attn_softmax", "s", j * MQ + r, s[j * MQ + r], sw[j * MQ + r], 0.0);
+            const double x = s0[j * MQ + r] - sub, pj = exp(x);
+            lo += pj;
+            bl += pj > 0.0 ? (fabs(x) + (double)nk + 6.0) * U * pj : 0.0;
+        }
+        EXPECT_ORACLE("l", r, l[r], lo, bl + ((double)nk + 1.0) * DENORMAL_SLACK);
+    }
+    free(s0);
+    free(m0);
+    free(l0);
+    free(sw);
+    free(mw);
+    free(lw);
+    free(aw);
+    arena_release(&ar);
+}
+
+/* nk = 1 .. 9, 17, 63, 64, 65, 130 (chunks of 64 keys and their tails); mq = 1 ..
+ * attn_rows_max. */
+static void test_attn_softmax_rows(void **state)
+{
+    (void)state;
+    const ta_kernels *ref, *k = tested(&ref);
+    (void)ref;
+    const int64_t nks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 63, 64, 65, 130};
+    for (size_t i = 0; i < sizeof nks / sizeof nks[0]; i++)
+        for (int64_t mq = 1; mq <= k->attn_rows_max; mq++) softmax_rows_case(k, nks[i], mq);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -739,6 +960,9 @@ int main(void)
         cmocka_unit_test(test_attn_pv),
         cmocka_unit_test(test_attn_exp),
         cmocka_unit_test(test_attn_pack_t),
+        cmocka_unit_test(test_attn_qk_rows_kv),
+        cmocka_unit_test(test_attn_pv_rows_kv),
+        cmocka_unit_test(test_attn_softmax_rows),
         cmocka_unit_test(test_attn_bwd_gemm),
         cmocka_unit_test(test_attn_bwd_dsoftmax),
     };

@@ -126,17 +126,23 @@ ROWS_INLINE void qk_rows(float *s, int64_t mqs, const float *q, int64_t ldq, int
     }
 }
 
-/* s [nk, mqs] (rows < mq only) = q [mq rows, ldq] K^T for nk key rows of k (ldk bytes
- * apart, of the kind's type), prefetching up to row avail. */
+/* s [nk, mqs] (rows < mq only, mq <= 8) = q [mq rows, ldq] K^T for nk key rows of k (ldk
+ * bytes apart, of the kind's type), prefetching up to row avail: passes of R rows, R the
+ * smallest power of two >= mq up to VL (R = 8 as two passes of 4 below 8 lanes). */
 #define QK_ENTRY(NAME, KIND)                                                                 \
     void NAME(float *s, int64_t mqs, const float *q, int64_t ldq, int64_t mq,                \
               const void *k, int64_t ldk, int64_t nk, int64_t d, int64_t avail)             \
     {                                                                                        \
         const char *kb = (const char *)k;                                                    \
-        if (mq <= 1 || VL < 2) qk_rows(s, mqs, q, ldq, (int)mq, kb, ldk, nk, d, avail, 1, KIND); \
-        else if (mq <= 2 || VL < 4) qk_rows(s, mqs, q, ldq, (int)mq, kb, ldk, nk, d, avail, VL < 2 ? 1 : 2, KIND); \
-        else if (mq <= 4 || VL < 8) qk_rows(s, mqs, q, ldq, (int)mq, kb, ldk, nk, d, avail, VL < 4 ? 1 : 4, KIND); \
-        else qk_rows(s, mqs, q, ldq, (int)mq, kb, ldk, nk, d, avail, VL < 8 ? 1 : 8, KIND); \
+        const int rp = mq <= 1 || VL < 2 ? 1 : mq <= 2 || VL < 4 ? 2 : mq <= 4 || VL < 8 ? 4 : 8; \
+        for (int64_t r0 = 0; r0 < mq; r0 += rp) {                                            \
+            const int nr = (int)(mq - r0 < rp ? mq - r0 : rp);                               \
+            const float *qr = q + r0 * ldq;                                                  \
+            if (rp == 1) qk_rows(s + r0, mqs, qr, ldq, nr, kb, ldk, nk, d, avail, 1, KIND);   \
+            else if (rp == 2) qk_rows(s + r0, mqs, qr, ldq, nr, kb, ldk, nk, d, avail, VL < 2 ? 1 : 2, KIND); \
+            else if (rp == 4) qk_rows(s + r0, mqs, qr, ldq, nr, kb, ldk, nk, d, avail, VL < 4 ? 1 : 4, KIND); \
+            else qk_rows(s + r0, mqs, qr, ldq, nr, kb, ldk, nk, d, avail, VL < 8 ? 1 : 8, KIND); \
+        }                                                                                    \
     }
 QK_ENTRY(NAME_QK_F32, KIND_F32)
 QK_ENTRY(NAME_QK_F16, KIND_F16)
@@ -205,22 +211,27 @@ ROWS_INLINE void pv_rows(float *o, int64_t ldo, const float *p, int64_t mqs,
 }
 
 /* o [mq rows, ldo] = o * alpha + p [nk, mqs]^T v for nk value rows of v (ldv bytes apart,
- * of the kind's type, dv columns), prefetching up to row avail. */
+ * of the kind's type, dv columns), mq <= 8, prefetching up to row avail: passes of up to
+ * ROWS_MAX rows. */
 #define PV_ENTRY(NAME, KIND)                                                                 \
     void NAME(float *o, int64_t ldo, const float *p, int64_t mqs, const float *alpha,       \
               const void *v, int64_t ldv, int64_t nk, int64_t dv, int64_t mq, int64_t avail) \
     {                                                                                        \
         const char *vb = (const char *)v;                                                    \
-        switch (mq) {                                                                        \
-        case 1: pv_rows(o, ldo, p, mqs, alpha, vb, ldv, nk, dv, avail, 1, KIND); break;      \
-        case 2: if (ROWS_MAX >= 2) pv_rows(o, ldo, p, mqs, alpha, vb, ldv, nk, dv, avail, 2, KIND); break; \
-        case 3: if (ROWS_MAX >= 3) pv_rows(o, ldo, p, mqs, alpha, vb, ldv, nk, dv, avail, 3, KIND); break; \
-        case 4: if (ROWS_MAX >= 4) pv_rows(o, ldo, p, mqs, alpha, vb, ldv, nk, dv, avail, 4, KIND); break; \
-        case 5: if (ROWS_MAX >= 5) pv_rows(o, ldo, p, mqs, alpha, vb, ldv, nk, dv, avail, 5, KIND); break; \
-        case 6: if (ROWS_MAX >= 6) pv_rows(o, ldo, p, mqs, alpha, vb, ldv, nk, dv, avail, 6, KIND); break; \
-        case 7: if (ROWS_MAX >= 7) pv_rows(o, ldo, p, mqs, alpha, vb, ldv, nk, dv, avail, 7, KIND); break; \
-        case 8: if (ROWS_MAX >= 8) pv_rows(o, ldo, p, mqs, alpha, vb, ldv, nk, dv, avail, 8, KIND); break; \
-        default: break;                                                                      \
+        for (int64_t r0 = 0; r0 < mq; r0 += ROWS_MAX) {                                      \
+            float *orow = o + r0 * ldo;                                                      \
+            const float *pr = p + r0, *ar = alpha + r0;                                      \
+            switch (mq - r0 < ROWS_MAX ? mq - r0 : ROWS_MAX) {                               \
+            case 1: pv_rows(orow, ldo, pr, mqs, ar, vb, ldv, nk, dv, avail, 1, KIND); break; \
+            case 2: if (ROWS_MAX >= 2) pv_rows(orow, ldo, pr, mqs, ar, vb, ldv, nk, dv, avail, 2, KIND); break; \
+            case 3: if (ROWS_MAX >= 3) pv_rows(orow, ldo, pr, mqs, ar, vb, ldv, nk, dv, avail, 3, KIND); break; \
+            case 4: if (ROWS_MAX >= 4) pv_rows(orow, ldo, pr, mqs, ar, vb, ldv, nk, dv, avail, 4, KIND); break; \
+            case 5: if (ROWS_MAX >= 5) pv_rows(orow, ldo, pr, mqs, ar, vb, ldv, nk, dv, avail, 5, KIND); break; \
+            case 6: if (ROWS_MAX >= 6) pv_rows(orow, ldo, pr, mqs, ar, vb, ldv, nk, dv, avail, 6, KIND); break; \
+            case 7: if (ROWS_MAX >= 7) pv_rows(orow, ldo, pr, mqs, ar, vb, ldv, nk, dv, avail, 7, KIND); break; \
+            case 8: if (ROWS_MAX >= 8) pv_rows(orow, ldo, pr, mqs, ar, vb, ldv, nk, dv, avail, 8, KIND); break; \
+            default: break;                                                                  \
+            }                                                                                \
         }                                                                                    \
     }
 PV_ENTRY(NAME_PV_F32, KIND_F32)
