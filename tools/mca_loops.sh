@@ -105,7 +105,7 @@ isas=$(sed -n 's/^TA_ISA([^,]*, *\([a-z0-9_]*\),.*"\(..*\)")$/\1/p' src/kernels/
 isa_flags() { sed -n "s/^TA_ISA([^,]*, *$1,.*\"\(.*\)\")\$/\1/p" src/kernels/isa_table.def; }
 
 for isa in $isas; do
-    for f in gemm attn attn_bwd attn_variants; do
+    for f in gemm attn attn_bwd attn_variants attn_rows; do
         src="src/kernels/${f}_${isa}.c"
         [ -f "$src" ] || continue
         # shellcheck disable=SC2046,SC2086
@@ -151,6 +151,11 @@ pv_micro key loop (full tile)|attn|ta_attn_pv_ISA_[0-9]+x[0-9]+|attn_template.h|
 few-rows P.V key loop, RP rows|attn|ta_attn_pv_ISA_[0-9]+x[0-9]+|attn_template.h|acc\[r\]\[c\] = V_FMA\(pb|fma=RP*PCW,bcast=RP|one key (pv_whole_rows): RP rows x PCW vectors (a whole V row of PCW vectors)
 few-rows P.V key loop, 1 row|attn|ta_attn_pv_ISA_[0-9]+x[0-9]+|attn_template.h|acc\[r\]\[c\] = V_FMA\(pb|fma=PCW,bcast=1|one key (pv_whole_rows): 1 row x PCW vectors
 pv_stream column loop, 1 row|attn|ta_attn_pv_ISA_[0-9]+x[0-9]+|attn_template.h|VT vv = V_LOADU\(vr \+ c \* VL\)|fma=1|one vector of a V row wider than PCW vectors, 1 row: o += p v, o read and written in L1
+rows_kv Q.K^T d loop, bf16|attn_rows|ta_attn_qk_rows_bf16_ISA|attn_rows_template.h|acc\[j \* R \+ r\] = V_FMA\(qo\[r\], ko||one block of 2 VL of d (a shift and a mask widen a K block into its even and odd halves): R rows x VL / R keys, 2 VL FMAs
+rows_kv Q.K^T d loop, f16|attn_rows|ta_attn_qk_rows_f16_ISA|attn_rows_template.h|acc\[j \* R \+ r\] = V_FMA\(qv\[r\], kv||one vector of d (vcvtph2ps widens each key row): R rows x VL / R keys, VL FMAs
+rows_kv P.V key loop, bf16, 4 rows|attn_rows|ta_attn_pv_rows_bf16_ISA|attn_rows_template.h|acc\[r\]\[c\] = V_FMA\(pb\[r\], v0|fma=PV_ACC,bcast=4|one key: 4 rows x PV_ACC / 4 vectors of its V row, in pairs widened by a shift (even columns) and a mask (odd)
+rows_kv P.V key loop, f16, 4 rows|attn_rows|ta_attn_pv_rows_f16_ISA|attn_rows_template.h|acc\[r\]\[c\] = V_FMA\(pb\[r\], v0|fma=PV_ACC,bcast=4|one key: 4 rows x PV_ACC / 4 vectors of its V row, widened by vcvtph2ps
+softmax_rows exp loop|attn_rows|ta_attn_softmax_rows_ISA|attn_rows_template.h|const VT p1 = V_EXP||two vectors of (key, row) lanes (two exps)
 softmax max loop|attn|ta_attn_softmax_ISA_[0-9]+|attn_template.h|mx = V_MAX\(V_LOADU||one key of one query vector
 softmax exp loop|attn|ta_attn_softmax_ISA_[0-9]+|attn_template.h|VT p1 = V_EXP||two keys of one query vector (two exps)
 attn_exp loop|attn|ta_expf_ISA|attn_template.h|V_STOREU\(y \+ i, V_EXP||one vector (one exp)
@@ -389,7 +394,7 @@ if [ -n "$skipped" ]; then echo "Not run (the model lacks the ISA's instructions
 echo
 printf "Tile constants (the kernel files' #defines):"
 for isa in $isas; do
-    for f in gemm attn attn_bwd attn_variants; do
+    for f in gemm attn attn_bwd attn_variants attn_rows; do
         c=$(tile_consts "src/kernels/${f}_${isa}.c" | tr '\n' ' ' | sed 's/ $//')
         if [ -n "$c" ]; then printf "\n- \`%s\`: %s" "${f}_${isa}.c" "$c"; fi
     done

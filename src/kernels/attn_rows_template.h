@@ -158,30 +158,48 @@ ROWS_INLINE void pv_group(float *o, int64_t ldo, const float *p, int64_t mqs,
                           int64_t c0, int64_t avail, int64_t bytes, const int R, const int NV,
                           const int kind)
 {
+    /* bfloat16 in pairs of vectors: a V block of 2 VL widens by a shift (even columns) and
+     * a mask (odd), so each pair of accumulators holds its columns deinterleaved. */
+    const int EO = kind == KIND_BF16 && NV % 2 == 0;
     VT acc[8][8];
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) {
         const VT a = V_SET1(alpha[r]);
 #pragma GCC unroll 8
-        for (int c = 0; c < NV; c++) acc[r][c] = V_MUL(V_LOADU(o + r * ldo + c0 + c * VL), a);
+        for (int c = 0; c < NV; c++) acc[r][c] = V_LOADU(o + r * ldo + c0 + c * VL);
+#pragma GCC unroll 8
+        for (int c = 0; EO && c < NV; c += 2)
+            V_DEINTERLEAVE(acc[r][c], acc[r][c + 1], &acc[r][c], &acc[r][c + 1]);
+#pragma GCC unroll 8
+        for (int c = 0; c < NV; c++) acc[r][c] = V_MUL(acc[r][c], a);
     }
     for (int64_t j = 0; j < nk; j++) {
         const char *vr = v + j * ldv;
-        if (c0 == 0) prefetch_row(vr, ldv, j, avail, bytes);
+        if (c0 == 0 && j % 4 == 0) /* the next 4 rows' lines: the key loop stays innermost */
+            for (int64_t i = j; i < j + 4; i++) prefetch_row(v + i * ldv, ldv, i, avail, bytes);
         VT pb[8];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) pb[r] = V_BCAST(p + j * mqs + r);
 #pragma GCC unroll 8
-        for (int c = 0; c < NV; c++) {
-            const VT vv = load_kind(vr, c0 + c * VL, kind);
+        for (int c = 0; c < NV; c += 1 + EO) {
+            VT v0, v1;
+            if (EO) V_LOAD_BF16_EO((const uint16_t *)(const void *)vr + c0 + c * VL, &v0, &v1);
+            else v0 = v1 = load_kind(vr, c0 + c * VL, kind);
 #pragma GCC unroll 8
-            for (int r = 0; r < R; r++) acc[r][c] = V_FMA(pb[r], vv, acc[r][c]);
+            for (int r = 0; r < R; r++) {
+                acc[r][c] = V_FMA(pb[r], v0, acc[r][c]);
+                if (EO) acc[r][c + 1] = V_FMA(pb[r], v1, acc[r][c + 1]);
+            }
         }
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < R; r++) {
+#pragma GCC unroll 8
+        for (int c = 0; EO && c < NV; c += 2)
+            V_INTERLEAVE(acc[r][c], acc[r][c + 1], &acc[r][c], &acc[r][c + 1]);
 #pragma GCC unroll 8
         for (int c = 0; c < NV; c++) V_STOREU(o + r * ldo + c0 + c * VL, acc[r][c]);
+    }
 }
 
 /* All dv columns of R rows: column groups of the most vectors (8, 4, 2 or 1) that fit

@@ -110,6 +110,21 @@ static inline float reduce_add_avx2(__m256 v)
         *(o) = _mm256_castsi256_ps(_mm256_and_si256(x_, _mm256_set1_epi32((int)0xffff0000u))); \
     } while (0)
 
+/* The 2 VL floats a, b (in order) split into their even- and odd-indexed elements, and
+ * back (the column layout of V_LOAD_BF16_EO). */
+#define V_DEINTERLEAVE(a, b, e, o)                                                           \
+    do {                                                                                     \
+        const __m256 a_ = (a), b_ = (b); /* e, o may be a, b */                              \
+        *(e) = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a_, b_, 0x88)), 0xD8)); \
+        *(o) = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a_, b_, 0xDD)), 0xD8)); \
+    } while (0)
+#define V_INTERLEAVE(e, o, a, b)                                                             \
+    do {                                                                                     \
+        const __m256 lo_ = _mm256_unpacklo_ps(e, o), hi_ = _mm256_unpackhi_ps(e, o); /* first */ \
+        *(a) = _mm256_permute2f128_ps(lo_, hi_, 0x20);                                       \
+        *(b) = _mm256_permute2f128_ps(lo_, hi_, 0x31);                                       \
+    } while (0)
+
 /* Lane i of the result = the sum of a[i]'s 8 lanes, for 8 vectors at once (a transpose
  * tree: pairs of lanes, then of 64-bit and 128-bit groups; the same order every call). */
 static inline __m256 hsum8_avx2(const __m256 *a)

@@ -96,6 +96,23 @@ static inline __m512 softcap_avx512(__m512 x, __m512 c, __m512 ic)
         *(o) = _mm512_castsi512_ps(_mm512_and_si512(x_, _mm512_set1_epi32((int)0xffff0000u))); \
     } while (0)
 
+/* The 2 VL floats a, b (in order) split into their even- and odd-indexed elements, and
+ * back (the column layout of V_LOAD_BF16_EO). */
+#define V_DEINTERLEAVE(a, b, e, o)                                                           \
+    do {                                                                                     \
+        const __m512i ie_ = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30); \
+        const __m512 a_ = (a), b_ = (b); /* e, o may be a, b */                              \
+        *(e) = _mm512_permutex2var_ps(a_, ie_, b_);                                          \
+        *(o) = _mm512_permutex2var_ps(a_, _mm512_add_epi32(ie_, _mm512_set1_epi32(1)), b_);  \
+    } while (0)
+#define V_INTERLEAVE(e, o, a, b)                                                             \
+    do {                                                                                     \
+        const __m512i il_ = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23); \
+        const __m512 e_ = (e), o_ = (o); /* a, b may be e, o */                              \
+        *(a) = _mm512_permutex2var_ps(e_, il_, o_);                                          \
+        *(b) = _mm512_permutex2var_ps(e_, _mm512_add_epi32(il_, _mm512_set1_epi32(8)), o_);  \
+    } while (0)
+
 /* Lane i of the result = the sum of a[i]'s 16 lanes, for 16 vectors at once (a transpose
  * tree: pairs of lanes, then of 64-bit and of 128-bit groups, 45 operations; the same
  * order on every call). */

@@ -82,6 +82,8 @@ static inline float softcap_scalar(float x, float c, float ic)
 #define V_LOAD_BF16(p) ta_bf16_to_f32(*(const uint16_t *)(const void *)(p))
 #define V_LOAD_BF16_EO(p, e, o)                                                              \
     (*(e) = V_LOAD_BF16(p), *(o) = V_LOAD_BF16((const uint16_t *)(const void *)(p) + 1))
+#define V_DEINTERLEAVE(a, b, e, o) (*(e) = (a), *(o) = (b)) /* e, o may be a, b */
+#define V_INTERLEAVE(e, o, a, b) (*(a) = (e), *(b) = (o))
 #define V_HSUM_ALL(a) ((a)[0])
 
 #endif
