@@ -50,6 +50,7 @@
 #include <string.h>
 
 #define TA_FUSED_NK 64       /* keys per tile: the S tile (mq x 64 floats) stays in L1 */
+#define TA_FUSED_SWEEP_MAX 32 /* kv heads a sweep steps together at most */
 #define TA_FUSED_SPLIT 512   /* keys per chunk when the keys are split (a multiple of NK) */
 #define TA_FUSED_FEW_TILES 16 /* split the keys when there are fewer tiles than this */
 #define TA_FUSED_MAX_CHUNKS 64 /* at most this many chunks (then the chunks widen) */
@@ -85,6 +86,10 @@ typedef struct fused_plan {
     int64_t mq_used, part_floats; /* rows of a tile's partial (split), its floats */
     int64_t nitems, nparts; /* work items at most; partial slots (split only) */
     bool split;          /* the keys are cut into chunks merged by LSE (decode) */
+    int64_t sweep;       /* > 1: decode from a cache whose key rows hold every kv head side
+                            by side: the Hkv (= sweep) heads of a batch and chunk run as one
+                            unit, tile by tile (run_sweep); else 1 */
+    size_t state_bytes;  /* a sweep's workspace state per further head (ws_state_layout) */
     bool too_big;        /* D or Dv above TA_FUSED_DIM_MAX: the scratch cannot fit */
     bool pack_k, pack_v; /* K or V not unit-stride along D: copy each key tile */
     int kind_k, kind_v;  /* few-row tiles read K / V rows in place through
@@ -107,24 +112,34 @@ static inline void row_hi(const fused_plan *f, int64_t hkv, int64_t r, int64_t *
 
 /* One thread's workspace laid out in arena a (measuring or carving: the plan sizes it
  * with the same code). */
-static void ws_layout(ta_arena *a, fused_ws *w, const fused_plan *f)
+/* The state of one work item in a thread's scratch (Q rows, O rows, m, l and the rows'
+ * bounds), for `rows` rows of Q and O (a sweep's further heads: attn_rows_max). */
+static void ws_state_layout(ta_arena *a, fused_ws *w, const fused_plan *f, int64_t rows)
 {
     const ta_sdpa_problem *p = f->p;
     const int64_t mq = f->mq_max;
-    w->qp = TA_ARENA_TAKE2(a, float, mq, p->D ? p->D : 1);
-    w->s = TA_ARENA_TAKE2(a, float, mq, TA_FUSED_NK);
-    w->o = TA_ARENA_TAKE2(a, float, mq, f->ldo);
+    w->qp = TA_ARENA_TAKE2(a, float, rows, p->D ? p->D : 1);
+    w->o = TA_ARENA_TAKE2(a, float, rows, f->ldo);
     w->m = TA_ARENA_TAKE(a, float, mq);
     w->l = TA_ARENA_TAKE(a, float, mq);
     w->alpha = TA_ARENA_TAKE(a, float, mq);
     w->end = TA_ARENA_TAKE(a, int64_t, mq);
     w->qoff = TA_ARENA_TAKE(a, int64_t, mq);
-    w->rowk = TA_ARENA_TAKE(a, int32_t, mq);
-    w->ones = TA_ARENA_TAKE(a, float, mq);
-    w->rowk_run = TA_ARENA_TAKE(a, int32_t, mq);
     w->lo = TA_ARENA_TAKE(a, int64_t, mq);
     w->slope = TA_ARENA_TAKE(a, float, mq);
     w->pos = TA_ARENA_TAKE(a, float, mq);
+}
+
+/* A thread's scratch: one item's state, then what the steps of any item share. */
+static void ws_layout(ta_arena *a, fused_ws *w, const fused_plan *f)
+{
+    const ta_sdpa_problem *p = f->p;
+    const int64_t mq = f->mq_max;
+    ws_state_layout(a, w, f, mq);
+    w->s = TA_ARENA_TAKE2(a, float, mq, TA_FUSED_NK);
+    w->rowk = TA_ARENA_TAKE(a, int32_t, mq);
+    w->ones = TA_ARENA_TAKE(a, float, mq);
+    w->rowk_run = TA_ARENA_TAKE(a, int32_t, mq);
     w->kp = f->pack_k ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK, p->D) : NULL;
     w->vp = f->pack_v ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK, p->Dv) : NULL;
 }
@@ -406,7 +421,9 @@ static void tile_scores(const fused_plan *f, const fused_item *it, const fused_w
             if (n == run) prefetch_run(f, it, false, j0 + a + n); /* the next run's */
             f->k->attn_qk_rows_kv[f->kind_k](s, f->mq_max, w->qp, p->D, it->mq,
                                              kv_rows(f, it, false, j0 + a), kv_ld(p->K), n,
-                                             p->D, TA_MIN(run, it->jhi - j0 - a));
+                                             p->D, TA_MIN(run, it->jhi - j0 - a),
+                                             f->kind_v >= 0 ? kv_rows(f, it, true, j0 + a) : NULL,
+                                             kv_ld(p->V), p->Dv * (int64_t)ta_dtype_size(p->V->dtype));
             continue;
         }
         const float *kt = kv_tile(f, it, false, j0 + a, n, w->kp, &ld);
@@ -450,22 +467,28 @@ static void tile_pv(const fused_plan *f, const fused_item *it, const fused_ws *w
 
 /* The online softmax of one work item: leaves the unnormalised O, m and l of its rows
  * in the workspace. */
-static void run_item(const fused_plan *f, const fused_item *it, const fused_ws *w)
+/* What the tiles of a work item share (item_begin): the smallest row bound (key tiles
+ * below it need no mask unless a tensor exists that the bounds do not fully describe),
+ * a window's largest first key (tiles from it on have no key left of any row's window),
+ * and where the tiles the bounds cut start. */
+typedef struct item_run {
+    int64_t clean_end, clean_lo, cut_start, left_end;
+    bool use_mask;
+} item_run;
+
+/* Starts the online softmax of one work item (m = -inf, l = 0, O = 0 in the workspace,
+ * Q packed, the rows' bounds); false when it has no key. */
+static bool item_begin(const fused_plan *f, const fused_item *it, const fused_ws *w,
+                       item_run *ir)
 {
     const ta_sdpa_problem *p = f->p;
-    const ta_kernels *k = f->k;
-    int64_t MQ = f->mq_max;
-    for (int64_t r = 0; r < MQ; r++) {
+    for (int64_t r = 0; r < f->mq_max; r++) {
         w->m[r] = -INFINITY;
         w->l[r] = 0.0f;
     }
     memset(w->o, 0, sizeof(float) * (size_t)(it->mq * f->ldo)); /* no kernel reads rows >= mq */
-    if (it->jhi <= it->jlo) return;
+    if (it->jhi <= it->jlo) return false;
     pack_q(f, it, w->qp, w->qoff);
-
-    /* The smallest row bound: key tiles below it need no mask unless a tensor exists
-     * that the bounds do not fully describe; a window's largest first key: tiles from it
-     * on have no key left of any row's window. */
     const ta_sdpa_variants *v = &p->var;
     int64_t clean_end = p->Lk, clean_lo = 0;
     bool exact_all = true;
@@ -480,42 +503,85 @@ static void run_item(const fused_plan *f, const fused_item *it, const fused_ws *
         w->slope[r] = ta_sdpa_alibi_slope(v, it->b, h);
         w->pos[r] = (float)(i + v->delta);
     }
-    const bool use_mask = p->mask.mask && !exact_all;
+    ir->clean_end = clean_end;
+    ir->clean_lo = clean_lo;
+    ir->use_mask = p->mask.mask && !exact_all;
     /* Key tiles end where the cut keys start (rounded down to 16 keys, a multiple of
      * every kernel's key block), so the keys a bound cuts (the causal diagonal) share as
      * few tiles as they can; tiles that a window's left bounds cut end at clean_lo
      * (rounded up to 16 keys from the item's first key). */
-    const int64_t cut_start = clean_end < it->jhi ? TA_MAX(it->jlo, clean_end / 16 * 16) : it->jhi;
-    const int64_t left_end = TA_MIN(it->jlo + ta_round_up(TA_MAX(clean_lo - it->jlo, 0), 16), it->jhi);
-    int64_t nk;
-    for (int64_t j0 = it->jlo; j0 < it->jhi; j0 += nk) {
-        const int64_t stop = j0 < left_end && left_end < cut_start ? left_end
-                             : j0 < cut_start                      ? cut_start
-                                                                   : it->jhi;
-        nk = TA_MIN(TA_FUSED_NK, stop - j0);
-        if (use_mask && tile_blocked(f, it, w, j0, nk)) continue;
-        /* A tile that a row bound cuts (the causal diagonal, a key length, a window): each
-         * row's key count lets the kernels skip the blocks no row of theirs needs (none,
-         * for a row whose window starts past the tile). */
-        const int32_t *rowk = NULL;
-        const bool left_cut = j0 < clean_lo, cut = j0 + nk > clean_end || left_cut;
-        if (cut || it->mq < MQ) { /* a short tile (decode) skips its empty vectors too */
-            for (int64_t r = 0; r < MQ; r++) {
-                int64_t e = r < it->mq ? (cut ? w->end[r] - j0 : nk) : 0;
-                if (r < it->mq && w->lo[r] >= TA_MIN(w->end[r], j0 + nk)) e = 0;
-                w->rowk[r] = (int32_t)(e < 0 ? 0 : e > nk ? nk : e);
-            }
-            rowk = w->rowk;
+    ir->cut_start = clean_end < it->jhi ? TA_MAX(it->jlo, clean_end / 16 * 16) : it->jhi;
+    ir->left_end = TA_MIN(it->jlo + ta_round_up(TA_MAX(clean_lo - it->jlo, 0), 16), it->jhi);
+    return true;
+}
+
+/* One online-softmax step of a work item: the key tile from j0 (at most TA_FUSED_NK
+ * keys, ending where item_begin's bounds say); returns its key count. */
+static int64_t item_tile(const fused_plan *f, const fused_item *it, const fused_ws *w,
+                         const item_run *ir, int64_t j0)
+{
+    const ta_sdpa_problem *p = f->p;
+    const ta_kernels *k = f->k;
+    const ta_sdpa_variants *v = &p->var;
+    const int64_t MQ = f->mq_max;
+    const int64_t stop = j0 < ir->left_end && ir->left_end < ir->cut_start ? ir->left_end
+                         : j0 < ir->cut_start                              ? ir->cut_start
+                                                                           : it->jhi;
+    const int64_t nk = TA_MIN(TA_FUSED_NK, stop - j0);
+    if (ir->use_mask && tile_blocked(f, it, w, j0, nk)) return nk;
+    /* A tile that a row bound cuts (the causal diagonal, a key length, a window): each
+     * row's key count lets the kernels skip the blocks no row of theirs needs (none,
+     * for a row whose window starts past the tile). */
+    const int32_t *rowk = NULL;
+    const bool left_cut = j0 < ir->clean_lo, cut = j0 + nk > ir->clean_end || left_cut;
+    if (cut || it->mq < MQ) { /* a short tile (decode) skips its empty vectors too */
+        for (int64_t r = 0; r < MQ; r++) {
+            int64_t e = r < it->mq ? (cut ? w->end[r] - j0 : nk) : 0;
+            if (r < it->mq && w->lo[r] >= TA_MIN(w->end[r], j0 + nk)) e = 0;
+            w->rowk[r] = (int32_t)(e < 0 ? 0 : e > nk ? nk : e);
         }
-        tile_scores(f, it, w, j0, nk, rowk);
-        if (f->scores_var)
-            ta_sdpa_fused_scores(k, v, w->s, MQ, it->mq, j0, nk, w->slope, w->pos);
-        if (use_mask || j0 + nk > clean_end) mask_tile(f, it, w, w->s, j0, nk, use_mask);
-        if (v->window && (left_cut || use_mask))
-            ta_sdpa_fused_window_mask(w->s, MQ, it->mq, j0, nk, w->lo, w->end);
-        if (few_rows(f, it)) k->attn_softmax_rows(w->s, MQ, w->m, w->l, w->alpha, nk, it->mq);
-        else k->attn_softmax(w->s, w->m, w->l, w->alpha, nk, it->mq);
-        if (p->Dv > 0) tile_pv(f, it, w, j0, nk, rowk);
+        rowk = w->rowk;
+    }
+    tile_scores(f, it, w, j0, nk, rowk);
+    if (f->scores_var) ta_sdpa_fused_scores(k, v, w->s, MQ, it->mq, j0, nk, w->slope, w->pos);
+    if (ir->use_mask || j0 + nk > ir->clean_end) mask_tile(f, it, w, w->s, j0, nk, ir->use_mask);
+    if (v->window && (left_cut || ir->use_mask))
+        ta_sdpa_fused_window_mask(w->s, MQ, it->mq, j0, nk, w->lo, w->end);
+    if (few_rows(f, it)) k->attn_softmax_rows(w->s, MQ, w->m, w->l, w->alpha, nk, it->mq);
+    else k->attn_softmax(w->s, w->m, w->l, w->alpha, nk, it->mq);
+    if (p->Dv > 0) tile_pv(f, it, w, j0, nk, rowk);
+    return nk;
+}
+
+/* The online softmax of one work item: leaves the unnormalised O, m and l of its rows
+ * in the workspace. */
+static void run_item(const fused_plan *f, const fused_item *it, const fused_ws *w)
+{
+    item_run ir;
+    if (!item_begin(f, it, w, &ir)) return;
+    for (int64_t j0 = it->jlo; j0 < it->jhi;) j0 += item_tile(f, it, w, &ir, j0);
+}
+
+/* The items of one sweep unit (the kv heads of a batch and key chunk, in a KV cache
+ * whose key rows hold every head side by side), each with its own workspace state,
+ * stepped together tile by tile: the tile of every head is read from one span of memory
+ * before the next tile (docs/inference.md, "Decode order"). */
+static void run_sweep(const fused_plan *f, const fused_item *its, int64_t n, const fused_ws *ws)
+{
+    item_run ir[TA_FUSED_SWEEP_MAX];
+    int64_t j0[TA_FUSED_SWEEP_MAX];
+    bool more = false;
+    for (int64_t h = 0; h < n; h++) {
+        j0[h] = item_begin(f, &its[h], &ws[h], &ir[h]) ? its[h].jlo : its[h].jhi;
+        more |= j0[h] < its[h].jhi;
+    }
+    while (more) {
+        more = false;
+        for (int64_t h = 0; h < n; h++)
+            if (j0[h] < its[h].jhi) {
+                j0[h] += item_tile(f, &its[h], &ws[h], &ir[h], j0[h]);
+                more |= j0[h] < its[h].jhi;
+            }
     }
 }
 
@@ -645,6 +711,35 @@ static int rows_kind(const ta_tensor *t, int64_t cols, int vl)
     return t->dtype == TA_F32 ? 0 : t->dtype == TA_F16 ? 1 : t->dtype == TA_BF16 ? 2 : -1;
 }
 
+/* How many kv heads a sweep steps together (run_sweep): Hkv when every tile is a
+ * few-row tile (one per group: a decode step), the few-row kernels read K and V in place
+ * and the key rows hold every head side by side (stride[1] < stride[2]: a KV cache
+ * [B, L, Hkv, D], paged or not), else 1. The order matters there: a head's next rows are
+ * Hkv * D elements apart, and reading a short tile of all heads keeps the reads within
+ * one span of memory (docs/inference.md, "Decode order"). */
+static int64_t sweep_heads(const fused_plan *f, bool any_lq)
+{
+    const ta_sdpa_problem *p = f->p;
+    if (f->kind_k < 0 || f->kind_v < 0 || p->Hkv < 2 || p->Hkv > TA_FUSED_SWEEP_MAX ||
+        (!any_lq && p->G * p->Lq > f->k->attn_rows_max))
+        return 1;
+    const bool side = p->K->stride[1] < p->K->stride[2] && p->V->stride[1] < p->V->stride[2];
+    return side ? p->Hkv : 1;
+}
+
+/* A thread's scratch bytes (f->ws_bytes): ws_layout's, and a sweep's further heads'
+ * states (f->state_bytes each). */
+static void plan_ws_bytes(fused_plan *f)
+{
+    ta_arena one = ta_arena_measure();
+    fused_ws w;
+    ws_layout(&one, &w, f);
+    ta_arena st = ta_arena_measure();
+    ws_state_layout(&st, &w, f, f->k->attn_rows_max);
+    f->state_bytes = ta_arena_bytes(&st);
+    f->ws_bytes = ta_arena_bytes(&one) + (size_t)(f->sweep - 1) * f->state_bytes;
+}
+
 static fused_plan make_plan(const ta_sdpa_problem *p)
 {
     fused_plan f = {.p = p, .k = ta_kernels_active(), .G = p->G};
@@ -669,10 +764,8 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
     f.chunk_keys = f.split ? ta_round_up((p->Lk + f.nchunks - 1) / f.nchunks, TA_FUSED_NK)
                            : p->Lk;
     if (f.split) f.nchunks = (p->Lk + f.chunk_keys - 1) / f.chunk_keys;
-    ta_arena one = ta_arena_measure();
-    fused_ws w;
-    ws_layout(&one, &w, &f);
-    f.ws_bytes = ta_arena_bytes(&one);
+    f.sweep = sweep_heads(&f, false);
+    plan_ws_bytes(&f);
     /* Partials (split only): per tile and chunk, m and l of mq_used rows, then mq_used
      * rows of Dv. */
     f.mq_used = TA_MIN(f.mq_max, p->Lq >= f.mq_max ? f.mq_max : f.G * p->Lq);
@@ -680,7 +773,7 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
     f.mrows = mask_table_rows(&p->mask);
     f.nitems = f.ntiles * f.nchunks;
     f.nparts = f.split ? f.nitems : 0;
-    f.nt = plan_threads(f.nitems);
+    f.nt = plan_threads(f.nitems / f.sweep); /* a sweep's unit: Hkv items */
     return f;
 }
 
@@ -740,7 +833,60 @@ size_t ta_sdpa_forward_fused_scratch_bound(const ta_sdpa_problem *p)
         f.nitems = TA_MAX(f.ntiles, f.nparts);
         f.nt = plan_threads(f.nitems);
     }
+    if (sweep_heads(&f, true) > f.sweep) { /* a sequence of fewer queries may sweep */
+        f.sweep = sweep_heads(&f, true);
+        plan_ws_bytes(&f);
+        f.nt = plan_threads(f.nitems);
+    }
     return plan_bytes(&f);
+}
+
+/* A tile's keys [*jlo, *jhi): from the smallest first key of its rows (a window's;
+ * rounded down to 16 keys) to the largest row bound; 0, 0 when no row sees a key. */
+static void tile_keys(const fused_plan *f, const fused_item *base, int64_t *jlo, int64_t *jhi)
+{
+    int64_t jmin = f->p->Lk, jmax = 0;
+    for (int64_t r = 0; r < base->mq; r++) {
+        int64_t h, i, lo;
+        bool exact;
+        row_hi(f, base->hkv, base->r0 + r, &h, &i);
+        const int64_t e = row_keys(f, base->b, h, i, &lo, &exact);
+        if (lo >= e) continue; /* sees no key */
+        if (e > jmax) jmax = e;
+        if (lo < jmin) jmin = lo;
+    }
+    *jlo = jmin >= jmax ? 0 : jmin / 16 * 16;
+    *jhi = jmax;
+}
+
+/* The work list of a sweep (f->sweep kv heads, one tile each): per batch and key chunk,
+ * one unit of the Hkv items (hkv in order), as many chunks as the head with the most
+ * keys needs (the others get empty items there: exact zeros in the merge). */
+static int64_t build_sweep(const fused_plan *f, const fused_mem *m)
+{
+    const ta_sdpa_problem *p = f->p;
+    int64_t n = 0;
+    for (int64_t b = 0; b < p->B; b++) {
+        fused_item base[TA_FUSED_SWEEP_MAX];
+        int64_t jlo[TA_FUSED_SWEEP_MAX], jhi[TA_FUSED_SWEEP_MAX], nch = 1;
+        for (int64_t hkv = 0; hkv < p->Hkv; hkv++) {
+            const int64_t g = b * p->Hkv + hkv;
+            base[hkv] = (fused_item){.b = b, .hkv = hkv, .r0 = m->t_r0[0], .mq = m->t_mq[0], .tile = g};
+            tile_keys(f, &base[hkv], &jlo[hkv], &jhi[hkv]);
+            while (f->split && nch < f->nchunks && nch * f->chunk_keys < jhi[hkv]) nch++;
+        }
+        for (int64_t c = 0; c < nch; c++)
+            for (int64_t hkv = 0; hkv < p->Hkv; hkv++) {
+                fused_item it = base[hkv];
+                it.chunk = c;
+                it.jlo = TA_MAX(c * f->chunk_keys, jlo[hkv]);
+                it.jhi = TA_MIN(c * f->chunk_keys + f->chunk_keys, jhi[hkv]);
+                if (it.jhi < it.jlo) it.jhi = it.jlo;
+                m->items[n++] = it;
+            }
+        for (int64_t hkv = 0; f->split && hkv < p->Hkv; hkv++) m->t_nch[base[hkv].tile] = nch;
+    }
+    return n;
 }
 
 /* The work list, in schedule order: group by group, and within a group the tiles from
@@ -749,25 +895,15 @@ size_t ta_sdpa_forward_fused_scratch_bound(const ta_sdpa_problem *p)
 static int64_t build_items(const fused_plan *f, const fused_mem *m)
 {
     const ta_sdpa_problem *p = f->p;
+    if (f->sweep > 1) return build_sweep(f, m);
     int64_t n = 0;
     for (int64_t g = 0; g < f->ngroups; g++) {
         for (int64_t k = 0; k < f->tpg; k++) {
             int64_t t = tile_in_order(f, k);
             fused_item base = {.b = g / p->Hkv, .hkv = g % p->Hkv, .r0 = m->t_r0[t],
                                .mq = m->t_mq[t], .tile = g * f->tpg + t};
-            /* the keys of the tile's rows: from the smallest first key (a window's;
-             * rounded down to 16 keys) to the largest row bound */
-            int64_t jmin = p->Lk, jmax = 0;
-            for (int64_t r = 0; r < base.mq; r++) {
-                int64_t h, i, lo;
-                row_hi(f, base.hkv, base.r0 + r, &h, &i);
-                bool exact;
-                int64_t e = row_keys(f, base.b, h, i, &lo, &exact);
-                if (lo >= e) continue; /* sees no key */
-                if (e > jmax) jmax = e;
-                if (lo < jmin) jmin = lo;
-            }
-            jmin = jmin >= jmax ? 0 : jmin / 16 * 16;
+            int64_t jmin, jmax;
+            tile_keys(f, &base, &jmin, &jmax);
             int64_t c = 0;
             for (; c < f->nchunks; c++) {
                 if (f->split && c > 0 && c * f->chunk_keys >= jmax) break; /* and later ones */
@@ -846,12 +982,30 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
          * the padding lanes hold a previous item's values, finite or not, after this. */
         memset(w.s, 0, sizeof(float) * (size_t)(f.mq_max * TA_FUSED_NK));
         for (int64_t r = 0; r < f.mq_max; r++) w.ones[r] = 1.0f;
+        if (f.sweep > 1) { /* the further heads' states follow the shared part */
+            fused_ws ws[TA_FUSED_SWEEP_MAX];
+            ws[0] = w;
+            for (int64_t h = 1; h < f.sweep; h++) {
+                ws[h] = w;
+                ws_state_layout(&mine, &ws[h], &f, f.k->attn_rows_max);
+            }
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t u = 0; u < nitems / f.sweep; u++) {
+                const fused_item *its = &m.items[u * f.sweep];
+                run_sweep(&f, its, f.sweep, ws);
+                for (int64_t h = 0; h < f.sweep; h++) {
+                    if (f.split) store_partial(&f, &m, &its[h], &ws[h]);
+                    else finish_item(&f, &its[h], &ws[h]);
+                }
+            }
+        } else {
 #pragma omp for schedule(dynamic, grab)
-        for (int64_t n = 0; n < nitems; n++) {
-            const fused_item *it = &m.items[n];
-            run_item(&f, it, &w);
-            if (f.split) store_partial(&f, &m, it, &w);
-            else finish_item(&f, it, &w);
+            for (int64_t n = 0; n < nitems; n++) {
+                const fused_item *it = &m.items[n];
+                run_item(&f, it, &w);
+                if (f.split) store_partial(&f, &m, it, &w);
+                else finish_item(&f, it, &w);
+            }
         }
     }
     if (f.split) merge_partials(&f, &m);
