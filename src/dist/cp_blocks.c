@@ -102,7 +102,8 @@ static void window_cut(const cp_ctx *ctx, cp_piece *pc)
     pc->delta += ra;
     int64_t lo = 0, hi = pc->nkeys;
     if (left >= 0 && pc->delta - left > lo) lo = pc->delta - left;
-    if (right >= 0 && pc->b - pc->a + pc->delta + right < hi) hi = pc->b - pc->a + pc->delta + right;
+    const int64_t last_hi = pc->b - pc->a + pc->delta + right; /* of the last row */
+    if (right >= 0 && last_hi < hi) hi = last_hi;
     pc->kb += lo;
     pc->nkeys = hi - lo;
     pc->delta -= lo;

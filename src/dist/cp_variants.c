@@ -75,7 +75,8 @@ void cp_sinks_merge(const cp_ctx *ctx, float *o, float *lse, int64_t Lr)
 #pragma omp parallel for num_threads(ta_get_num_threads()) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const int64_t h = r / Lr % ctx->H;
-        const float l = lse[r], with = ta_sdpa_lse_with_sink(l, ((const float *)s->data)[h * s->stride[0]]);
+        const float sigma = ((const float *)s->data)[h * s->stride[0]];
+        const float l = lse[r], with = ta_sdpa_lse_with_sink(l, sigma);
         /* the keys' part weighs exp(l - with); a row that saw no key keeps O = 0 */
         if (isfinite(l) && isfinite(with)) {
             const float w = (float)exp((double)l - (double)with);

@@ -173,7 +173,8 @@ double ta_sdpa_sink_grad_head(const ta_tensor *O, const ta_tensor *dO, const ta_
             const double l = at4(lse, b, h, i, 0);
             if (l == -INFINITY) continue; /* attended to nothing, not even a sink */
             double d = 0.0; /* D_i = rowsum(dO_i * O_i) */
-            for (int64_t c = 0; c < O->shape[3]; c++) d += at4(dO, b, h, i, c) * at4(O, b, h, i, c);
+            for (int64_t c = 0; c < O->shape[3]; c++)
+                d += at4(dO, b, h, i, c) * at4(O, b, h, i, c);
             acc -= exp(sigma - l) * d;
         }
     return acc;

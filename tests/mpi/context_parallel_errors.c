@@ -323,7 +323,8 @@ void test_variants_disagree_and_bad_values(void **state)
     st = ta_sdpa_context_parallel(MPI_COMM_WORLD, TA_CP_RING, &t.o, &t.q, &t.k, &t.v, &opts, NULL);
     expect_everywhere(st, TA_EINVAL, "opts->dsinks", NULL, &t);
     ta_tensor g[3];
-    for (int i = 0; i < 3; i++) TA_CHECK_OK(ta_tensor_full(&g[i], 4, i ? t.k.shape : t.q.shape, 7.0f));
+    for (int i = 0; i < 3; i++)
+        TA_CHECK_OK(ta_tensor_full(&g[i], 4, i ? t.k.shape : t.q.shape, 7.0f));
     opts = (ta_sdpa_opts){.dsinks = &dsinks};
     st = ta_sdpa_context_parallel_backward(MPI_COMM_WORLD, TA_CP_ZIGZAG, &g[0], &g[1], &g[2],
                                            &t.o, &t.q, &t.k, &t.v, &t.o, &t.lse, &opts, NULL);

@@ -1,9 +1,10 @@
 /* The command line under mpirun: `mpirun -np P tensorattn sdpa ... --context-parallel
  * ring|zigzag|ulysses` with --lse and the backward flags gives the files the
  * single-process ta_sdpa / ta_sdpa_backward would (1e-5), for P = 2, 3, 4, causal and not,
- * GQA, an odd length, the variants (window, softcap, ALiBi, sinks and dsinks); and on an error every rank exits with the same non-zero code (2 for
- * usage, 1 for input or computation) while exactly one "tensorattn: error: ..." line
- * reaches stderr (mpirun adds its own notice), and no output file is written. */
+ * GQA, an odd length, the variants (window, softcap, ALiBi, sinks and dsinks); and on an
+ * error every rank exits with the same non-zero code (2 for usage, 1 for input or
+ * computation) while exactly one "tensorattn: error: ..." line reaches stderr (mpirun
+ * adds its own notice), and no output file is written. */
 #include "ta_test.h"
 #include "cli_run.h"
 

@@ -4,7 +4,8 @@
  * single-process ta_sdpa / ta_sdpa_backward of the whole sequence (1e-5, relative to
  * max(1, |ref|)): ring, zigzag and Ulysses, causal and not, GQA, D != Dv, odd lengths
  * (uneven shards), ranks holding no rows, a ring split that is not the standard one,
- * strided views and bfloat16 inputs; determinism; and the errors: an unsupported option,
+ * strided views and bfloat16 inputs; the attention variants (context_parallel_variants.c:
+ * window, softcap, ALiBi, sinks and dsinks); determinism; and the errors: an unsupported option,
  * one rank's bad shape, ranks that disagree, shards a scheme cannot take, each giving every
  * rank the same status and message (no hang), the outputs untouched.
  * The largest error is reduced over the ranks before any assertion, so all ranks pass or
@@ -84,7 +85,8 @@ typedef struct whole {
 /* The case's options over w's slopes and sinks (dsinks: the backward's output, or NULL). */
 static ta_sdpa_opts case_opts(const cp_case *c, bool causal, whole *w, ta_tensor *dsinks)
 {
-    return (ta_sdpa_opts){.scale = c->scale, .causal = causal ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_NONE,
+    return (ta_sdpa_opts){.scale = c->scale,
+                          .causal = causal ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_NONE,
                           .key_lengths = c->klen, .has_window = c->window,
                           .window_left = c->wl, .window_right = c->wr, .softcap = c->softcap,
                           .alibi_slopes = c->alibi ? &w->slopes : NULL,
@@ -100,7 +102,8 @@ static void variant_tensors(whole *w, const cp_case *c)
     if (c->alibi) {
         TA_CHECK_OK(ta_tensor_empty(&w->slopes, c->alibi, c->alibi == 1 ? &bh[1] : bh));
         float *a = w->slopes.data;
-        for (int64_t i = 0; i < ta_tensor_numel(&w->slopes); i++) a[i] = 0.02f + 0.03f * (float)(i % 5);
+        for (int64_t i = 0; i < ta_tensor_numel(&w->slopes); i++)
+            a[i] = 0.02f + 0.03f * (float)(i % 5);
     }
     if (c->sinks) {
         TA_CHECK_OK(ta_tensor_empty(&w->sinks, 1, &bh[1]));
