@@ -53,7 +53,8 @@ function(ta_mpi_tests)
   set(prog "")
   if(TA_MPI_FOUND)
     add_executable(test_context_parallel ${PROJECT_SOURCE_DIR}/tests/mpi/test_context_parallel.c
-      ${PROJECT_SOURCE_DIR}/tests/mpi/context_parallel_errors.c)
+      ${PROJECT_SOURCE_DIR}/tests/mpi/context_parallel_errors.c
+      ${PROJECT_SOURCE_DIR}/tests/mpi/context_parallel_variants.c)
     add_executable(test_cli_context_parallel ${PROJECT_SOURCE_DIR}/tests/mpi/test_cli_context_parallel.c)
     foreach(name test_context_parallel test_cli_context_parallel)
       target_compile_options(${name} PRIVATE ${TA_WARNINGS})

@@ -43,7 +43,10 @@
  *   Lq == Lk), path, and lse (output [B, H, Lr], float32, the global log-sum-exp of each
  *   row: what the backward needs), key_lengths (B global lengths in [0, L], L the whole
  *   sequence, the same on every rank: keys at global positions >= key_lengths[b] are
- *   padding). mask, weights, cu_seqlens and the variants (window, softcap, ALiBi, sinks)
+ *   padding), and the variants of include/tensorattn.h on global positions (rel = j - i
+ *   of the whole sequence): the window, softcap, alibi_slopes ([H] or [B, H]) and sinks
+ *   (each row's sink joins its denominator once; the backward's opts->dsinks [H] is summed
+ *   over every rank's rows and is the same on every rank). mask, weights and cu_seqlens
  *   are refused (TA_EUNSUPPORTED). opts->workspace is not
  *   used: a call takes one buffer before communicating (kept between calls: ta_cp_release).
  *   stats: NULL, or this rank's timings and traffic for the call (ta_cp_stats).
@@ -58,8 +61,9 @@
  * The communicator is duplicated for the call (its own tags), so it may carry other
  * traffic. MPI must be initialised; only the calling thread makes MPI calls
  * (MPI_THREAD_FUNNELED is enough) while OpenMP threads compute.
- * Errors: TA_EINVAL (NULL, MPI not initialised, a bad scheme, ranks that disagree, key
- *   lengths outside [0, L]),
+ * Errors: TA_EINVAL (NULL, MPI not initialised, a bad scheme, ranks that disagree --
+ *   options, key lengths, the variants and their slopes' and sinks' values --, key
+ *   lengths outside [0, L], a variant's bad value as ta_sdpa gives it),
  *   TA_ESHAPE (shapes, Lq != Lk, a shard that does not fit the scheme, H or Hkv not
  *   divisible by P for Ulysses), TA_EUNSUPPORTED (options above), TA_ENOMEM, TA_EIO (MPI).
  *   On error the outputs are untouched. */

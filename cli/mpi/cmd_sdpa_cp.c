@@ -13,6 +13,8 @@ static const char help[] =
     "                       --q Q.npy --k K.npy --v V.npy -o O.npy\n"
     "                       [--causal [top_left|bottom_right]] [--scale S] [--threads N]\n"
     "                       [--lse LSE.npy] [--key-lengths L.npy]\n"
+    "                       [--window LEFT,RIGHT] [--softcap C] [--alibi-slopes S.npy]\n"
+    "                       [--sinks S.npy] [--dsinks dS.npy]\n"
     "                       [--grad-out dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]\n"
     "\n"
     "Scaled dot-product attention split over the MPI ranks along the sequence (context\n"
@@ -27,35 +29,34 @@ static const char help[] =
     "  ulysses  all-to-all from sequence shards to head shards and back (needs\n"
     "           H % P == 0 and Hkv % P == 0)\n"
     "  Lengths that do not divide evenly give the first shards one row more.\n"
-    "  --causal, --scale, --lse, --key-lengths and the backward flags as in tensorattn\n"
-    "  sdpa (--causal's two alignments agree here, since Lq == Lk; the key lengths count\n"
-    "  keys of the whole sequence).\n"
+    "  --causal, --scale, --lse, --key-lengths, the variants (--window, --softcap,\n"
+    "  --alibi-slopes, --sinks, --dsinks) and the backward flags as in tensorattn sdpa\n"
+    "  (--causal's two alignments agree here, since Lq == Lk; the key lengths count keys\n"
+    "  of the whole sequence, and rel = j - i counts global positions).\n"
     "  --threads  threads per rank (default: the cores this rank may use, shared among\n"
     "             the ranks on its node; OMP_NUM_THREADS is respected)\n"
-    "Not with --context-parallel: --mask, --weights, --cu-seqlens-q/-k,\n"
-    "--window, --softcap, --alibi-slopes, --sinks, --kv-dtype.\n"
+    "Not with --context-parallel: --mask, --weights, --cu-seqlens-q/-k, --kv-dtype.\n"
     "On an error every rank exits non-zero (2 usage, 1 input or computation) and rank 0\n"
     "prints the one error line. As root in a container: mpirun --allow-run-as-root\n"
     "--oversubscribe, with OMPI_MCA_btl_vader_single_copy_mechanism=none set.\n";
 
 enum { O_CP, O_Q, O_K, O_V, O_OUT, O_CAUSAL, O_SCALE, O_THREADS, O_LSE, O_GRAD, O_DQ, O_DK, O_DV,
-       O_KLEN, O_REFUSED };
+       O_KLEN, O_WINDOW, O_SOFTCAP, O_ALIBI, O_SINKS, O_DSINKS, O_REFUSED };
 
 /* sdpa's flags that context parallelism does not take (a clear usage error, not
  * "unknown option") */
-static const char *const refused[] = {"--mask",         "--mask-mode",     "--weights",
-                                      "--cu-seqlens-q", "--cu-seqlens-k",  "--window",
-                                      "--softcap",      "--alibi-slopes",  "--sinks",
-                                      "--dsinks",       "--kv-dtype"};
+static const char *const refused[] = {"--mask",          "--mask-mode",     "--weights",
+                                      "--cu-seqlens-q",  "--cu-seqlens-k",  "--kv-dtype"};
 enum { N_REFUSED = sizeof refused / sizeof refused[0] };
 
 typedef struct cp_args {
     ta_cp_scheme scheme;
     ta_sdpa_opts so;
     bool grad;
-    const char *in[4];  /* --q, --k, --v, --grad-out */
+    const char *in[6];  /* --q, --k, --v, --grad-out, --alibi-slopes, --sinks (or NULL) */
     const char *klen;   /* --key-lengths, or NULL */
     const char *out[5]; /* -o, --lse, --dq, --dk, --dv (NULL: not wanted) */
+    const char *dsinks; /* --dsinks, or NULL */
 } cp_args;
 
 /* The flags (the same verdict on every rank, printed by rank 0 alone). */
@@ -68,8 +69,8 @@ static int parse_flags(cli_opt *opts, int argc, char **argv, cp_args *a)
     for (int i = 0; i < N_REFUSED; i++)
         if (opts[O_REFUSED + i].given)
             return cli_error(CLI_USAGE, "%s does not combine with --context-parallel (context "
-                             "parallelism takes --causal, --scale, --lse, --key-lengths and the "
-                             "backward flags)",
+                             "parallelism takes --causal, --scale, --lse, --key-lengths, the "
+                             "variants and the backward flags)",
                              refused[i]);
     if (ta_cp_scheme_parse(&a->scheme, opts[O_CP].value))
         return cli_error(CLI_USAGE, "--context-parallel expects ring, zigzag or ulysses, got '%s'",
@@ -89,9 +90,15 @@ static int parse_flags(cli_opt *opts, int argc, char **argv, cp_args *a)
         return CLI_USAGE;
     if (opts[O_SCALE].given && a->so.scale == 0.0f)
         return cli_error(CLI_USAGE, "--scale must be nonzero");
+    if (opts[O_DSINKS].given && !(a->grad && opts[O_SINKS].given))
+        return cli_error(CLI_USAGE, "--dsinks needs the backward pass (--grad-out ...) and "
+                                    "--sinks");
+    if (!cli_variant_flags(opts, &a->so)) return CLI_USAGE;
     if (!cli_threads(opts)) return CLI_USAGE;
-    const int in[4] = {O_Q, O_K, O_V, O_GRAD}, out[5] = {O_OUT, O_LSE, O_DQ, O_DK, O_DV};
-    for (int i = 0; i < 4; i++) a->in[i] = opts[in[i]].value;
+    const int in[6] = {O_Q, O_K, O_V, O_GRAD, O_ALIBI, O_SINKS};
+    const int out[5] = {O_OUT, O_LSE, O_DQ, O_DK, O_DV};
+    for (int i = 0; i < 6; i++) a->in[i] = opts[in[i]].given ? opts[in[i]].value : NULL;
+    a->dsinks = opts[O_DSINKS].given ? opts[O_DSINKS].value : NULL;
     for (int i = 0; i < 5; i++) a->out[i] = opts[out[i]].given ? opts[out[i]].value : NULL;
     a->klen = opts[O_KLEN].given ? opts[O_KLEN].value : NULL;
     return CLI_OK;
@@ -100,17 +107,17 @@ static int parse_flags(cli_opt *opts, int argc, char **argv, cp_args *a)
 /* Every tensor of a run: the full inputs, this rank's shards, its outputs, and (on rank 0)
  * the gathered outputs. */
 typedef struct cp_data {
-    ta_tensor full[4], in[4];  /* q, k, v, dout */
+    ta_tensor full[6], in[4];  /* q, k, v, dout; full only: ALiBi slopes, sinks */
     ta_tensor out[5], gath[5]; /* o, lse, dq, dk, dv */
+    ta_tensor dsinks;          /* [H], the same on every rank */
     int64_t *klen;             /* --key-lengths [B] (global lengths), or NULL */
 } cp_data;
 
 static void free_data(cp_data *d)
 {
-    for (int i = 0; i < 4; i++) {
-        ta_tensor_free(&d->full[i]);
-        ta_tensor_free(&d->in[i]);
-    }
+    for (int i = 0; i < 6; i++) ta_tensor_free(&d->full[i]);
+    for (int i = 0; i < 4; i++) ta_tensor_free(&d->in[i]);
+    ta_tensor_free(&d->dsinks);
     for (int i = 0; i < 5; i++) {
         ta_tensor_free(&d->out[i]);
         ta_tensor_free(&d->gath[i]);
@@ -134,10 +141,11 @@ static int out_shape(int64_t shape[4], const cp_data *d, int i, int64_t L)
 /* Reads the inputs on every rank and takes this rank's shards; allocates its outputs. */
 static void load(cli_mpi *m, const cp_args *a, cp_data *d)
 {
-    static const char *const flag[4] = {"--q", "--k", "--v", "--grad-out"};
+    static const char *const flag[6] = {"--q", "--k", "--v", "--grad-out", "--alibi-slopes",
+                                        "--sinks"};
     const int n = a->grad ? 4 : 3;
-    for (int i = 0; i < n && !m->code; i++)
-        if (ta_npy_load(&d->full[i], a->in[i]))
+    for (int i = 0; i < 6 && !m->code; i++)
+        if (a->in[i] && ta_npy_load(&d->full[i], a->in[i]))
             cli_mpi_fail(m, CLI_FAIL, "reading %s: %s", flag[i], ta_last_error());
     if (m->code) return;
     const ta_tensor *f = d->full;
@@ -172,6 +180,8 @@ static void load(cli_mpi *m, const cp_args *a, cp_data *d)
         if (ta_tensor_empty(&d->out[i], nd, shape))
             cli_mpi_fail(m, CLI_FAIL, "sdpa: %s", ta_last_error());
     }
+    if (a->dsinks && !m->code && ta_tensor_empty(&d->dsinks, 1, &f[0].shape[1]))
+        cli_mpi_fail(m, CLI_FAIL, "sdpa: %s", ta_last_error());
 }
 
 /* Gathers the outputs on rank 0 and writes them there. */
@@ -192,6 +202,9 @@ static void gather_and_write(cli_mpi *m, const cp_args *a, cp_data *d)
     for (int i = 0; i < 5 && m->rank == 0 && !m->code; i++)
         if (a->out[i] && ta_npy_save(a->out[i], &d->gath[i]))
             cli_mpi_fail(m, CLI_FAIL, "writing %s: %s", flag[i], ta_last_error());
+    /* dsinks: summed over every rank's rows, the same everywhere */
+    if (a->dsinks && m->rank == 0 && !m->code && ta_npy_save(a->dsinks, &d->dsinks))
+        cli_mpi_fail(m, CLI_FAIL, "writing --dsinks: %s", ta_last_error());
     cli_mpi_sync(m);
 }
 
@@ -204,6 +217,8 @@ static int run(cli_mpi *m, cp_args *a)
     if (!rc) {
         a->so.lse = d.out[1].data ? &d.out[1] : NULL;
         a->so.key_lengths = d.klen;
+        a->so.alibi_slopes = a->in[4] ? &d.full[4] : NULL;
+        a->so.sinks = a->in[5] ? &d.full[5] : NULL;
         if (ta_sdpa_context_parallel(MPI_COMM_WORLD, a->scheme, &d.out[0], &d.in[0], &d.in[1],
                                      &d.in[2], &a->so, NULL))
             rc = cli_mpi_lib_fail(m, "sdpa");
@@ -211,6 +226,7 @@ static int run(cli_mpi *m, cp_args *a)
     if (!rc && a->grad) {
         ta_sdpa_opts bo = a->so;
         bo.lse = NULL;
+        bo.dsinks = a->dsinks ? &d.dsinks : NULL;
         if (ta_sdpa_context_parallel_backward(MPI_COMM_WORLD, a->scheme, &d.out[2], &d.out[3],
                                               &d.out[4], &d.in[3], &d.in[0], &d.in[1], &d.in[2],
                                               &d.out[0], &d.out[1], &bo, NULL))
@@ -243,6 +259,11 @@ int cmd_sdpa_context_parallel(int argc, char **argv)
         [O_DK] = {.name = "--dk", .takes_value = true},
         [O_DV] = {.name = "--dv", .takes_value = true},
         [O_KLEN] = {.name = "--key-lengths", .takes_value = true},
+        [O_WINDOW] = {.name = "--window", .takes_value = true},
+        [O_SOFTCAP] = {.name = "--softcap", .takes_value = true},
+        [O_ALIBI] = {.name = "--alibi-slopes", .takes_value = true},
+        [O_SINKS] = {.name = "--sinks", .takes_value = true},
+        [O_DSINKS] = {.name = "--dsinks", .takes_value = true},
     };
     for (int i = 0; i < N_REFUSED; i++)
         opts[O_REFUSED + i] = (cli_opt){.name = refused[i], .takes_value = true};

@@ -22,17 +22,28 @@ static ta_status check_tensors(const ta_tensor *const *t, const char *const *nam
     return TA_OK;
 }
 
-/* The options of the block calls: the caller's scale and path; causal, key lengths, lse
- * and the workspace are set per call (the key lengths are global, checked against the
- * whole sequence in the agreement). */
-static ta_sdpa_opts block_opts(const ta_sdpa_opts *opts)
+/* The options the library checks on this rank's shard: the caller's, without the key
+ * lengths (global, checked against the whole sequence in the agreement) and the
+ * workspace (not used). */
+static ta_sdpa_opts local_opts(const ta_sdpa_opts *opts)
 {
     ta_sdpa_opts o = *opts;
-    o.causal = TA_CAUSAL_NONE;
     o.key_lengths = NULL;
+    o.workspace = (ta_workspace){0};
+    return o;
+}
+
+/* The options of the block calls: the caller's scale, path, window, softcap and ALiBi;
+ * causal, key lengths and lse are set per call; the sinks join once, in the merge
+ * (cp_variants.c), not in every block. */
+static ta_sdpa_opts block_opts(const ta_sdpa_opts *opts)
+{
+    ta_sdpa_opts o = local_opts(opts);
+    o.causal = TA_CAUSAL_NONE;
     o.lse = NULL;
     o.weights = NULL;
-    o.workspace = (ta_workspace){0};
+    o.sinks = NULL;
+    o.dsinks = NULL;
     return o;
 }
 
@@ -59,9 +70,7 @@ ta_status ta_sdpa_context_parallel(MPI_Comm comm, ta_cp_scheme scheme, ta_tensor
     if (!st) st = cp_check_opts(opts);
     if (!st) { /* the library's own checks on this rank's shard */
         size_t bytes;
-        ta_sdpa_opts o = block_opts(opts);
-        o.causal = opts->causal;
-        o.lse = opts->lse;
+        ta_sdpa_opts o = local_opts(opts);
         st = ta_sdpa_workspace_size(&bytes, O, Q, K, V, &o);
     }
     c.block_opts = block_opts(opts);
@@ -94,8 +103,7 @@ ta_status ta_sdpa_context_parallel_backward(MPI_Comm comm, ta_cp_scheme scheme, 
     if (!st) st = cp_check_opts(opts);
     if (!st) {
         size_t bytes;
-        ta_sdpa_opts o = block_opts(opts);
-        o.causal = opts->causal;
+        ta_sdpa_opts o = local_opts(opts);
         st = ta_sdpa_backward_workspace_size(&bytes, dQ, dK, dV, dO, Q, K, V, O, lse, &o);
     }
     c.block_opts = block_opts(opts);
@@ -103,6 +111,7 @@ ta_status ta_sdpa_context_parallel_backward(MPI_Comm comm, ta_cp_scheme scheme, 
     if (!st)
         st = scheme == TA_CP_ULYSSES ? cp_ulysses_backward(&c, dQ, dK, dV, dO, Q, K, V, O, lse)
                                      : cp_ring_backward(&c, dQ, dK, dV, dO, Q, K, V, O, lse);
+    if (!st) st = cp_sinks_grad(&c, dO, O, lse); /* summed over every rank's rows */
     cp_end(&c, stats);
     return st;
 }

@@ -26,8 +26,18 @@ static void span(const cp_chunk *c, int lo, int hi, int64_t *r0, int64_t *n)
     *n = c[hi].local + c[hi].len - c[lo].local;
 }
 
+/* The call of query chunks qlo .. qhi against block chunks klo .. khi. */
+static cp_call call_of(const cp_chunk *me, int qlo, int qhi, const cp_chunk *blk, int klo,
+                       int khi, bool diag)
+{
+    cp_call c = {.qg = me[qlo].start, .kg = blk[klo].start, .diag = diag};
+    span(me, qlo, qhi, &c.q0, &c.nq);
+    span(blk, klo, khi, &c.k0, &c.nk);
+    return c;
+}
+
 int cp_plan_step(cp_call call[CP_MAX_CALLS], const cp_chunk *me, int nme, const cp_chunk *blk,
-                 int nblk, bool causal)
+                 int nblk, bool causal, bool split)
 {
     int kind[2][2], qlo = 2, qhi = -1, klo = 2, khi = -1, n = 0;
     for (int i = 0; i < nme; i++)
@@ -41,33 +51,23 @@ int cp_plan_step(cp_call call[CP_MAX_CALLS], const cp_chunk *me, int nme, const 
         }
     /* the whole pairs: one call when they fill the rectangle they span (a rank's chunks
      * are adjacent in its tensors), else one call per query chunk */
-    bool rect = qhi >= 0;
+    bool rect = qhi >= 0 && !split;
     for (int i = qlo; rect && i <= qhi; i++)
         for (int j = klo; j <= khi; j++) rect = rect && kind[i][j] == FULL;
-    if (rect) {
-        cp_call c = {.diag = false};
-        span(me, qlo, qhi, &c.q0, &c.nq);
-        span(blk, klo, khi, &c.k0, &c.nk);
-        call[n++] = c;
-    }
+    if (rect) call[n++] = call_of(me, qlo, qhi, blk, klo, khi, false);
     for (int i = 0; qhi >= 0 && !rect && i < nme; i++) {
         int lo = 2, hi = -1;
         for (int j = 0; j < nblk; j++)
             if (kind[i][j] == FULL) {
+                if (split) call[n++] = call_of(me, i, i, blk, j, j, false);
                 lo = j < lo ? j : lo;
                 hi = j;
             }
-        if (hi < 0) continue;
-        cp_call c = {.diag = false};
-        span(me, i, i, &c.q0, &c.nq);
-        span(blk, lo, hi, &c.k0, &c.nk);
-        call[n++] = c;
+        if (hi >= 0 && !split) call[n++] = call_of(me, i, i, blk, lo, hi, false);
     }
     for (int i = 0; i < nme; i++)
         for (int j = 0; j < nblk; j++)
-            if (kind[i][j] == DIAG)
-                call[n++] = (cp_call){.q0 = me[i].local, .nq = me[i].len, .k0 = blk[j].local,
-                                      .nk = blk[j].len, .diag = true};
+            if (kind[i][j] == DIAG) call[n++] = call_of(me, i, i, blk, j, j, true);
     return n;
 }
 
@@ -80,16 +80,48 @@ int cp_pieces(const cp_call *c, bool want_many)
     return n < 1 ? 1 : n > 8 ? 8 : (int)n;
 }
 
-cp_piece cp_piece_at(const cp_call *c, int p, int n)
+/* The window's cut of a piece (rel = j - (i + delta) within [-left, right]): first the
+ * rows that see some key of the piece, then the keys those rows see. The rows i of a
+ * piece see keys i + delta - left .. i + delta + right, a range moving with i, so both
+ * cuts are contiguous. A diagonal piece keeps its rows (each sees its own key) and its
+ * last key (no row sees past the diagonal), so its bottom-right alignment still holds:
+ * nkeys - (b - a) = delta after the cut. */
+static void window_cut(const cp_ctx *ctx, cp_piece *pc)
+{
+    const int64_t left = ctx->win_left, right = ctx->win_right;
+    int64_t ra = 0, rb = pc->b - pc->a;
+    if (right >= 0 && -pc->delta - right > ra) ra = -pc->delta - right;
+    if (left >= 0 && pc->nkeys - pc->delta + left < rb) rb = pc->nkeys - pc->delta + left;
+    if (ra >= rb) { /* no row sees a key of this block */
+        pc->b = pc->a;
+        pc->nkeys = 0;
+        return;
+    }
+    pc->b = pc->a + rb;
+    pc->a += ra;
+    pc->delta += ra;
+    int64_t lo = 0, hi = pc->nkeys;
+    if (left >= 0 && pc->delta - left > lo) lo = pc->delta - left;
+    const int64_t last_hi = pc->b - pc->a + pc->delta + right; /* of the last row */
+    if (right >= 0 && last_hi < hi) hi = last_hi;
+    pc->kb += lo;
+    pc->nkeys = hi - lo;
+    pc->delta -= lo;
+}
+
+cp_piece cp_piece_at(const cp_ctx *ctx, const cp_call *c, int p, int n)
 {
     cp_piece pc;
     pc.a = c->nq * p / n;
     pc.b = c->nq * (p + 1) / n;
     /* a piece of the diagonal square: rows a .. b-1 see keys 0 .. b-1 up to the diagonal,
      * which is bottom-right alignment of a (b - a) x b block */
+    pc.kb = c->k0;
     pc.nkeys = c->diag ? pc.b : c->nk;
+    pc.delta = c->qg + pc.a - c->kg;
     pc.causal = c->diag ? TA_CAUSAL_BOTTOM_RIGHT : TA_CAUSAL_NONE;
     pc.key_lengths = NULL;
+    if (ctx->win_left >= 0 || ctx->win_right >= 0) window_cut(ctx, &pc);
     return pc;
 }
 

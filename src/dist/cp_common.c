@@ -126,6 +126,7 @@ typedef struct cp_desc {
     int32_t has_klen;
     uint64_t klen_hash; /* FNV-1a of the key lengths */
     int64_t shape[6]; /* B, H, Hkv, D, Dv, Lr */
+    cp_vdesc var;     /* window, softcap, ALiBi, sinks */
     char msg[CP_MSG];
 } cp_desc;
 
@@ -180,15 +181,13 @@ ta_status cp_check_opts(const ta_sdpa_opts *o)
 {
     const char *what = o->mask                               ? "a mask (opts->mask)"
                        : o->weights                          ? "attention weights (opts->weights)"
-                       : o->cu_seqlens_q || o->cu_seqlens_k  ? "variable-length batches (cu_seqlens)"
-                       : o->has_window                       ? "a window (opts->has_window)"
-                       : o->softcap != 0.0f                  ? "a softcap (opts->softcap)"
-                       : o->alibi_slopes                     ? "ALiBi (opts->alibi_slopes)"
-                       : o->sinks || o->dsinks               ? "sinks (opts->sinks)"
-                                                             : NULL;
+                       : o->cu_seqlens_q || o->cu_seqlens_k
+                           ? "variable-length batches (cu_seqlens)"
+                           : NULL;
     if (what)
         return ta_set_error(TA_EUNSUPPORTED, "%s does not combine with context parallelism "
-                            "(it takes scale, causal, GQA, key lengths and LSE)", what);
+                            "(it takes scale, causal, GQA, key lengths, LSE, the window, "
+                            "softcap, ALiBi and sinks)", what);
     if (o->causal != TA_CAUSAL_NONE && o->causal != TA_CAUSAL_TOP_LEFT &&
         o->causal != TA_CAUSAL_BOTTOM_RIGHT)
         return ta_set_error(TA_EINVAL, "opts->causal is %d, not a ta_causal", (int)o->causal);
@@ -208,6 +207,8 @@ static const char *disagreement(const cp_desc *a, const cp_desc *b, bool *extent
     if (a->has_lse != b->has_lse) return "whether opts->lse is given";
     if (a->has_klen != b->has_klen || a->klen_hash != b->klen_hash) return "opts->key_lengths";
     if (memcmp(&a->scale, &b->scale, sizeof a->scale) != 0) return "opts->scale";
+    const char *var = cp_vdesc_differs(&a->var, &b->var);
+    if (var) return var;
     for (int i = 0; i < 5; i++)
         if (a->shape[i] != b->shape[i]) {
             *extent = true;
@@ -301,6 +302,7 @@ ta_status cp_agree_shapes(cp_ctx *ctx, ta_status st, const ta_tensor *Q, const t
         const int64_t shape[6] = {Q->shape[0], Q->shape[1], K->shape[1], Q->shape[3],
                                   V->shape[3], Q->shape[2]};
         memcpy(mine.shape, shape, sizeof shape);
+        cp_vdesc_of(&mine.var, opts ? opts : &(const ta_sdpa_opts){0});
     }
     if (!gather(ctx, &mine, all)) {
         free(all);
@@ -331,6 +333,7 @@ ta_status cp_agree_shapes(cp_ctx *ctx, ta_status st, const ta_tensor *Q, const t
         ctx->Dv = all[0].shape[4];
         ctx->causal = all[0].causal;
         ctx->key_lengths = opts && all[0].has_klen ? opts->key_lengths : NULL;
+        if (opts) cp_variants_set(ctx, opts);
         for (int s = 0; s < ctx->P; s++) ctx->len[s] = all[s].shape[5];
         if (!st) st = check_split(ctx);
     }

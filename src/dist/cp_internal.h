@@ -1,6 +1,7 @@
-/* Internal pieces of the MPI layer (tensorattn_mpi.h). Like every program on top of the
- * library it uses only the public headers: blocks are computed by ta_sdpa and
- * ta_sdpa_backward, errors recorded with ta_set_error. */
+/* Internal pieces of the MPI layer (tensorattn_mpi.h). Blocks are computed by
+ * ta_sdpa_at and ta_sdpa_backward_at (ops/sdpa.h: ta_sdpa and its backward with the
+ * block's global diagonal offset for the window and ALiBi), errors recorded with
+ * ta_set_error. */
 #ifndef TA_CP_INTERNAL_H
 #define TA_CP_INTERNAL_H
 
@@ -11,6 +12,16 @@
 
 enum { CP_FORWARD = 0, CP_BACKWARD = 1 };
 enum { CP_MSG = 400 };
+
+/* The attention variants as the ranks compare them (cp_variants.c): a window normalised
+ * (no window: -1, -1), softcap's bits, and FNV-1a hashes of the slopes' and sinks' values. */
+typedef struct cp_vdesc {
+    int64_t left, right;
+    uint32_t softcap_bits;
+    int32_t alibi_ndim;  /* 0: no slopes, 1: [H], 2: [B, H] */
+    int32_t has_sinks, has_dsinks;
+    uint64_t alibi_hash, sinks_hash;
+} cp_vdesc;
 
 /* One call's state on one rank. */
 typedef struct cp_ctx {
@@ -27,7 +38,12 @@ typedef struct cp_ctx {
     const int64_t *key_lengths; /* NULL, or the caller's B global key lengths */
     int64_t *block_klen;    /* [B]: one block call's local key lengths */
     ta_sdpa_opts block_opts; /* the caller's options for the block calls: no lse, no
-                                workspace, no causal (set per block) */
+                                workspace, no causal (set per block), no sinks */
+    int64_t win_left, win_right; /* the window (-1: unbounded; both -1: none) */
+    bool positional;        /* a window or ALiBi: block calls need their global offset, so
+                               a call never spans chunks that are not adjacent globally */
+    const ta_tensor *sinks; /* the caller's sinks [H], or NULL */
+    ta_tensor *dsinks;      /* backward: the caller's dsinks [H], or NULL */
     ta_status run_status;   /* first failure while computing (the ring goes on) */
     char run_msg[CP_MSG];
     ta_cp_stats stats;
@@ -78,6 +94,21 @@ const int64_t *cp_block_klen(cp_ctx *ctx, const cp_chunk *blk, int nblk, int64_t
 /* Checks the options context parallelism takes (TA_EUNSUPPORTED for the others). */
 ta_status cp_check_opts(const ta_sdpa_opts *opts);
 
+/* ---- cp_variants.c */
+/* This rank's view of opts' variants (opts validated). */
+void cp_vdesc_of(cp_vdesc *d, const ta_sdpa_opts *opts);
+/* The variant on which b differs from a, or NULL. */
+const char *cp_vdesc_differs(const cp_vdesc *a, const cp_vdesc *b);
+/* ctx's variant fields from the agreed options. */
+void cp_variants_set(cp_ctx *ctx, const ta_sdpa_opts *opts);
+/* The sinks join the merged rows ([B, H, Lr, Dv] and [B, H, Lr]) once, as one more part of
+ * the merge: LSE sigma_h, output 0. Nothing without sinks. */
+void cp_sinks_merge(const cp_ctx *ctx, float *o, float *lse, int64_t Lr);
+/* dsinks (when asked for) summed over every rank's rows: a collective, on every rank
+ * after a successful backward. */
+ta_status cp_sinks_grad(cp_ctx *ctx, const ta_tensor *dO, const ta_tensor *O,
+                        const ta_tensor *lse);
+
 /* ---- cp_buffer.c */
 /* The call's float32 buffer of n elements (one per call; the process's kept buffer when
  * no other call holds it), released by cp_end. */
@@ -105,26 +136,32 @@ ta_status cp_ulysses_backward(cp_ctx *ctx, ta_tensor *dQ, ta_tensor *dK, ta_tens
 /* ---- cp_blocks.c: the block pairs of one ring step */
 enum { CP_MAX_CALLS = 8 };
 /* One ta_sdpa call of a step: local query rows q0 .. q0 + nq - 1 against the block's
- * rows k0 .. k0 + nk - 1; diag: the same chunk (nq == nk), top-left causal. */
+ * rows k0 .. k0 + nk - 1; diag: the same chunk (nq == nk), top-left causal. qg, kg: the
+ * global positions of rows q0 and k0 (a call's rows are globally contiguous when the
+ * plan was split). */
 typedef struct cp_call {
-    int64_t q0, nq, k0, nk;
+    int64_t q0, nq, k0, nk, qg, kg;
     bool diag;
 } cp_call;
 /* The calls of rank `me`'s chunks against the block of chunks `blk` (causal: blocks
  * below the diagonal whole, diagonal chunks causal, blocks above skipped; full blocks
- * coalesced into one call when they form a rectangle). Returns the count. */
+ * coalesced into one call when they form a rectangle, unless split: then one call per
+ * pair of chunks). Returns the count. */
 int cp_plan_step(cp_call call[CP_MAX_CALLS], const cp_chunk *me, int nme, const cp_chunk *blk,
-                 int nblk, bool causal);
+                 int nblk, bool causal, bool split);
 /* A call cut into pieces of query rows (so MPI can progress between them): piece p of
  * n is rows a .. b - 1 of the call, against keys kb .. kb + nkeys - 1 of the block,
- * causal bottom-right when diag (the keys end where the rows do). */
+ * causal bottom-right when diag (the keys end where the rows do). delta: the piece's
+ * global diagonal offset (position of row a minus position of key kb). With a window,
+ * the piece shrinks to the rows that see a key of the block and the keys some row sees;
+ * a == b: the window hides the block from every row (nothing to compute). */
 typedef struct cp_piece {
-    int64_t a, b, nkeys;
+    int64_t a, b, kb, nkeys, delta;
     ta_causal causal;
     const int64_t *key_lengths; /* the piece's local key lengths (cp_block_klen), or NULL */
 } cp_piece;
 int cp_pieces(const cp_call *c, bool want_many);
-cp_piece cp_piece_at(const cp_call *c, int p, int n);
+cp_piece cp_piece_at(const cp_ctx *ctx, const cp_call *c, int p, int n);
 /* o_acc/lse_acc rows q0 .. q0 + n - 1 ([BH, Lr, Dv] and [BH, Lr]) merged with a partial
  * result ([BH, n, Dv], [BH, n]) through their log-sum-exp. */
 void cp_merge(float *o_acc, float *lse_acc, const float *o_part, const float *lse_part,

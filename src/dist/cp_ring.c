@@ -12,6 +12,8 @@
  * owner after P steps. */
 #include "dist/cp_internal.h"
 
+#include "ops/sdpa.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -96,13 +98,13 @@ static bool run_step(cp_ctx *c, int src, float *kv, bool more, MPI_Request *req,
     const int nme = cp_rank_chunks(c, c->rank, me);
     cp_call call[CP_MAX_CALLS];
     const int nblk = cp_rank_chunks(c, src, blk);
-    const int ncall = cp_plan_step(call, me, nme, blk, nblk, c->causal);
+    const int ncall = cp_plan_step(call, me, nme, blk, nblk, c->causal, c->positional);
     for (int i = 0; i < ncall; i++) {
         const int np = cp_pieces(&call[i], more);
         for (int p = 0; p < np; p++) {
-            cp_piece pc = cp_piece_at(&call[i], p, np);
-            pc.key_lengths = cp_block_klen(c, blk, nblk, call[i].k0, pc.nkeys);
-            fn(c, &call[i], &pc, kv, c->len[src], arg);
+            cp_piece pc = cp_piece_at(c, &call[i], p, np);
+            pc.key_lengths = cp_block_klen(c, blk, nblk, pc.kb, pc.nkeys);
+            if (pc.b > pc.a) fn(c, &call[i], &pc, kv, c->len[src], arg);
             if (more && !progress(c, req, nreq)) return false;
         }
     }
@@ -127,14 +129,14 @@ static void forward_piece(cp_ctx *c, const cp_call *cl, const cp_piece *pc, floa
     const int64_t n = pc->b - pc->a, q0 = cl->q0 + pc->a;
     double t = cp_now();
     ta_tensor kb = kv_k(c, kv, nblk), vb = kv_v(c, kv, nblk);
-    ta_tensor q = cp_rows(Q, q0, n), k = cp_rows(&kb, cl->k0, pc->nkeys);
-    ta_tensor v = cp_rows(&vb, cl->k0, pc->nkeys);
+    ta_tensor q = cp_rows(Q, q0, n), k = cp_rows(&kb, pc->kb, pc->nkeys);
+    ta_tensor v = cp_rows(&vb, pc->kb, pc->nkeys);
     ta_tensor o = cp_view4(o_part, c->B, c->H, n, c->Dv), l = view3(l_part, c->B, c->H, n);
     ta_sdpa_opts opts = c->block_opts;
     opts.causal = pc->causal;
     opts.key_lengths = pc->key_lengths;
     opts.lse = &l;
-    ta_status st = ta_sdpa(&o, &q, &k, &v, &opts);
+    ta_status st = ta_sdpa_at(&o, &q, &k, &v, &opts, pc->delta);
     cp_note_failure(c, st);
     if (!st) cp_merge(f->o_acc, f->l_acc, o_part, l_part, c->B * c->H, c->len[c->rank], q0, n, c->Dv);
     c->stats.compute_s += cp_now() - t;
@@ -171,6 +173,7 @@ ta_status cp_ring_forward(cp_ctx *c, ta_tensor *O, ta_tensor *lse, const ta_tens
     c->stats.steps = P;
     st = cp_agree_run(c);
     if (!st) {
+        cp_sinks_merge(c, o_acc, l_acc, Lr);
         ta_tensor o = cp_view4(o_acc, c->B, c->H, Lr, c->Dv);
         st = ta_tensor_copy(O, &o);
         if (!st && lse) {
@@ -231,7 +234,7 @@ static void backward_piece(cp_ctx *c, const cp_call *cl, const cp_piece *pc, flo
     const int64_t n = pc->b - pc->a, q0 = cl->q0 + pc->a, nk = pc->nkeys;
     double t = cp_now();
     ta_tensor kb = kv_k(c, kv, nblk), vb = kv_v(c, kv, nblk);
-    ta_tensor k = cp_rows(&kb, cl->k0, nk), v = cp_rows(&vb, cl->k0, nk);
+    ta_tensor k = cp_rows(&kb, pc->kb, nk), v = cp_rows(&vb, pc->kb, nk);
     ta_tensor q = cp_rows(in->Q, q0, n), dout = cp_rows(in->dO, q0, n);
     ta_tensor o = cp_rows(in->O, q0, n), l = cp_rows(in->lse, q0, n);
     ta_tensor dq = cp_view4(b->dq_t, c->B, c->H, n, c->D);
@@ -240,13 +243,13 @@ static void backward_piece(cp_ctx *c, const cp_call *cl, const cp_piece *pc, flo
     ta_sdpa_opts opts = c->block_opts;
     opts.causal = pc->causal;
     opts.key_lengths = pc->key_lengths;
-    ta_status st = ta_sdpa_backward(&dq, &dk, &dv, &dout, &q, &k, &v, &o, &l, &opts);
+    ta_status st = ta_sdpa_backward_at(&dq, &dk, &dv, &dout, &q, &k, &v, &o, &l, &opts, pc->delta);
     cp_note_failure(c, st);
     if (!st) {
         const int64_t X = c->B * c->Hkv;
         cp_add_rows(b->dq_acc, b->dq_t, c->B * c->H, c->len[c->rank], q0, n, c->D);
-        cp_add_rows(b->g_part, b->dk_t, X, nblk, cl->k0, nk, c->D);
-        cp_add_rows(b->g_part + X * nblk * c->D, b->dv_t, X, nblk, cl->k0, nk, c->Dv);
+        cp_add_rows(b->g_part, b->dk_t, X, nblk, pc->kb, nk, c->D);
+        cp_add_rows(b->g_part + X * nblk * c->D, b->dv_t, X, nblk, pc->kb, nk, c->Dv);
     }
     c->stats.compute_s += cp_now() - t;
 }

@@ -168,7 +168,24 @@ static int64_t stage_size(const cp_ctx *c, int64_t X, int64_t W)
     int64_t rows = c->P * c->max_len > c->L ? c->P * c->max_len : c->L;
     return c->B * (X / c->P) * rows * W;
 }
-
+/* The options of this rank's call: its heads' ALiBi slopes (into slopes) and, forward,
+ * its heads' sinks (into sinks; the backward's dsinks are summed by cp_sinks_grad). */
+static ta_sdpa_opts head_opts(const cp_ctx *c, ta_tensor *slopes, ta_tensor *sinks)
+{
+    ta_sdpa_opts o = c->block_opts;
+    const int64_t Hs = c->H / c->P, h0 = c->rank * Hs;
+    if (o.alibi_slopes) {
+        ta_tensor_slice(slopes, o.alibi_slopes, o.alibi_slopes->ndim - 1, h0, h0 + Hs, 1);
+        o.alibi_slopes = slopes;
+    }
+    if (c->sinks && c->op == CP_FORWARD) {
+        ta_tensor_slice(sinks, c->sinks, 0, h0, h0 + Hs, 1);
+        o.sinks = sinks;
+    }
+    o.causal = c->causal ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_NONE;
+    o.key_lengths = c->key_lengths; /* whole sequences: the global lengths */
+    return o;
+}
 
 ta_status cp_ulysses_forward(cp_ctx *c, ta_tensor *O, ta_tensor *lse, const ta_tensor *Q,
                              const ta_tensor *K, const ta_tensor *V)
@@ -191,9 +208,8 @@ ta_status cp_ulysses_forward(cp_ctx *c, ta_tensor *O, ta_tensor *lse, const ta_t
         ta_tensor v = cp_view4(p[2], B, Ks, L, c->Dv), o = cp_view4(p[3], B, Hs, L, c->Dv);
         ta_tensor l = {0};
         ta_tensor_from_buffer(&l, p[4], 3, (const int64_t[]){B, Hs, L}, NULL);
-        ta_sdpa_opts opts = c->block_opts;
-        opts.causal = c->causal ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_NONE;
-        opts.key_lengths = c->key_lengths; /* whole sequences: the global lengths */
+        ta_tensor slopes, sinks;
+        ta_sdpa_opts opts = head_opts(c, &slopes, &sinks);
         opts.lse = &l;
         cp_note_failure(c, ta_sdpa(&o, &q, &k, &v, &opts));
     }
@@ -237,9 +253,8 @@ ta_status cp_ulysses_backward(cp_ctx *c, ta_tensor *dQ, ta_tensor *dK, ta_tensor
         ta_tensor_from_buffer(&l, p[5], 3, (const int64_t[]){B, Hs, L}, NULL);
         ta_tensor dq = cp_view4(p[6], B, Hs, L, D), dk = cp_view4(p[7], B, Ks, L, D);
         ta_tensor dv = cp_view4(p[8], B, Ks, L, Dv);
-        ta_sdpa_opts opts = c->block_opts;
-        opts.causal = c->causal ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_NONE;
-        opts.key_lengths = c->key_lengths; /* whole sequences: the global lengths */
+        ta_tensor slopes, sinks;
+        ta_sdpa_opts opts = head_opts(c, &slopes, &sinks);
         cp_note_failure(c, ta_sdpa_backward(&dq, &dk, &dv, &dout, &q, &k, &v, &o, &l, &opts));
     }
     c->stats.compute_s += cp_now() - t;

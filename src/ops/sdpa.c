@@ -306,15 +306,29 @@ static ta_status size_out(size_t *bytes, const char *fn, const ta_sdpa_problem *
 
 /* ----------------------------------------------------------- public entries */
 
+/* A dense forward, run; delta (may be NULL) replaces the window's and ALiBi's offset. */
+static ta_status forward(ta_tensor *O, const ta_tensor *Q, const ta_tensor *K, const ta_tensor *V,
+                         const ta_sdpa_opts *opts, const int64_t *delta)
+{
+    ta_sdpa_problem p;
+    ta_status st = ta_sdpa_prepare(&p, "ta_sdpa", O, Q, K, V, opts, TA_SDPA_CHECK_ALL);
+    if (st) return st;
+    if (delta) p.var.delta = *delta;
+    return run_with_scratch(&p, opts ? &opts->workspace : NULL);
+}
+
 /* Q [B,H,Lq,D], K [B,Hkv,Lk,D], V [B,Hkv,Lk,Dv] -> O [B,H,Lq,Dv] */
 ta_status ta_sdpa(ta_tensor *O, const ta_tensor *Q, const ta_tensor *K, const ta_tensor *V,
                   const ta_sdpa_opts *opts)
 {
     if (ta_sdpa_seqs_given(opts)) return ta_sdpa_seqs_forward(NULL, "ta_sdpa", O, Q, K, V, opts);
-    ta_sdpa_problem p;
-    ta_status st = ta_sdpa_prepare(&p, "ta_sdpa", O, Q, K, V, opts, TA_SDPA_CHECK_ALL);
-    if (st) return st;
-    return run_with_scratch(&p, opts ? &opts->workspace : NULL);
+    return forward(O, Q, K, V, opts, NULL);
+}
+
+ta_status ta_sdpa_at(ta_tensor *O, const ta_tensor *Q, const ta_tensor *K, const ta_tensor *V,
+                     const ta_sdpa_opts *opts, int64_t delta)
+{
+    return forward(O, Q, K, V, opts, &delta);
 }
 
 ta_status ta_sdpa_workspace_size(size_t *bytes, const ta_tensor *O, const ta_tensor *Q,
@@ -329,6 +343,20 @@ ta_status ta_sdpa_workspace_size(size_t *bytes, const ta_tensor *O, const ta_ten
     return st ? st : size_out(bytes, fn, &p);
 }
 
+/* A dense backward, run; delta as forward's. */
+static ta_status backward(ta_tensor *dQ, ta_tensor *dK, ta_tensor *dV, const ta_tensor *dO,
+                          const ta_tensor *Q, const ta_tensor *K, const ta_tensor *V,
+                          const ta_tensor *O, const ta_tensor *lse, const ta_sdpa_opts *opts,
+                          const int64_t *delta)
+{
+    ta_sdpa_problem p;
+    ta_status st = ta_sdpa_prepare_backward(&p, "ta_sdpa_backward", dQ, dK, dV, dO, Q, K, V, O,
+                                            lse, opts, TA_SDPA_CHECK_ALL);
+    if (st) return st;
+    if (delta) p.var.delta = *delta;
+    return run_with_scratch(&p, opts ? &opts->workspace : NULL);
+}
+
 /* dO [B,H,Lq,Dv], Q [B,H,Lq,D], K [B,Hkv,Lk,D], V [B,Hkv,Lk,Dv], O [B,H,Lq,Dv], lse [B,H,Lq]
  * -> dQ [B,H,Lq,D], dK [B,Hkv,Lk,D], dV [B,Hkv,Lk,Dv] */
 ta_status ta_sdpa_backward(ta_tensor *dQ, ta_tensor *dK, ta_tensor *dV, const ta_tensor *dO,
@@ -338,11 +366,15 @@ ta_status ta_sdpa_backward(ta_tensor *dQ, ta_tensor *dK, ta_tensor *dV, const ta
     if (ta_sdpa_seqs_given(opts))
         return ta_sdpa_seqs_backward(NULL, "ta_sdpa_backward", dQ, dK, dV, dO, Q, K, V, O, lse,
                                      opts);
-    ta_sdpa_problem p;
-    ta_status st = ta_sdpa_prepare_backward(&p, "ta_sdpa_backward", dQ, dK, dV, dO, Q, K, V, O,
-                                            lse, opts, TA_SDPA_CHECK_ALL);
-    if (st) return st;
-    return run_with_scratch(&p, opts ? &opts->workspace : NULL);
+    return backward(dQ, dK, dV, dO, Q, K, V, O, lse, opts, NULL);
+}
+
+ta_status ta_sdpa_backward_at(ta_tensor *dQ, ta_tensor *dK, ta_tensor *dV, const ta_tensor *dO,
+                              const ta_tensor *Q, const ta_tensor *K, const ta_tensor *V,
+                              const ta_tensor *O, const ta_tensor *lse, const ta_sdpa_opts *opts,
+                              int64_t delta)
+{
+    return backward(dQ, dK, dV, dO, Q, K, V, O, lse, opts, &delta);
 }
 
 ta_status ta_sdpa_backward_workspace_size(size_t *bytes, const ta_tensor *dQ,

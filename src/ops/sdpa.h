@@ -163,6 +163,20 @@ ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch);
 size_t ta_sdpa_forward_fused_scratch_bound(const ta_sdpa_problem *p);
 size_t ta_sdpa_backward_fused_scratch_bound(const ta_sdpa_problem *p);
 
+/* ta_sdpa and ta_sdpa_backward (dense batches only, no cu_seqlens) with the diagonal
+ * offset of the window and ALiBi given: query i and key j of the call are at
+ * rel = j - (i + delta) whatever Lq, Lk and opts->causal say (opts->causal still blocks
+ * by its own alignment). For a block of a longer sequence -- queries at global positions
+ * qs .. qs + Lq - 1 against keys at ks .. ks + Lk - 1 of a sequence whose own offset is
+ * 0 -- delta = qs - ks (context parallelism, src/dist). Messages name ta_sdpa and
+ * ta_sdpa_backward. */
+ta_status ta_sdpa_at(ta_tensor *O, const ta_tensor *Q, const ta_tensor *K, const ta_tensor *V,
+                     const ta_sdpa_opts *opts, int64_t delta);
+ta_status ta_sdpa_backward_at(ta_tensor *dQ, ta_tensor *dK, ta_tensor *dV, const ta_tensor *dO,
+                              const ta_tensor *Q, const ta_tensor *K, const ta_tensor *V,
+                              const ta_tensor *O, const ta_tensor *lse, const ta_sdpa_opts *opts,
+                              int64_t delta);
+
 /* Variable-length batches (sdpa_seqs.c): the public entries hand a call over when
  * ta_sdpa_seqs_given(opts) (cu_seqlens_q, cu_seqlens_k or num_seqs set). Each sequence
  * runs as a dense problem (B = 1) on strided views of the packed tensors. With bytes

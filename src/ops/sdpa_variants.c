@@ -164,22 +164,27 @@ static double at4(const ta_tensor *t, int64_t b, int64_t h, int64_t i, int64_t c
                                  t->dtype);
 }
 
+double ta_sdpa_sink_grad_head(const ta_tensor *O, const ta_tensor *dO, const ta_tensor *lse,
+                              int64_t h, double sigma)
+{
+    double acc = 0.0;
+    for (int64_t b = 0; b < O->shape[0]; b++)
+        for (int64_t i = 0; i < O->shape[2]; i++) {
+            const double l = at4(lse, b, h, i, 0);
+            if (l == -INFINITY) continue; /* attended to nothing, not even a sink */
+            double d = 0.0; /* D_i = rowsum(dO_i * O_i) */
+            for (int64_t c = 0; c < O->shape[3]; c++)
+                d += at4(dO, b, h, i, c) * at4(O, b, h, i, c);
+            acc -= exp(sigma - l) * d;
+        }
+    return acc;
+}
+
 void ta_sdpa_sinks_grad(const ta_sdpa_problem *p)
 {
     ta_tensor *ds = p->var.dsinks;
     if (!ds) return;
-    const ta_tensor *O = p->O, *dO = p->dO;
-    for (int64_t h = 0; h < p->H; h++) {
-        const double sigma = ta_sdpa_sink(&p->var, h);
-        double acc = 0.0;
-        for (int64_t b = 0; b < p->B; b++)
-            for (int64_t i = 0; i < p->Lq; i++) {
-                const double lse = at4(p->fwd_lse, b, h, i, 0);
-                if (lse == -INFINITY) continue; /* attended to nothing, not even a sink */
-                double d = 0.0; /* D_i = rowsum(dO_i * O_i) */
-                for (int64_t c = 0; c < p->Dv; c++) d += at4(dO, b, h, i, c) * at4(O, b, h, i, c);
-                acc -= exp(sigma - lse) * d;
-            }
-        ((float *)ds->data)[h * ds->stride[0]] = (float)acc;
-    }
+    for (int64_t h = 0; h < p->H; h++)
+        ((float *)ds->data)[h * ds->stride[0]] =
+            (float)ta_sdpa_sink_grad_head(p->O, p->dO, p->fwd_lse, h, ta_sdpa_sink(&p->var, h));
 }

@@ -96,6 +96,11 @@ void ta_sdpa_variant_row(const struct ta_sdpa_problem *p, int64_t b, int64_t h, 
  * dO, O and the forward's LSE (any storage dtype); rows with LSE -inf contribute
  * nothing. Summed in double in a fixed order: the same bits for any thread count. */
 void ta_sdpa_sinks_grad(const struct ta_sdpa_problem *p);
+/* Its sum for head h before rounding: -sum over b, i of exp(sigma - LSE_bhi) D_bhi over
+ * O, dO [B, H, Lq, Dv] and LSE [B, H, Lq] (any storage dtype; context parallelism sums
+ * each rank's rows, src/dist). */
+double ta_sdpa_sink_grad_head(const ta_tensor *O, const ta_tensor *dO, const ta_tensor *lse,
+                              int64_t h, double sigma);
 
 /* NULL when the fused paths implement every variant v sets, else the name of one they do
  * not ("softcap": a softcap outside the tanh kernel's range 2^-126 .. 2^126). */

@@ -165,9 +165,9 @@ void test_unsupported_option_same_error_everywhere(void **state)
     ta_status st = ta_sdpa_context_parallel(MPI_COMM_WORLD, TA_CP_RING, &t.o, &t.q, &t.k, &t.v,
                                             &opts, NULL);
     expect_everywhere(st, TA_EUNSUPPORTED, "a mask", "context parallelism", &t);
-    opts = (ta_sdpa_opts){.softcap = 30.0f, .lse = &t.lse};
+    opts = (ta_sdpa_opts){.weights = &t.q, .lse = &t.lse};
     st = ta_sdpa_context_parallel(MPI_COMM_WORLD, TA_CP_ZIGZAG, &t.o, &t.q, &t.k, &t.v, &opts, NULL);
-    expect_everywhere(st, TA_EUNSUPPORTED, "softcap", "zigzag", &t);
+    expect_everywhere(st, TA_EUNSUPPORTED, "attention weights", "zigzag", &t);
     /* key lengths are global: above the local rows is fine, above L is not */
     int64_t kl = 4 * P + 1;
     opts = (ta_sdpa_opts){.key_lengths = &kl, .lse = &t.lse};
@@ -283,5 +283,88 @@ void test_scheme_requirements(void **state)
     expect_everywhere(st, TA_EINVAL, "not a ta_cp_scheme", NULL, &t);
     st = ta_sdpa_context_parallel(MPI_COMM_NULL, TA_CP_RING, &t.o, &t.q, &t.k, &t.v, NULL, NULL);
     expect_everywhere(st, TA_EINVAL, "MPI_COMM_NULL", NULL, &t);
+    small_free(&t);
+}
+
+/* The variants: bad values on every rank (the library's own message, the same
+ * everywhere), bad values on one rank (named), and ranks that disagree on a window, the
+ * softcap, the slopes' or sinks' values or whether they are given -- each the same clean
+ * error on every rank, the outputs untouched. */
+void test_variants_disagree_and_bad_values(void **state)
+{
+    (void)state;
+    small t;
+    small_make(&t, 2, 2 * P, P, 4 * P, 4, -1);
+    const int64_t H = 2 * P, bad_shape[1] = {H + 1};
+    ta_tensor slopes, sinks, wrong, dsinks;
+    TA_CHECK_OK(ta_tensor_full(&slopes, 1, &H, 0.25f));
+    TA_CHECK_OK(ta_tensor_full(&sinks, 1, &H, 1.0f));
+    TA_CHECK_OK(ta_tensor_full(&wrong, 1, bad_shape, 1.0f));
+    TA_CHECK_OK(ta_tensor_full(&dsinks, 1, &H, 7.0f));
+    ta_sdpa_opts opts = {.has_window = 1, .window_left = -2, .window_right = 0, .lse = &t.lse};
+    ta_status st = ta_sdpa_context_parallel(MPI_COMM_WORLD, TA_CP_ZIGZAG, &t.o, &t.q, &t.k, &t.v,
+                                            &opts, NULL);
+    expect_everywhere(st, TA_EINVAL, "window_left = -2", "zigzag", &t);
+    opts = (ta_sdpa_opts){.softcap = -1.0f};
+    st = ta_sdpa_context_parallel(MPI_COMM_WORLD, TA_CP_RING, &t.o, &t.q, &t.k, &t.v, &opts, NULL);
+    expect_everywhere(st, TA_EINVAL, "opts->softcap", "ring", &t);
+    opts = (ta_sdpa_opts){.alibi_slopes = &wrong};
+    st = ta_sdpa_context_parallel(MPI_COMM_WORLD, TA_CP_ULYSSES, &t.o, &t.q, &t.k, &t.v, &opts,
+                                  NULL);
+    expect_everywhere(st, TA_EINVAL, "opts->alibi_slopes has shape", "ulysses", &t);
+    /* the last rank's sinks have the wrong shape: named */
+    char who[32];
+    snprintf(who, sizeof who, P > 1 ? "rank %d: " : "ta_sdpa_context_parallel", P - 1);
+    opts = (ta_sdpa_opts){.sinks = rank == P - 1 ? &wrong : &sinks};
+    st = ta_sdpa_context_parallel(MPI_COMM_WORLD, TA_CP_RING, &t.o, &t.q, &t.k, &t.v, &opts, NULL);
+    expect_everywhere(st, TA_EINVAL, who, "opts->sinks has shape", &t);
+    /* dsinks in a forward, dsinks without sinks in a backward */
+    opts = (ta_sdpa_opts){.sinks = &sinks, .dsinks = &dsinks};
+    st = ta_sdpa_context_parallel(MPI_COMM_WORLD, TA_CP_RING, &t.o, &t.q, &t.k, &t.v, &opts, NULL);
+    expect_everywhere(st, TA_EINVAL, "opts->dsinks", NULL, &t);
+    ta_tensor g[3];
+    for (int i = 0; i < 3; i++)
+        TA_CHECK_OK(ta_tensor_full(&g[i], 4, i ? t.k.shape : t.q.shape, 7.0f));
+    opts = (ta_sdpa_opts){.dsinks = &dsinks};
+    st = ta_sdpa_context_parallel_backward(MPI_COMM_WORLD, TA_CP_ZIGZAG, &g[0], &g[1], &g[2],
+                                           &t.o, &t.q, &t.k, &t.v, &t.o, &t.lse, &opts, NULL);
+    expect_everywhere(st, TA_EINVAL, "opts->dsinks needs opts->sinks", NULL, NULL);
+    for (int i = 0; i < 3; i++) assert_true(untouched(&g[i]));
+    assert_true(untouched(&dsinks));
+    if (P > 1) { /* the ranks disagree */
+        const bool last = rank == P - 1;
+        opts = (ta_sdpa_opts){.has_window = 1, .window_left = last ? 3 : 2, .window_right = -1};
+        st = ta_sdpa_context_parallel(MPI_COMM_WORLD, TA_CP_RING, &t.o, &t.q, &t.k, &t.v, &opts,
+                                      NULL);
+        expect_everywhere(st, TA_EINVAL, "disagree", "the window", &t);
+        opts = (ta_sdpa_opts){.softcap = last ? 30.0f : 30.000002f};
+        st = ta_sdpa_context_parallel(MPI_COMM_WORLD, TA_CP_ZIGZAG, &t.o, &t.q, &t.k, &t.v, &opts,
+                                      NULL);
+        expect_everywhere(st, TA_EINVAL, "disagree", "opts->softcap", &t);
+        opts = (ta_sdpa_opts){.alibi_slopes = rank == 0 ? &slopes : NULL};
+        st = ta_sdpa_context_parallel(MPI_COMM_WORLD, TA_CP_ULYSSES, &t.o, &t.q, &t.k, &t.v, &opts,
+                                      NULL);
+        expect_everywhere(st, TA_EINVAL, "disagree", "opts->alibi_slopes", &t);
+        if (last) ((float *)slopes.data)[H - 1] = 0.5f; /* one value differs */
+        opts = (ta_sdpa_opts){.alibi_slopes = &slopes};
+        st = ta_sdpa_context_parallel(MPI_COMM_WORLD, TA_CP_RING, &t.o, &t.q, &t.k, &t.v, &opts,
+                                      NULL);
+        expect_everywhere(st, TA_EINVAL, "disagree", "opts->alibi_slopes", &t);
+        if (last) ((float *)sinks.data)[0] = 2.0f;
+        opts = (ta_sdpa_opts){.sinks = &sinks};
+        st = ta_sdpa_context_parallel(MPI_COMM_WORLD, TA_CP_ZIGZAG, &t.o, &t.q, &t.k, &t.v, &opts,
+                                      NULL);
+        expect_everywhere(st, TA_EINVAL, "disagree", "opts->sinks", &t);
+        ((float *)sinks.data)[0] = 1.0f; /* the same sinks again, dsinks on rank 0 only */
+        opts = (ta_sdpa_opts){.sinks = &sinks, .dsinks = rank == 0 ? &dsinks : NULL};
+        st = ta_sdpa_context_parallel_backward(MPI_COMM_WORLD, TA_CP_RING, &g[0], &g[1], &g[2],
+                                               &t.o, &t.q, &t.k, &t.v, &t.o, &t.lse, &opts, NULL);
+        expect_everywhere(st, TA_EINVAL, "disagree", "opts->dsinks", NULL);
+        for (int i = 0; i < 3; i++) assert_true(untouched(&g[i]));
+        assert_true(untouched(&dsinks));
+    }
+    for (int i = 0; i < 3; i++) ta_tensor_free(&g[i]);
+    ta_tensor *v[4] = {&slopes, &sinks, &wrong, &dsinks};
+    for (int i = 0; i < 4; i++) ta_tensor_free(v[i]);
     small_free(&t);
 }

@@ -1,9 +1,10 @@
 /* The command line under mpirun: `mpirun -np P tensorattn sdpa ... --context-parallel
  * ring|zigzag|ulysses` with --lse and the backward flags gives the files the
  * single-process ta_sdpa / ta_sdpa_backward would (1e-5), for P = 2, 3, 4, causal and not,
- * GQA, an odd length; and on an error every rank exits with the same non-zero code (2 for
- * usage, 1 for input or computation) while exactly one "tensorattn: error: ..." line
- * reaches stderr (mpirun adds its own notice), and no output file is written. */
+ * GQA, an odd length, the variants (window, softcap, ALiBi, sinks and dsinks); and on an
+ * error every rank exits with the same non-zero code (2 for usage, 1 for input or
+ * computation) while exactly one "tensorattn: error: ..." line reaches stderr (mpirun
+ * adds its own notice), and no output file is written. */
 #include "ta_test.h"
 #include "cli_run.h"
 
@@ -68,6 +69,12 @@ static int setup(void **state)
     const int64_t klen = 6, too_long = 14;
     ta_npy_write_raw(path("klen.npy"), "<i8", "(1,)", &klen, 8);
     ta_npy_write_raw(path("klen_long.npy"), "<i8", "(1,)", &too_long, 8);
+    /* the variants' files: slopes and sinks [H], and slopes of the wrong shape */
+    const float slopes[8] = {0.5f, 0.25f, 0.125f, 0.0625f, 0.03f, 0.02f, 0.01f, 0.005f};
+    const float sinks[8] = {1.0f, 0.5f, 2.0f, -1.0f, 0.0f, 3.0f, 1.5f, 0.7f};
+    ta_npy_write_raw(path("slopes.npy"), "<f4", "(8,)", slopes, sizeof slopes);
+    ta_npy_write_raw(path("sinks.npy"), "<f4", "(8,)", sinks, sizeof sinks);
+    ta_npy_write_raw(path("slopes_bad.npy"), "<f4", "(7,)", slopes, 7 * sizeof(float));
     return 0;
 }
 
@@ -88,8 +95,9 @@ static double file_err(const char *file, const ta_tensor *ref)
     return e;
 }
 
-/* The single-process results: o, lse, dq, dk, dv. */
-static void reference(ta_tensor ref[5], bool causal, float scale, const int64_t *klen)
+/* The single-process results: o, lse, dq, dk, dv, and with the variants (window 3,1,
+ * softcap 2.5, the slopes and sinks of setup) dsinks. */
+static void reference(ta_tensor ref[6], bool causal, float scale, const int64_t *klen, bool var)
 {
     ta_tensor in[4];
     const char *names[4] = {"q.npy", "k.npy", "v.npy", "dout.npy"};
@@ -102,23 +110,37 @@ static void reference(ta_tensor ref[5], bool causal, float scale, const int64_t 
     TA_CHECK_OK(ta_tensor_empty(&ref[4], 4, SK));
     ta_sdpa_opts o = {.scale = scale, .causal = causal ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_NONE,
                       .key_lengths = klen, .lse = &ref[1]};
+    ta_tensor slopes = {0}, sinks = {0};
+    if (var) {
+        TA_CHECK_OK(ta_npy_load(&slopes, path("slopes.npy")));
+        TA_CHECK_OK(ta_npy_load(&sinks, path("sinks.npy")));
+        TA_CHECK_OK(ta_tensor_empty(&ref[5], 1, &SQ[1]));
+        o = (ta_sdpa_opts){.scale = o.scale, .causal = o.causal, .key_lengths = klen,
+                           .lse = &ref[1], .has_window = 1, .window_left = 3,
+                           .window_right = 1, .softcap = 2.5f, .alibi_slopes = &slopes,
+                           .sinks = &sinks};
+    }
     TA_CHECK_OK(ta_sdpa(&ref[0], &in[0], &in[1], &in[2], &o));
     o.lse = NULL;
+    o.dsinks = var ? &ref[5] : NULL;
     TA_CHECK_OK(ta_sdpa_backward(&ref[2], &ref[3], &ref[4], &in[3], &in[0], &in[1], &in[2],
                                  &ref[0], &ref[1], &o));
     for (int i = 0; i < 4; i++) ta_tensor_free(&in[i]);
+    ta_tensor_free(&slopes);
+    ta_tensor_free(&sinks);
 }
 
-static const char *const outs[5] = {"o.npy", "lse.npy", "dq.npy", "dk.npy", "dv.npy"};
+static const char *const outs[6] = {"o.npy", "lse.npy", "dq.npy", "dk.npy", "dv.npy",
+                                     "dsinks.npy"};
 
 static void remove_outputs(void)
 {
-    for (int i = 0; i < 5; i++) unlink(path(outs[i]));
+    for (int i = 0; i < 6; i++) unlink(path(outs[i]));
 }
 
-/* klen: NULL, or the length in klen.npy (B = 1) */
+/* klen: NULL, or the length in klen.npy (B = 1); var: the variants of reference() */
 static void check_run(int np, const char *scheme, bool causal, const char *scale,
-                      const int64_t *klen)
+                      const int64_t *klen, bool var)
 {
     remove_outputs();
     const char *args[40] = {"sdpa", "--context-parallel", scheme, "--q", path("q.npy"), "--k",
@@ -135,11 +157,17 @@ static void check_run(int np, const char *scheme, bool causal, const char *scale
         args[a++] = "--key-lengths";
         args[a++] = path("klen.npy");
     }
+    if (var) {
+        const char *flags[10] = {"--window", "3,1", "--softcap", "2.5", "--alibi-slopes",
+                                 path("slopes.npy"), "--sinks", path("sinks.npy"), "--dsinks",
+                                 path(outs[5])};
+        for (int i = 0; i < 10; i++) args[a++] = flags[i];
+    }
     int rc = run_mpi(np, args);
     if (rc != 0) fail_msg("P = %d %s exited %d; stderr: %s", np, scheme, rc, ta_cli_err);
-    ta_tensor ref[5];
-    reference(ref, causal, scale ? strtof(scale, NULL) : 0.0f, klen);
-    for (int i = 0; i < 5; i++) {
+    ta_tensor ref[6];
+    reference(ref, causal, scale ? strtof(scale, NULL) : 0.0f, klen, var);
+    for (int i = 0; i < (var ? 6 : 5); i++) {
         double e = file_err(path(outs[i]), &ref[i]);
         if (!(e <= 1e-5))
             fail_msg("P = %d %s %s: %s differs from the single process by %.3g", np, scheme,
@@ -152,14 +180,18 @@ static void test_cli_matches_single_process(void **state)
 {
     (void)state;
     const int64_t klen = 6;
-    check_run(2, "ring", true, NULL, NULL);
-    check_run(2, "zigzag", true, "0.4", NULL);
-    check_run(2, "ulysses", false, NULL, NULL);
-    check_run(3, "zigzag", false, NULL, NULL);
-    check_run(4, "ulysses", true, NULL, NULL);
-    check_run(3, "ring", false, NULL, &klen);
-    check_run(2, "zigzag", true, NULL, &klen);
-    check_run(2, "ulysses", true, NULL, &klen);
+    check_run(2, "ring", true, NULL, NULL, false);
+    check_run(2, "zigzag", true, "0.4", NULL, false);
+    check_run(2, "ulysses", false, NULL, NULL, false);
+    check_run(3, "zigzag", false, NULL, NULL, false);
+    check_run(4, "ulysses", true, NULL, NULL, false);
+    check_run(3, "ring", false, NULL, &klen, false);
+    check_run(2, "zigzag", true, NULL, &klen, false);
+    check_run(2, "ulysses", true, NULL, &klen, false);
+    /* the variants */
+    check_run(3, "ring", false, NULL, NULL, true);
+    check_run(2, "zigzag", true, "0.4", &klen, true);
+    check_run(4, "ulysses", false, NULL, NULL, true);
 }
 
 /* Exit code `code` from every rank (mpirun passes a failing rank's on), one error line
@@ -199,6 +231,17 @@ static void test_cli_errors_agree(void **state)
     const char *klen[] = {"sdpa", "--context-parallel", "zigzag", "--q", q, "--k", k, "--v", v,
                           "-o", o, "--key-lengths", path("klen_long.npy"), NULL};
     expect_error(2, klen, 1, "opts->key_lengths[0] = 14 is outside [0, L = 13]");
+    /* the variants: a bad --window (usage), --dsinks without --sinks (usage), slopes of
+     * the wrong shape (the library's message, once) */
+    const char *win[] = {"sdpa", "--context-parallel", "ring", "--q", q, "--k", k, "--v", v,
+                         "-o", o, "--window", "3", NULL};
+    expect_error(2, win, 2, "--window expects LEFT,RIGHT");
+    const char *ds[] = {"sdpa", "--context-parallel", "ring", "--q", q, "--k", k, "--v", v,
+                        "-o", o, "--dsinks", path(outs[5]), NULL};
+    expect_error(2, ds, 2, "--dsinks needs the backward pass");
+    const char *sl[] = {"sdpa", "--context-parallel", "zigzag", "--q", q, "--k", k, "--v", v,
+                        "-o", o, "--alibi-slopes", path("slopes_bad.npy"), NULL};
+    expect_error(3, sl, 1, "opts->alibi_slopes has shape [7]");
     const char *help[] = {"sdpa", "--context-parallel", "ring", "--help", NULL};
     assert_int_equal(run_mpi(2, help), 0);
     assert_int_equal(count_lines(ta_cli_out, "usage: mpirun -np P tensorattn sdpa"), 1);

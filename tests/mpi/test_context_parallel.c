@@ -4,7 +4,8 @@
  * single-process ta_sdpa / ta_sdpa_backward of the whole sequence (1e-5, relative to
  * max(1, |ref|)): ring, zigzag and Ulysses, causal and not, GQA, D != Dv, odd lengths
  * (uneven shards), ranks holding no rows, a ring split that is not the standard one,
- * strided views and bfloat16 inputs; determinism; and the errors: an unsupported option,
+ * strided views and bfloat16 inputs; the attention variants (context_parallel_variants.c:
+ * window, softcap, ALiBi, sinks and dsinks); determinism; and the errors: an unsupported option,
  * one rank's bad shape, ranks that disagree, shards a scheme cannot take, each giving every
  * rank the same status and message (no hang), the outputs untouched.
  * The largest error is reduced over the ranks before any assertion, so all ranks pass or
@@ -19,16 +20,6 @@
 int rank, P;
 ta_status before_init_status;
 char before_init_msg[512];
-
-/* A case: shapes, options, and how the shards are laid out. */
-typedef struct cp_case {
-    int64_t B, H, Hkv, L, D, Dv;
-    float scale;
-    ta_dtype dtype;   /* of Q, K, V */
-    bool strided;     /* Q, dO and O as [B, L, H, X] views */
-    bool custom;      /* ring / Ulysses: rank r holds r + 1 rows (not the standard split) */
-    const int64_t *klen; /* NULL, or B global key lengths (opts.key_lengths) */
-} cp_case;
 
 /* The rows of the whole sequence this rank holds (1 or 2 chunks). */
 static int my_rows(int64_t start[2], int64_t len[2], ta_cp_scheme s, const cp_case *c)
@@ -84,10 +75,43 @@ static double shard_err(const ta_tensor *local, const ta_tensor *ref, const int6
     return all;
 }
 
-/* The whole problem and its single-process results, the same on every rank. */
+/* The whole problem and its single-process results, the same on every rank; the
+ * variants' slopes and sinks (when the case has them) and the sinks' gradient. */
 typedef struct whole {
     ta_tensor q, k, v, dout, o, lse, dq, dk, dv;
+    ta_tensor slopes, sinks, dsinks;
 } whole;
+
+/* The case's options over w's slopes and sinks (dsinks: the backward's output, or NULL). */
+static ta_sdpa_opts case_opts(const cp_case *c, bool causal, whole *w, ta_tensor *dsinks)
+{
+    return (ta_sdpa_opts){.scale = c->scale,
+                          .causal = causal ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_NONE,
+                          .key_lengths = c->klen, .has_window = c->window,
+                          .window_left = c->wl, .window_right = c->wr, .softcap = c->softcap,
+                          .alibi_slopes = c->alibi ? &w->slopes : NULL,
+                          .sinks = c->sinks ? &w->sinks : NULL,
+                          .dsinks = c->sinks ? dsinks : NULL};
+}
+
+/* Slopes [H] or [B, H] and sinks [H]: the same values on every rank, of the size of the
+ * scores (slopes of a few hundredths, sinks about the LSE of a short row). */
+static void variant_tensors(whole *w, const cp_case *c)
+{
+    const int64_t bh[2] = {c->B, c->H};
+    if (c->alibi) {
+        TA_CHECK_OK(ta_tensor_empty(&w->slopes, c->alibi, c->alibi == 1 ? &bh[1] : bh));
+        float *a = w->slopes.data;
+        for (int64_t i = 0; i < ta_tensor_numel(&w->slopes); i++)
+            a[i] = 0.02f + 0.03f * (float)(i % 5);
+    }
+    if (c->sinks) {
+        TA_CHECK_OK(ta_tensor_empty(&w->sinks, 1, &bh[1]));
+        TA_CHECK_OK(ta_tensor_empty(&w->dsinks, 1, &bh[1]));
+        float *s = w->sinks.data;
+        for (int64_t h = 0; h < c->H; h++) s[h] = 0.5f + 0.7f * (float)(h % 4);
+    }
+}
 
 static void whole_make(whole *w, const cp_case *c, bool causal, uint64_t seed)
 {
@@ -110,23 +134,38 @@ static void whole_make(whole *w, const cp_case *c, bool causal, uint64_t seed)
     TA_CHECK_OK(ta_tensor_empty(&w->dq, 4, sq));
     TA_CHECK_OK(ta_tensor_empty(&w->dk, 4, sk));
     TA_CHECK_OK(ta_tensor_empty(&w->dv, 4, sv));
-    ta_sdpa_opts so_ = {.scale = c->scale, .causal = causal ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_NONE,
-                        .key_lengths = c->klen, .lse = &w->lse};
+    variant_tensors(w, c);
+    ta_sdpa_opts so_ = case_opts(c, causal, w, NULL);
+    so_.lse = &w->lse;
     TA_CHECK_OK(ta_sdpa(&w->o, &w->q, &w->k, &w->v, &so_));
     so_.lse = NULL;
+    so_.dsinks = c->sinks ? &w->dsinks : NULL;
     TA_CHECK_OK(ta_sdpa_backward(&w->dq, &w->dk, &w->dv, &w->dout, &w->q, &w->k, &w->v, &w->o,
                                  &w->lse, &so_));
 }
 
 static void whole_free(whole *w)
 {
-    ta_tensor *t[9] = {&w->q, &w->k, &w->v, &w->dout, &w->o, &w->lse, &w->dq, &w->dk, &w->dv};
-    for (int i = 0; i < 9; i++) ta_tensor_free(t[i]);
+    ta_tensor *t[12] = {&w->q,  &w->k,  &w->v,  &w->dout,   &w->o,     &w->lse,
+                        &w->dq, &w->dk, &w->dv, &w->slopes, &w->sinks, &w->dsinks};
+    for (int i = 0; i < 12; i++) ta_tensor_free(t[i]);
 }
 
-/* One scheme on one case: forward (O, LSE) and backward (dQ, dK, dV) against the whole
- * run. Returns the largest error over every output and rank. */
-static double run_case(const cp_case *c, ta_cp_scheme s, bool causal)
+/* max |got - ref| / max(1, |ref|) of the sinks' gradient [H] (every rank has all of it),
+ * then the max over the ranks. */
+static double dsinks_err(const ta_tensor *got, const ta_tensor *ref)
+{
+    double worst = 0.0, all;
+    for (int64_t h = 0; h < ref->shape[0]; h++) {
+        double r = ((const float *)ref->data)[h], g = ((const float *)got->data)[h];
+        double e = fabs(g - r) / fmax(1.0, fabs(r));
+        if (!(e <= worst)) worst = e;
+    }
+    MPI_Allreduce(&worst, &all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return all;
+}
+
+double run_case(const cp_case *c, ta_cp_scheme s, bool causal)
 {
     whole w = {0};
     whole_make(&w, c, causal, 100 + (uint64_t)c->L);
@@ -143,23 +182,28 @@ static double run_case(const cp_case *c, ta_cp_scheme s, bool causal)
     TA_CHECK_OK(ta_tensor_empty(&store[5], 3, sl));
     view[5] = store[5];
     view[5].owned = NULL;
-    ta_sdpa_opts opts = {.scale = c->scale, .causal = causal ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_NONE,
-                         .key_lengths = c->klen, .lse = &view[5]};
+    ta_tensor dsinks = {0};
+    if (c->sinks) TA_CHECK_OK(ta_tensor_full(&dsinks, 1, &c->H, 7.0f));
+    ta_sdpa_opts opts = case_opts(c, causal, &w, NULL);
+    opts.lse = &view[5];
     TA_CHECK_OK(ta_sdpa_context_parallel(MPI_COMM_WORLD, s, &view[4], &view[0], &view[1],
                                          &view[2], &opts, NULL));
     double err = fmax(shard_err(&view[4], &w.o, start, len, n),
                       shard_err(&view[5], &w.lse, start, len, n));
     opts.lse = NULL;
+    opts.dsinks = c->sinks ? &dsinks : NULL;
     TA_CHECK_OK(ta_sdpa_context_parallel_backward(MPI_COMM_WORLD, s, &view[6], &view[7],
                                                   &view[8], &view[3], &view[0], &view[1],
                                                   &view[2], &view[4], &view[5], &opts, NULL));
     for (int i = 6; i < 9; i++) err = fmax(err, shard_err(&view[i], full[i], start, len, n));
+    if (c->sinks) err = fmax(err, dsinks_err(&dsinks, &w.dsinks));
+    ta_tensor_free(&dsinks);
     for (int i = 0; i < 9; i++) ta_tensor_free(&store[i]);
     whole_free(&w);
     return err;
 }
 
-static void check_cases(const cp_case *cases, int ncases, const ta_cp_scheme *schemes, int ns)
+void check_cases(const cp_case *cases, int ncases, const ta_cp_scheme *schemes, int ns)
 {
     for (int i = 0; i < ncases; i++)
         for (int j = 0; j < ns; j++)
@@ -263,10 +307,13 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_schemes_match_single_process),
         cmocka_unit_test(test_uneven_strided_and_bf16),
         cmocka_unit_test(test_key_lengths),
+        cmocka_unit_test(test_variants_match_single_process),
+        cmocka_unit_test(test_variants_with_key_lengths_and_pieces),
         cmocka_unit_test(test_deterministic_and_stats),
         cmocka_unit_test(test_unsupported_option_same_error_everywhere),
         cmocka_unit_test(test_one_rank_bad_shape_named),
         cmocka_unit_test(test_ranks_disagree),
+        cmocka_unit_test(test_variants_disagree_and_bad_values),
         cmocka_unit_test(test_scheme_requirements),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
