@@ -798,8 +798,8 @@ static void qk_rows_kv_case(const ta_kernels *k, const ta_kernels *ref, int kind
     permute_q(qk, q, mq, ldq, d, k->attn_vl, kind);
     permute_q(qr, q, mq, ldq, d, ref->attn_vl, kind);
     /* avail past the buffer: prefetches there must not fault */
-    k->attn_qk_rows_kv[kind](s, MQ, qk, ldq, mq, kk, ldk * es, nk, d, nk + 40);
-    ref->attn_qk_rows_kv[kind](rs, MQ, qr, ldq, mq, kk, ldk * es, nk, d, nk);
+    k->attn_qk_rows_kv[kind](s, MQ, qk, ldq, mq, kk, ldk * es, nk, d, nk + 40, kk, ldk * es, d * es);
+    ref->attn_qk_rows_kv[kind](rs, MQ, qr, ldq, mq, kk, ldk * es, nk, d, nk, NULL, 0, 0);
     for (int64_t j = 0; j < nk; j++)
         for (int64_t r = 0; r < MQ; r++) {
             const int64_t i = j * MQ + r;

@@ -115,13 +115,17 @@ ROWS_INLINE void qk_block(float *s, int64_t mqs, const float *q, int64_t ldq, in
 /* The scores of nk keys for mq rows, R rows a pass (R >= mq, a power of two <= VL). */
 ROWS_INLINE void qk_rows(float *s, int64_t mqs, const float *q, int64_t ldq, int mq,
                          const char *k, int64_t ldk, int64_t nk, int64_t d, int64_t avail,
-                         const int R, const int kind)
+                         const char *vp, int64_t ldvp, int64_t vbytes, const int R,
+                         const int kind)
 {
     const int KB = VL / R;
     const int64_t bytes = d * (kind == KIND_F32 ? 4 : 2);
     for (int64_t j = 0; j < nk; j += KB) {
         const int nkb = (int)(nk - j < KB ? nk - j : KB);
-        for (int i = 0; i < nkb; i++) prefetch_row(k + (j + i) * ldk, ldk, j + i, avail, bytes);
+        for (int i = 0; i < nkb; i++) {
+            prefetch_row(k + (j + i) * ldk, ldk, j + i, avail, bytes);
+            if (vp) prefetch_row(vp + (j + i) * ldvp, ldvp, j + i, avail, vbytes);
+        }
         qk_block(s + j * mqs, mqs, q, ldq, mq, k + j * ldk, ldk, nkb, d, R, kind);
     }
 }
@@ -131,17 +135,18 @@ ROWS_INLINE void qk_rows(float *s, int64_t mqs, const float *q, int64_t ldq, int
  * smallest power of two >= mq up to VL (R = 8 as two passes of 4 below 8 lanes). */
 #define QK_ENTRY(NAME, KIND)                                                                 \
     void NAME(float *s, int64_t mqs, const float *q, int64_t ldq, int64_t mq,                \
-              const void *k, int64_t ldk, int64_t nk, int64_t d, int64_t avail)             \
+              const void *k, int64_t ldk, int64_t nk, int64_t d, int64_t avail,             \
+              const void *v, int64_t ldv, int64_t vbytes)                                   \
     {                                                                                        \
-        const char *kb = (const char *)k;                                                    \
+        const char *kb = (const char *)k, *vb = (const char *)v;                             \
         const int rp = mq <= 1 || VL < 2 ? 1 : mq <= 2 || VL < 4 ? 2 : mq <= 4 || VL < 8 ? 4 : 8; \
         for (int64_t r0 = 0; r0 < mq; r0 += rp) {                                            \
             const int nr = (int)(mq - r0 < rp ? mq - r0 : rp);                               \
             const float *qr = q + r0 * ldq;                                                  \
-            if (rp == 1) qk_rows(s + r0, mqs, qr, ldq, nr, kb, ldk, nk, d, avail, 1, KIND);   \
-            else if (rp == 2) qk_rows(s + r0, mqs, qr, ldq, nr, kb, ldk, nk, d, avail, VL < 2 ? 1 : 2, KIND); \
-            else if (rp == 4) qk_rows(s + r0, mqs, qr, ldq, nr, kb, ldk, nk, d, avail, VL < 4 ? 1 : 4, KIND); \
-            else qk_rows(s + r0, mqs, qr, ldq, nr, kb, ldk, nk, d, avail, VL < 8 ? 1 : 8, KIND); \
+            if (rp == 1) qk_rows(s + r0, mqs, qr, ldq, nr, kb, ldk, nk, d, avail, vb, ldv, vbytes, 1, KIND);   \
+            else if (rp == 2) qk_rows(s + r0, mqs, qr, ldq, nr, kb, ldk, nk, d, avail, vb, ldv, vbytes, VL < 2 ? 1 : 2, KIND); \
+            else if (rp == 4) qk_rows(s + r0, mqs, qr, ldq, nr, kb, ldk, nk, d, avail, vb, ldv, vbytes, VL < 4 ? 1 : 4, KIND); \
+            else qk_rows(s + r0, mqs, qr, ldq, nr, kb, ldk, nk, d, avail, vb, ldv, vbytes, VL < 8 ? 1 : 8, KIND); \
         }                                                                                    \
     }
 QK_ENTRY(NAME_QK_F32, KIND_F32)

@@ -105,6 +105,8 @@ typedef struct ta_kernels {
      * from the first (>= nk; the rows of the run) may be prefetched.
      * qk: s[j * mqs + r] = q_r . k_j (q rows scaled, q[r * ldq + p]) for r < mq, j < nk;
      *     other rows of s untouched. Summation: lane partials along d, then the lanes.
+     *     v: NULL, or a second stream to prefetch with K's rows (the same keys' V rows,
+     *     ldv bytes apart, vbytes each), so that they are in L2 when P.V reads them.
      *     For bfloat16 (index 2) q's rows come permuted: in each whole block of 2 attn_vl
      *     elements, the even-indexed ones, then the odd (a trailing block of attn_vl as
      *     it is), so that a K block widens by a shift and a mask. attn_vl <= 64.
@@ -112,7 +114,7 @@ typedef struct ta_kernels {
      *     keys in order (bitwise attn_pv's results). */
     void (*attn_qk_rows_kv[3])(float *s, int64_t mqs, const float *q, int64_t ldq, int64_t mq,
                                const void *k, int64_t ldk, int64_t nk, int64_t d,
-                               int64_t avail);
+                               int64_t avail, const void *v, int64_t ldv, int64_t vbytes);
     /* attn_softmax's step for the rows r < mq (<= attn_rows_max) of s [nk, mqs] only
      * (m, l, alpha of rows >= mq untouched): lanes hold (key, row) pairs. */
     void (*attn_softmax_rows)(float *s, int64_t mqs, float *m, float *l, float *alpha,
