@@ -58,6 +58,40 @@ ROWS_INLINE void prefetch_row(const char *row, int64_t ld, int64_t j, int64_t av
     for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(r + c, 0, 2);
 }
 
+/* The lane partials of q . k along d for one key, in 4 chains (2 vectors a step for
+ * bfloat16: its even and odd elements), added in order: (c0 + c1) + (c2 + c3). */
+ROWS_INLINE VT dot_seq(const float *q, const char *k, int64_t d, const int kind)
+{
+    VT c0 = V_ZERO(), c1 = V_ZERO(), c2 = V_ZERO(), c3 = V_ZERO();
+    int64_t p = 0;
+    if (kind == KIND_BF16) {
+        for (; p + 4 * VL <= d; p += 4 * VL) {
+            VT e0, o0, e1, o1;
+            V_LOAD_BF16_EO((const uint16_t *)(const void *)k + p, &e0, &o0);
+            V_LOAD_BF16_EO((const uint16_t *)(const void *)k + p + 2 * VL, &e1, &o1);
+            c0 = V_FMA(V_LOADU(q + p), e0, c0);
+            c1 = V_FMA(V_LOADU(q + p + VL), o0, c1);
+            c2 = V_FMA(V_LOADU(q + p + 2 * VL), e1, c2);
+            c3 = V_FMA(V_LOADU(q + p + 3 * VL), o1, c3);
+        }
+        if (p + 2 * VL <= d) {
+            VT e0, o0;
+            V_LOAD_BF16_EO((const uint16_t *)(const void *)k + p, &e0, &o0);
+            c0 = V_FMA(V_LOADU(q + p), e0, c0);
+            c1 = V_FMA(V_LOADU(q + p + VL), o0, c1);
+            p += 2 * VL;
+        }
+    }
+    for (; p + 4 * VL <= d; p += 4 * VL) {
+        c0 = V_FMA(V_LOADU(q + p), load_kind(k, p, kind), c0);
+        c1 = V_FMA(V_LOADU(q + p + VL), load_kind(k, p + VL, kind), c1);
+        c2 = V_FMA(V_LOADU(q + p + 2 * VL), load_kind(k, p + 2 * VL, kind), c2);
+        c3 = V_FMA(V_LOADU(q + p + 3 * VL), load_kind(k, p + 3 * VL, kind), c3);
+    }
+    for (; p < d; p += VL) c0 = V_FMA(V_LOADU(q + p), load_kind(k, p, kind), c0);
+    return V_ADD(V_ADD(c0, c1), V_ADD(c2, c3));
+}
+
 /* s[k * MQS + r] = q_r . k_(j0 + k) for KB = VL / R keys from j0 (nkb of them real) and
  * R rows (nr real; the others repeat row 0 and are not stored). Accumulator k * R + r
  * holds the lane sums of that pair along d; V_HSUM_ALL adds all of them at once. */
@@ -75,6 +109,14 @@ ROWS_INLINE void qk_block(float *s, int64_t mqs, const float *q, int64_t ldq, in
     for (int r = 0; r < R; r++) qr[r] = q + (r < nr ? r : 0) * ldq;
 #pragma GCC unroll 16
     for (int j = 0; j < KB; j++) kr[j] = k + (j < nkb ? j : 0) * ldk;
+    if (R == 1) { /* one row: key by key, each K row read front to back (one stream) */
+#pragma GCC unroll 1
+        for (int j = 0; j < KB; j++) acc[j] = dot_seq(qr[0], kr[j], d, kind);
+        float t[VL];
+        V_STOREU(t, V_HSUM_ALL(acc));
+        for (int j = 0; j < nkb; j++) s[j * mqs] = t[j];
+        return;
+    }
     int64_t p = 0;
     if (kind == KIND_BF16) /* q blocks of 2 VL hold their even elements, then the odd */
         for (; p + 2 * VL <= d; p += 2 * VL) {

@@ -48,6 +48,7 @@
 #include <math.h>
 #include <omp.h>
 #include <string.h>
+#include <stdlib.h>
 
 #define TA_FUSED_NK 64       /* keys per tile: the S tile (mq x 64 floats) stays in L1 */
 #define TA_FUSED_SWEEP_MAX 32 /* kv heads a sweep steps together at most */
@@ -202,6 +203,30 @@ static const char *kv_rows(const fused_plan *f, const fused_item *it, bool value
     const ta_tensor *t = value ? f->p->V : f->p->K;
     return (const char *)t->data +
            ta_dtype_size(t->dtype) * (size_t)ta_sdpa_kv_offset(f->p, value, it->b, it->hkv, j0);
+}
+
+/* The rows from a tile's first that the few-row kernels may prefetch (kernels.h): the
+ * rest of the run and the item, or 0 (none) when t's rows follow each other in memory
+ * (a head's keys one stream: the hardware prefetcher follows it, and software
+ * prefetches on top cost bandwidth, docs/kernels.md "Decode: streaming K and V"). */
+static int64_t pf_rows(const fused_plan *f, const ta_tensor *t, int64_t run, int64_t left)
+{
+    (void)f;
+    const int64_t cols = t == f->p->K ? f->p->D : f->p->Dv;
+    return t->stride[2] == cols ? 0 : TA_MIN(run, left);
+}
+
+/* Whether the item's tiles read K (value false) or V through the few-row kernels on
+ * typed rows (attn_qk_rows_kv / attn_pv_rows_kv): few-row tiles of rows they take,
+ * except float32 rows that follow each other with one or two query rows, where
+ * attn_qk_rows and attn_pv stream the rows key by key a little faster (1 thread,
+ * B1 H32 Lk4096 D128 f32: 6.7 against 8.0 ms in one run). */
+static bool typed_rows(const fused_plan *f, const fused_item *it, bool value)
+{
+    const ta_tensor *t = value ? f->p->V : f->p->K;
+    const int kind = value ? f->kind_v : f->kind_k;
+    if (!few_rows(f, it) || kind < 0) return false;
+    return kind != 0 || it->mq > 2 || t->stride[2] != (value ? f->p->Dv : f->p->D);
 }
 
 /* Bytes between key rows of K or V (within a run). */
@@ -417,11 +442,12 @@ static void tile_scores(const fused_plan *f, const fused_item *it, const fused_w
         const int64_t run = ta_sdpa_kv_run(p, j0 + a);
         n = TA_MIN(nk - a, run);
         float *s = w->s + a * f->mq_max;
-        if (few_rows(f, it) && f->kind_k >= 0) { /* K rows in place; the kernel prefetches */
-            if (n == run) prefetch_run(f, it, false, j0 + a + n); /* the next run's */
+        if (typed_rows(f, it, false)) { /* K rows in place; the kernel prefetches */
+            const int64_t ahead = pf_rows(f, p->K, run, it->jhi - j0 - a);
+            if (n == run || !ahead) prefetch_run(f, it, false, j0 + a + n); /* the next run's */
             f->k->attn_qk_rows_kv[f->kind_k](s, f->mq_max, w->qp, p->D, it->mq,
                                              kv_rows(f, it, false, j0 + a), kv_ld(p->K), n,
-                                             p->D, TA_MIN(run, it->jhi - j0 - a),
+                                             p->D, ahead,
                                              f->kind_v >= 0 ? kv_rows(f, it, true, j0 + a) : NULL,
                                              kv_ld(p->V), p->Dv * (int64_t)ta_dtype_size(p->V->dtype));
             continue;
@@ -447,15 +473,16 @@ static void tile_pv(const fused_plan *f, const fused_item *it, const fused_ws *w
     for (int64_t a = 0; a < nk; a += n) {
         const int64_t run = ta_sdpa_kv_run(p, j0 + a);
         n = TA_MIN(nk - a, run);
-        if (few_rows(f, it) && f->kind_v >= 0) { /* V rows in place; the kernel prefetches */
-            if (n == run) prefetch_run(f, it, true, j0 + a + n);
+        if (typed_rows(f, it, true)) { /* V rows in place; the kernel prefetches */
+            const int64_t ahead = pf_rows(f, p->V, run, it->jhi - j0 - a);
+            if (n == run || !ahead) prefetch_run(f, it, true, j0 + a + n);
             const int32_t *rr = run_rowk(f, w, rowk, nk, a, n);
             int64_t keys = rr ? 0 : n; /* keys past every row's need hold p = 0: skip */
             for (int64_t r = 0; rr && r < it->mq; r++) keys = TA_MAX(keys, (int64_t)rr[r]);
             f->k->attn_pv_rows_kv[f->kind_v](w->o, f->ldo, w->s + a * f->mq_max, f->mq_max,
                                              a ? w->ones : w->alpha,
                                              kv_rows(f, it, true, j0 + a), kv_ld(p->V), keys,
-                                             p->Dv, it->mq, TA_MIN(run, it->jhi - j0 - a));
+                                             p->Dv, it->mq, ahead);
             continue;
         }
         const float *vt = kv_tile(f, it, true, j0 + a, n, w->vp, &ld);
