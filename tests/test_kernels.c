@@ -797,9 +797,13 @@ static void qk_rows_kv_case(const ta_kernels *k, const ta_kernels *ref, int kind
     float *s = gfloats(&ar, nk * MQ, SENTINEL), *rs = gfloats(&ar, nk * MQ, SENTINEL);
     permute_q(qk, q, mq, ldq, d, k->attn_vl, kind);
     permute_q(qr, q, mq, ldq, d, ref->attn_vl, kind);
-    /* avail past the buffer: prefetches there must not fault */
-    k->attn_qk_rows_kv[kind](s, MQ, qk, ldq, mq, kk, ldk * es, nk, d, nk + 40, kk, ldk * es, d * es);
-    ref->attn_qk_rows_kv[kind](rs, MQ, qr, ldq, mq, kk, ldk * es, nk, d, nk, NULL, 0, 0);
+    /* the table in reverse key order, and TA_ROWS_AHEAD rows to prefetch past the keys */
+    const void *rows[64 + TA_ROWS_AHEAD];
+    assert_true(nk <= 64);
+    for (int64_t j = 0; j < nk + TA_ROWS_AHEAD; j++)
+        rows[j] = (const char *)kk + es * ldk * (nk ? nk - 1 - j % nk : 0);
+    k->attn_qk_rows_kv[kind](s, MQ, qk, ldq, mq, rows, nk, d, nk + TA_ROWS_AHEAD, rows, d * es);
+    ref->attn_qk_rows_kv[kind](rs, MQ, qr, ldq, mq, rows, nk, d, nk, NULL, 0);
     for (int64_t j = 0; j < nk; j++)
         for (int64_t r = 0; r < MQ; r++) {
             const int64_t i = j * MQ + r;
@@ -809,7 +813,7 @@ static void qk_rows_kv_case(const ta_kernels *k, const ta_kernels *ref, int kind
             }
             double sum = 0.0, e = 0.0;
             for (int64_t p = 0; p < d; p++) {
-                const double t = (double)q[r * ldq + p] * kw[j * ldk + p];
+                const double t = (double)q[r * ldq + p] * kw[(nk - 1 - j) * ldk + p];
                 sum += fabs(t);
                 e += t;
             }
@@ -848,14 +852,21 @@ static void pv_rows_kv_case(const ta_kernels *k, int kind, int64_t nk, int64_t d
     const void *v = typed_rows(&ar, kind, nk, dv, ldv, &vw);
     for (int64_t i = 0; i < nk * MQ; i++) p[i] = fabsf(p[i]);
     float *o0 = copy_of(o, mq * ldo), *ow = copy_of(o, mq * ldo);
-    k->attn_pv_rows_kv[kind](o, ldo, p, MQ, alpha, v, ldv * es, nk, dv, mq, nk + 40);
-    k->attn_pv(ow, ldo, p, alpha, vw, ldv, nk, dv, mq, NULL);
+    /* the table in reverse key order (attn_pv gets the widened rows so reordered) */
+    const void *rows[64 + TA_ROWS_AHEAD];
+    float *vr = malloc(sizeof(float) * (size_t)(nk * ldv + 1));
+    assert_true(nk <= 64 && vr);
+    for (int64_t j = 0; j < nk + TA_ROWS_AHEAD; j++)
+        rows[j] = (const char *)v + es * ldv * (nk ? nk - 1 - j % nk : 0);
+    for (int64_t j = 0; j < nk; j++) memcpy(vr + j * ldv, vw + (nk - 1 - j) * ldv, sizeof(float) * (size_t)dv);
+    k->attn_pv_rows_kv[kind](o, ldo, p, MQ, alpha, rows, nk, dv, mq, nk + TA_ROWS_AHEAD);
+    k->attn_pv(ow, ldo, p, alpha, vr, ldv, nk, dv, mq, NULL);
     for (int64_t r = 0; r < mq; r++)
         for (int64_t c = 0; c < dv; c++) {
             const int64_t i = r * ldo + c;
             double e = (double)o0[i] * alpha[r], sum = fabs(e);
             for (int64_t j = 0; j < nk; j++) {
-                const double t = (double)p[j * MQ + r] * vw[j * ldv + c];
+                const double t = (double)p[j * MQ + r] * vr[j * ldv + c];
                 sum += fabs(t);
                 e += t;
             }
@@ -863,6 +874,7 @@ static void pv_rows_kv_case(const ta_kernels *k, int kind, int64_t nk, int64_t d
             expect_near("table's attn_pv on the widened rows", "o", i, o[i], ow[i], 0.0);
         }
     free(vw);
+    free(vr);
     free(o0);
     free(ow);
     arena_release(&ar);

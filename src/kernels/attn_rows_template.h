@@ -29,10 +29,7 @@
 #include <string.h>
 
 #define ROWS_INLINE static inline __attribute__((always_inline))
-#ifndef PF_ROWS
-#define PF_ROWS 16
-#endif
-#define PF_ROWS_DOC /* rows ahead that the kernels prefetch (within the rows given) */
+#define PF_ROWS TA_ROWS_AHEAD /* rows ahead that the kernels prefetch (kernels.h) */
 
 _Static_assert(ROWS_MAX >= 1 && ROWS_MAX <= 8 && ROWS_MAX <= VL * 8,
                "attn_rows_template.h: ROWS_MAX in 1..8");
@@ -48,13 +45,12 @@ ROWS_INLINE VT load_kind(const char *row, int64_t i, const int kind)
     return V_LOADU((const float *)(const void *)row + i);
 }
 
-/* Every 64-byte line of the row `rows` rows after `row`, into L2, when that row is among
- * the `avail` rows from the tile's first (ahead counts from that first row too). */
-ROWS_INLINE void prefetch_row(const char *row, int64_t ld, int64_t j, int64_t avail,
-                              int64_t bytes)
+/* Every 64-byte line of row j + PF_ROWS of the table, into L2, when the table has it
+ * (avail entries). */
+ROWS_INLINE void prefetch_row(const void *const *rows, int64_t j, int64_t avail, int64_t bytes)
 {
     if (j + PF_ROWS >= avail) return;
-    const char *r = row + PF_ROWS * ld;
+    const char *r = (const char *)rows[j + PF_ROWS];
     for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(r + c, 0, 2);
 }
 
@@ -96,7 +92,7 @@ ROWS_INLINE VT dot_seq(const float *q, const char *k, int64_t d, const int kind)
  * R rows (nr real; the others repeat row 0 and are not stored). Accumulator k * R + r
  * holds the lane sums of that pair along d; V_HSUM_ALL adds all of them at once. */
 ROWS_INLINE void qk_block(float *s, int64_t mqs, const float *q, int64_t ldq, int nr,
-                          const char *k, int64_t ldk, int nkb, int64_t d, const int R,
+                          const void *const *k, int nkb, int64_t d, const int R,
                           const int kind)
 {
     const int KB = VL / R;
@@ -108,7 +104,7 @@ ROWS_INLINE void qk_block(float *s, int64_t mqs, const float *q, int64_t ldq, in
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) qr[r] = q + (r < nr ? r : 0) * ldq;
 #pragma GCC unroll 16
-    for (int j = 0; j < KB; j++) kr[j] = k + (j < nkb ? j : 0) * ldk;
+    for (int j = 0; j < KB; j++) kr[j] = (const char *)k[j < nkb ? j : 0];
     if (R == 1) { /* one row: key by key, each K row read front to back (one stream) */
 #pragma GCC unroll 1
         for (int j = 0; j < KB; j++) acc[j] = dot_seq(qr[0], kr[j], d, kind);
@@ -156,39 +152,38 @@ ROWS_INLINE void qk_block(float *s, int64_t mqs, const float *q, int64_t ldq, in
 
 /* The scores of nk keys for mq rows, R rows a pass (R >= mq, a power of two <= VL). */
 ROWS_INLINE void qk_rows(float *s, int64_t mqs, const float *q, int64_t ldq, int mq,
-                         const char *k, int64_t ldk, int64_t nk, int64_t d, int64_t avail,
-                         const char *vp, int64_t ldvp, int64_t vbytes, const int R,
-                         const int kind)
+                         const void *const *k, int64_t nk, int64_t d, int64_t avail,
+                         const void *const *vp, int64_t vbytes, const int R, const int kind)
 {
     const int KB = VL / R;
     const int64_t bytes = d * (kind == KIND_F32 ? 4 : 2);
     for (int64_t j = 0; j < nk; j += KB) {
         const int nkb = (int)(nk - j < KB ? nk - j : KB);
         for (int i = 0; i < nkb; i++) {
-            prefetch_row(k + (j + i) * ldk, ldk, j + i, avail, bytes);
-            if (vp) prefetch_row(vp + (j + i) * ldvp, ldvp, j + i, avail, vbytes);
+            prefetch_row(k, j + i, avail, bytes);
+            if (vp) prefetch_row(vp, j + i, avail, vbytes);
         }
-        qk_block(s + j * mqs, mqs, q, ldq, mq, k + j * ldk, ldk, nkb, d, R, kind);
+        qk_block(s + j * mqs, mqs, q, ldq, mq, k + j, nkb, d, R, kind);
     }
 }
 
-/* s [nk, mqs] (rows < mq only, mq <= 8) = q [mq rows, ldq] K^T for nk key rows of k (ldk
- * bytes apart, of the kind's type), prefetching up to row avail: passes of R rows, R the
+/* s [nk, mqs] (rows < mq only, mq <= 8) = q [mq rows, ldq] K^T for the nk key rows the
+ * table k points to (of the kind's type), prefetching from the table's avail rows (and
+ * v's, when given): passes of R rows, R the
  * smallest power of two >= mq up to VL (R = 8 as two passes of 4 below 8 lanes). */
 #define QK_ENTRY(NAME, KIND)                                                                 \
     void NAME(float *s, int64_t mqs, const float *q, int64_t ldq, int64_t mq,                \
-              const void *k, int64_t ldk, int64_t nk, int64_t d, int64_t avail,             \
-              const void *v, int64_t ldv, int64_t vbytes)                                   \
+              const void *const *k, int64_t nk, int64_t d, int64_t avail,                   \
+              const void *const *v, int64_t vbytes)                                         \
     {                                                                                        \
-        const char *kb = (const char *)k, *vb = (const char *)v;                             \
         const int rp = mq <= 1 || VL < 2 ? 1 : mq <= 2 || VL < 4 ? 2 : mq <= 4 || VL < 8 ? 4 : 8; \
         for (int64_t r0 = 0; r0 < mq; r0 += rp) {                                            \
             const int nr = (int)(mq - r0 < rp ? mq - r0 : rp);                               \
             const float *qr = q + r0 * ldq;                                                  \
-            if (rp == 1) qk_rows(s + r0, mqs, qr, ldq, nr, kb, ldk, nk, d, avail, vb, ldv, vbytes, 1, KIND);   \
-            else if (rp == 2) qk_rows(s + r0, mqs, qr, ldq, nr, kb, ldk, nk, d, avail, vb, ldv, vbytes, VL < 2 ? 1 : 2, KIND); \
-            else if (rp == 4) qk_rows(s + r0, mqs, qr, ldq, nr, kb, ldk, nk, d, avail, vb, ldv, vbytes, VL < 4 ? 1 : 4, KIND); \
-            else qk_rows(s + r0, mqs, qr, ldq, nr, kb, ldk, nk, d, avail, vb, ldv, vbytes, VL < 8 ? 1 : 8, KIND); \
+            if (rp == 1) qk_rows(s + r0, mqs, qr, ldq, nr, k, nk, d, avail, v, vbytes, 1, KIND);   \
+            else if (rp == 2) qk_rows(s + r0, mqs, qr, ldq, nr, k, nk, d, avail, v, vbytes, VL < 2 ? 1 : 2, KIND); \
+            else if (rp == 4) qk_rows(s + r0, mqs, qr, ldq, nr, k, nk, d, avail, v, vbytes, VL < 4 ? 1 : 4, KIND); \
+            else qk_rows(s + r0, mqs, qr, ldq, nr, k, nk, d, avail, v, vbytes, VL < 8 ? 1 : 8, KIND); \
         }                                                                                    \
     }
 QK_ENTRY(NAME_QK_F32, KIND_F32)
@@ -201,7 +196,7 @@ QK_ENTRY(NAME_QK_BF16, KIND_BF16)
  * operations of attn_pv (o * alpha, then one FMA per key in key order), so bitwise its
  * results. */
 ROWS_INLINE void pv_group(float *o, int64_t ldo, const float *p, int64_t mqs,
-                          const float *alpha, const char *v, int64_t ldv, int64_t nk,
+                          const float *alpha, const void *const *v, int64_t nk,
                           int64_t c0, int64_t avail, int64_t bytes, const int R, const int NV,
                           const int kind)
 {
@@ -221,9 +216,9 @@ ROWS_INLINE void pv_group(float *o, int64_t ldo, const float *p, int64_t mqs,
         for (int c = 0; c < NV; c++) acc[r][c] = V_MUL(acc[r][c], a);
     }
     for (int64_t j = 0; j < nk; j++) {
-        const char *vr = v + j * ldv;
+        const char *vr = (const char *)v[j];
         if (c0 == 0 && j % 4 == 0) /* the next 4 rows' lines: the key loop stays innermost */
-            for (int64_t i = j; i < j + 4; i++) prefetch_row(v + i * ldv, ldv, i, avail, bytes);
+            for (int64_t i = j; i < j + 4; i++) prefetch_row(v, i, avail, bytes);
         VT pb[8];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) pb[r] = V_BCAST(p + j * mqs + r);
@@ -252,7 +247,7 @@ ROWS_INLINE void pv_group(float *o, int64_t ldo, const float *p, int64_t mqs,
 /* All dv columns of R rows: column groups of the most vectors (8, 4, 2 or 1) that fit
  * PV_ACC accumulators and the columns left. */
 ROWS_INLINE void pv_rows(float *o, int64_t ldo, const float *p, int64_t mqs,
-                         const float *alpha, const char *v, int64_t ldv, int64_t nk,
+                         const float *alpha, const void *const *v, int64_t nk,
                          int64_t dv, int64_t avail, const int R, const int kind)
 {
     const int64_t bytes = dv * (kind == KIND_F32 ? 4 : 2);
@@ -260,41 +255,41 @@ ROWS_INLINE void pv_rows(float *o, int64_t ldo, const float *p, int64_t mqs,
     for (int64_t c0 = 0; c0 < dv;) {
         const int64_t left = (dv - c0) / VL;
         if (NVMAX >= 8 && left >= 8) {
-            pv_group(o, ldo, p, mqs, alpha, v, ldv, nk, c0, avail, bytes, R, 8, kind);
+            pv_group(o, ldo, p, mqs, alpha, v, nk, c0, avail, bytes, R, 8, kind);
             c0 += 8 * VL;
         } else if (NVMAX >= 4 && left >= 4) {
-            pv_group(o, ldo, p, mqs, alpha, v, ldv, nk, c0, avail, bytes, R, 4, kind);
+            pv_group(o, ldo, p, mqs, alpha, v, nk, c0, avail, bytes, R, 4, kind);
             c0 += 4 * VL;
         } else if (NVMAX >= 2 && left >= 2) {
-            pv_group(o, ldo, p, mqs, alpha, v, ldv, nk, c0, avail, bytes, R, 2, kind);
+            pv_group(o, ldo, p, mqs, alpha, v, nk, c0, avail, bytes, R, 2, kind);
             c0 += 2 * VL;
         } else {
-            pv_group(o, ldo, p, mqs, alpha, v, ldv, nk, c0, avail, bytes, R, 1, kind);
+            pv_group(o, ldo, p, mqs, alpha, v, nk, c0, avail, bytes, R, 1, kind);
             c0 += VL;
         }
     }
 }
 
-/* o [mq rows, ldo] = o * alpha + p [nk, mqs]^T v for nk value rows of v (ldv bytes apart,
- * of the kind's type, dv columns), mq <= 8, prefetching up to row avail: passes of up to
+/* o [mq rows, ldo] = o * alpha + p [nk, mqs]^T v for the nk value rows the table v points
+ * to (of the kind's type, dv columns), mq <= 8, prefetching from the table's avail rows:
+ * passes of up to
  * ROWS_MAX rows. */
 #define PV_ENTRY(NAME, KIND)                                                                 \
     void NAME(float *o, int64_t ldo, const float *p, int64_t mqs, const float *alpha,       \
-              const void *v, int64_t ldv, int64_t nk, int64_t dv, int64_t mq, int64_t avail) \
+              const void *const *v, int64_t nk, int64_t dv, int64_t mq, int64_t avail)      \
     {                                                                                        \
-        const char *vb = (const char *)v;                                                    \
         for (int64_t r0 = 0; r0 < mq; r0 += ROWS_MAX) {                                      \
             float *orow = o + r0 * ldo;                                                      \
             const float *pr = p + r0, *ar = alpha + r0;                                      \
             switch (mq - r0 < ROWS_MAX ? mq - r0 : ROWS_MAX) {                               \
-            case 1: pv_rows(orow, ldo, pr, mqs, ar, vb, ldv, nk, dv, avail, 1, KIND); break; \
-            case 2: if (ROWS_MAX >= 2) pv_rows(orow, ldo, pr, mqs, ar, vb, ldv, nk, dv, avail, 2, KIND); break; \
-            case 3: if (ROWS_MAX >= 3) pv_rows(orow, ldo, pr, mqs, ar, vb, ldv, nk, dv, avail, 3, KIND); break; \
-            case 4: if (ROWS_MAX >= 4) pv_rows(orow, ldo, pr, mqs, ar, vb, ldv, nk, dv, avail, 4, KIND); break; \
-            case 5: if (ROWS_MAX >= 5) pv_rows(orow, ldo, pr, mqs, ar, vb, ldv, nk, dv, avail, 5, KIND); break; \
-            case 6: if (ROWS_MAX >= 6) pv_rows(orow, ldo, pr, mqs, ar, vb, ldv, nk, dv, avail, 6, KIND); break; \
-            case 7: if (ROWS_MAX >= 7) pv_rows(orow, ldo, pr, mqs, ar, vb, ldv, nk, dv, avail, 7, KIND); break; \
-            case 8: if (ROWS_MAX >= 8) pv_rows(orow, ldo, pr, mqs, ar, vb, ldv, nk, dv, avail, 8, KIND); break; \
+            case 1: pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, 1, KIND); break; \
+            case 2: if (ROWS_MAX >= 2) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, 2, KIND); break; \
+            case 3: if (ROWS_MAX >= 3) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, 3, KIND); break; \
+            case 4: if (ROWS_MAX >= 4) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, 4, KIND); break; \
+            case 5: if (ROWS_MAX >= 5) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, 5, KIND); break; \
+            case 6: if (ROWS_MAX >= 6) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, 6, KIND); break; \
+            case 7: if (ROWS_MAX >= 7) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, 7, KIND); break; \
+            case 8: if (ROWS_MAX >= 8) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, 8, KIND); break; \
             default: break;                                                                  \
             }                                                                                \
         }                                                                                    \

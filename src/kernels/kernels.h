@@ -99,30 +99,34 @@ typedef struct ta_kernels {
 
     /* ---- few-row kernels on typed rows (filled by ta_attn_rows_fill_<isa> in
      * src/kernels/attn_rows_<isa>.c; docs/kernels.md, "Decode: the few-row kernels").
-     * Index: 0 float32, 1 float16, 2 bfloat16 rows (ta_kernel_kind); half rows are
-     * widened in registers. For tiles of mq <= attn_rows_max rows with d and dv
-     * multiples of attn_vl and unit-stride K / V rows, ld* in BYTES; rows up to `avail`
-     * from the first (>= nk; the rows of the run) may be prefetched.
+     * Index: 0 float32, 1 float16, 2 bfloat16 rows; half rows are widened in registers.
+     * For tiles of mq <= 8 rows (the driver: <= attn_rows_max) with d and dv multiples
+     * of attn_vl. K and V rows come as a table of pointers, one per key (a paged cache's
+     * blocks, or rows at a stride), with avail >= nk entries: rows nk .. avail - 1 (the
+     * next keys) are only prefetched, TA_ROWS_AHEAD rows ahead of the one in use.
      * qk: s[j * mqs + r] = q_r . k_j (q rows scaled, q[r * ldq + p]) for r < mq, j < nk;
      *     other rows of s untouched. Summation: lane partials along d, then the lanes.
-     *     v: NULL, or a second stream to prefetch with K's rows (the same keys' V rows,
-     *     ldv bytes apart, vbytes each), so that they are in L2 when P.V reads them.
      *     For bfloat16 (index 2) q's rows come permuted: in each whole block of 2 attn_vl
      *     elements, the even-indexed ones, then the odd (a trailing block of attn_vl as
      *     it is), so that a K block widens by a shift and a mask. attn_vl <= 64.
+     *     v: NULL, or a second table (avail entries) prefetched with K's rows (the same
+     *     keys' V rows, vbytes each), so that they are in L2 when P.V reads them.
      * pv: o[r] = o[r] * alpha[r] + sum_j p[j * mqs + r] v_j for r < mq, columns < dv,
      *     keys in order (bitwise attn_pv's results). */
     void (*attn_qk_rows_kv[3])(float *s, int64_t mqs, const float *q, int64_t ldq, int64_t mq,
-                               const void *k, int64_t ldk, int64_t nk, int64_t d,
-                               int64_t avail, const void *v, int64_t ldv, int64_t vbytes);
+                               const void *const *k, int64_t nk, int64_t d, int64_t avail,
+                               const void *const *v, int64_t vbytes);
     /* attn_softmax's step for the rows r < mq (<= attn_rows_max) of s [nk, mqs] only
      * (m, l, alpha of rows >= mq untouched): lanes hold (key, row) pairs. */
     void (*attn_softmax_rows)(float *s, int64_t mqs, float *m, float *l, float *alpha,
                               int64_t nk, int64_t mq);
     void (*attn_pv_rows_kv[3])(float *o, int64_t ldo, const float *p, int64_t mqs,
-                               const float *alpha, const void *v, int64_t ldv, int64_t nk,
+                               const float *alpha, const void *const *v, int64_t nk,
                                int64_t dv, int64_t mq, int64_t avail);
 } ta_kernels;
+
+/* Rows ahead of the one in use that the few-row kernels prefetch (attn_qk_rows_kv). */
+#define TA_ROWS_AHEAD 16
 
 /* The table in use (the best usable, or TA_ARCH's choice). Never NULL. */
 const ta_kernels *ta_kernels_active(void);

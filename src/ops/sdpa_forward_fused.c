@@ -77,6 +77,7 @@ typedef struct fused_ws {
     int32_t *rowk; /* per row: keys of the current tile it needs */
     int64_t *lo;   /* per row: its first key (a window's left bound; 0 without) */
     float *slope, *pos; /* per row: ALiBi slope and position i + delta */
+    const void **krows, **vrows; /* a tile's K and V rows for the few-row kernels (row_table) */
 } fused_ws;
 
 typedef struct fused_plan {
@@ -141,6 +142,8 @@ static void ws_layout(ta_arena *a, fused_ws *w, const fused_plan *f)
     w->rowk = TA_ARENA_TAKE(a, int32_t, mq);
     w->ones = TA_ARENA_TAKE(a, float, mq);
     w->rowk_run = TA_ARENA_TAKE(a, int32_t, mq);
+    w->krows = (const void **)TA_ARENA_TAKE(a, void *, TA_FUSED_NK + TA_ROWS_AHEAD);
+    w->vrows = (const void **)TA_ARENA_TAKE(a, void *, TA_FUSED_NK + TA_ROWS_AHEAD);
     w->kp = f->pack_k ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK, p->D) : NULL;
     w->vp = f->pack_v ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK, p->Dv) : NULL;
 }
@@ -205,15 +208,23 @@ static const char *kv_rows(const fused_plan *f, const fused_item *it, bool value
            ta_dtype_size(t->dtype) * (size_t)ta_sdpa_kv_offset(f->p, value, it->b, it->hkv, j0);
 }
 
-/* The rows from a tile's first that the few-row kernels may prefetch (kernels.h): the
- * rest of the run and the item, or 0 (none) when t's rows follow each other in memory
- * (a head's keys one stream: the hardware prefetcher follows it, and software
- * prefetches on top cost bandwidth, docs/kernels.md "Decode: streaming K and V"). */
-static int64_t pf_rows(const fused_plan *f, const ta_tensor *t, int64_t run, int64_t left)
+/* The table of K's (value false) or V's rows for keys j0 .. j0 + nk - 1 of the item's
+ * group, in rows (TA_FUSED_NK + TA_ROWS_AHEAD entries), then the next keys of the item
+ * for the kernels to prefetch (up to TA_ROWS_AHEAD), except when the rows follow each
+ * other in memory (a head's keys one stream: the hardware prefetcher follows it, and
+ * software prefetches on top cost bandwidth, docs/kernels.md "Decode: streaming K and
+ * V"). Returns the entries (the kernels' avail). */
+static int64_t row_table(const fused_plan *f, const fused_item *it, bool value, int64_t j0,
+                         int64_t nk, const void **rows)
 {
-    (void)f;
-    const int64_t cols = t == f->p->K ? f->p->D : f->p->Dv;
-    return t->stride[2] == cols ? 0 : TA_MIN(run, left);
+    const ta_sdpa_problem *p = f->p;
+    const ta_tensor *t = value ? p->V : p->K;
+    const bool stream = !p->pages.table && t->stride[2] == (value ? p->Dv : p->D);
+    const int64_t n = stream ? nk : TA_MIN(nk + TA_ROWS_AHEAD, it->jhi - j0);
+    const size_t es = ta_dtype_size(t->dtype);
+    for (int64_t j = 0; j < n; j++)
+        rows[j] = (const char *)t->data + es * (size_t)ta_sdpa_kv_offset(p, value, it->b, it->hkv, j0 + j);
+    return n;
 }
 
 /* Whether the item's tiles read K (value false) or V through the few-row kernels on
@@ -437,21 +448,21 @@ static void tile_scores(const fused_plan *f, const fused_item *it, const fused_w
                         int64_t j0, int64_t nk, const int32_t *rowk)
 {
     const ta_sdpa_problem *p = f->p;
+    if (typed_rows(f, it, false)) { /* K rows in place, through a table (any run) */
+        const int64_t avail = row_table(f, it, false, j0, nk, w->krows);
+        const bool v_too = typed_rows(f, it, true);
+        if (v_too) row_table(f, it, true, j0, nk, w->vrows);
+        if (avail == nk) prefetch_run(f, it, false, j0 + nk); /* a stream: the next tile */
+        f->k->attn_qk_rows_kv[f->kind_k](w->s, f->mq_max, w->qp, p->D, it->mq, w->krows, nk,
+                                         p->D, avail, v_too ? w->vrows : NULL,
+                                         p->Dv * (int64_t)ta_dtype_size(p->V->dtype));
+        return;
+    }
     int64_t n, ld;
     for (int64_t a = 0; a < nk; a += n) {
         const int64_t run = ta_sdpa_kv_run(p, j0 + a);
         n = TA_MIN(nk - a, run);
         float *s = w->s + a * f->mq_max;
-        if (typed_rows(f, it, false)) { /* K rows in place; the kernel prefetches */
-            const int64_t ahead = pf_rows(f, p->K, run, it->jhi - j0 - a);
-            if (n == run || !ahead) prefetch_run(f, it, false, j0 + a + n); /* the next run's */
-            f->k->attn_qk_rows_kv[f->kind_k](s, f->mq_max, w->qp, p->D, it->mq,
-                                             kv_rows(f, it, false, j0 + a), kv_ld(p->K), n,
-                                             p->D, ahead,
-                                             f->kind_v >= 0 ? kv_rows(f, it, true, j0 + a) : NULL,
-                                             kv_ld(p->V), p->Dv * (int64_t)ta_dtype_size(p->V->dtype));
-            continue;
-        }
         const float *kt = kv_tile(f, it, false, j0 + a, n, w->kp, &ld);
         prefetch_run(f, it, false, j0 + a + n);
         if (few_rows(f, it))
@@ -469,22 +480,19 @@ static void tile_pv(const fused_plan *f, const fused_item *it, const fused_ws *w
                     int64_t nk, const int32_t *rowk)
 {
     const ta_sdpa_problem *p = f->p;
+    if (typed_rows(f, it, true)) { /* V rows in place, through a table (any run) */
+        int64_t keys = rowk ? 0 : nk; /* keys past every row's need hold p = 0: skip */
+        for (int64_t r = 0; rowk && r < it->mq; r++) keys = TA_MAX(keys, (int64_t)rowk[r]);
+        const int64_t avail = row_table(f, it, true, j0, nk, w->vrows);
+        if (avail == nk) prefetch_run(f, it, true, j0 + nk);
+        f->k->attn_pv_rows_kv[f->kind_v](w->o, f->ldo, w->s, f->mq_max, w->alpha, w->vrows,
+                                         keys, p->Dv, it->mq, avail);
+        return;
+    }
     int64_t n, ld;
     for (int64_t a = 0; a < nk; a += n) {
         const int64_t run = ta_sdpa_kv_run(p, j0 + a);
         n = TA_MIN(nk - a, run);
-        if (typed_rows(f, it, true)) { /* V rows in place; the kernel prefetches */
-            const int64_t ahead = pf_rows(f, p->V, run, it->jhi - j0 - a);
-            if (n == run || !ahead) prefetch_run(f, it, true, j0 + a + n);
-            const int32_t *rr = run_rowk(f, w, rowk, nk, a, n);
-            int64_t keys = rr ? 0 : n; /* keys past every row's need hold p = 0: skip */
-            for (int64_t r = 0; rr && r < it->mq; r++) keys = TA_MAX(keys, (int64_t)rr[r]);
-            f->k->attn_pv_rows_kv[f->kind_v](w->o, f->ldo, w->s + a * f->mq_max, f->mq_max,
-                                             a ? w->ones : w->alpha,
-                                             kv_rows(f, it, true, j0 + a), kv_ld(p->V), keys,
-                                             p->Dv, it->mq, ahead);
-            continue;
-        }
         const float *vt = kv_tile(f, it, true, j0 + a, n, w->vp, &ld);
         prefetch_run(f, it, true, j0 + a + n);
         f->k->attn_pv(w->o, f->ldo, w->s + a * f->mq_max, a ? w->ones : w->alpha, vt, ld, n,
