@@ -22,6 +22,33 @@ static void next_row(int ndim, const int64_t *shape, int64_t *idx)
     ta_index_next(ndim, shape, idx);
 }
 
+/* The element offset of the first element of row r (rows: the last dim) of t. */
+static int64_t row_offset(const ta_tensor *t, int64_t r)
+{
+    int64_t off = 0;
+    for (int d = t->ndim - 2; d >= 0; d--) {
+        off += (r % t->shape[d]) * t->stride[d];
+        r /= t->shape[d];
+    }
+    return off;
+}
+
+void ta_tensor_copy_rows(ta_tensor *dst, const ta_tensor *src)
+{
+    const int nd = src->ndim;
+    const int64_t n = ta_tensor_numel(src), inner = nd ? src->shape[nd - 1] : 1;
+    if (n == 0) return;
+    const int64_t rows = n / inner, ds = nd ? dst->stride[nd - 1] : 1, ss = nd ? src->stride[nd - 1] : 1;
+    const size_t des = ta_dtype_size(dst->dtype), ses = ta_dtype_size(src->dtype);
+    const int nt = n < ((int64_t)1 << 15) ? 1 : ta_threads();
+    /* a row at a time: contiguous rows convert with the vector kernels */
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+        ta_convert_strided((char *)dst->data + (size_t)row_offset(dst, r) * des, dst->dtype, ds,
+                           (const char *)src->data + (size_t)row_offset(src, r) * ses,
+                           src->dtype, ss, inner);
+}
+
 ta_status ta_tensor_copy(ta_tensor *dst, const ta_tensor *src)
 {
     const char *fn = "ta_tensor_copy";
@@ -35,18 +62,7 @@ ta_status ta_tensor_copy(ta_tensor *dst, const ta_tensor *src)
         return ta_error(TA_ESHAPE, "%s: dst has shape %s but src has %s", fn,
                         ta_shape_str(s1, sizeof s1, dst->ndim, dst->shape),
                         ta_shape_str(s2, sizeof s2, src->ndim, src->shape));
-    int64_t n = ta_tensor_numel(src);
-    if (n == 0) return TA_OK;
-    int nd = src->ndim;
-    int64_t inner = nd ? src->shape[nd - 1] : 1;
-    int64_t ds = nd ? dst->stride[nd - 1] : 1, ss = nd ? src->stride[nd - 1] : 1;
-    int64_t idx[TA_MAX_DIMS] = {0};
-    /* a row at a time: contiguous rows convert with the vector kernels */
-    for (int64_t done = 0; done < n; done += inner) {
-        ta_convert_strided(ta_tensor_ptr(dst, idx), dst->dtype, ds, ta_tensor_ptr(src, idx),
-                           src->dtype, ss, inner);
-        next_row(nd, src->shape, idx);
-    }
+    ta_tensor_copy_rows(dst, src);
     return TA_OK;
 }
 

@@ -51,6 +51,9 @@ static inline void *ta_tensor_ptr(const ta_tensor *t, const int64_t *idx)
 void ta_contiguous_strides(int64_t *stride, int ndim, const int64_t *shape);
 /* Advances a row-major multi-index over shape (wraps to all zeros at the end). */
 void ta_index_next(int ndim, const int64_t *shape, int64_t *idx);
+/* ta_tensor_copy without its checks (same shapes, dtypes of ta_convert): row by row, in
+ * parallel over rows when there are many elements. */
+void ta_tensor_copy_rows(ta_tensor *dst, const ta_tensor *src);
 
 /* Whether the byte ranges of a's and b's elements intersect, each in its own dtype's
  * size (conservative: two interleaved views that share no element still count as

@@ -15,8 +15,7 @@
 
 #include "core/core.h"
 #include "core/dtype.h"
-
-#include <omp.h>
+#include "core/tensor_internal.h"
 
 /* The problem's tensor of a role (NULL when the problem has none). */
 static const ta_tensor *role_tensor(const ta_sdpa_problem *p, int role)
@@ -89,50 +88,21 @@ size_t ta_sdpa_stage_bytes(ta_sdpa_staging *s)
     return ta_arena_bytes(&m);
 }
 
-/* Element offset (in elements of t's dtype) of row r of t: the rows are every index of
- * the dims before the last, in C order. */
-static int64_t row_offset(const ta_tensor *t, int64_t r)
-{
-    int64_t off = 0;
-    for (int d = t->ndim - 2; d >= 0; d--) {
-        off += (r % t->shape[d]) * t->stride[d];
-        r /= t->shape[d];
-    }
-    return off;
-}
-
-/* Every row of src (any dtype, any strides) into the contiguous float32 dst (to_f32), or
- * back (from f32 into the tensor), in parallel over rows when there are many elements. */
-static void convert_rows(const ta_tensor *t, float *f32, bool to_f32)
-{
-    const int64_t n = t->ndim ? t->shape[t->ndim - 1] : 1, total = ta_tensor_numel(t);
-    if (total == 0) return;
-    const int64_t rows = total / n, ls = t->ndim ? t->stride[t->ndim - 1] : 1;
-    const size_t es = ta_dtype_size(t->dtype);
-    const int nt = total < ((int64_t)1 << 15) ? 1 : ta_threads();
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        char *p = (char *)t->data + (size_t)row_offset(t, r) * es;
-        if (to_f32)
-            ta_row_to_f32(f32 + r * n, p, t->dtype, n, ls);
-        else
-            ta_row_from_f32(p, t->dtype, f32 + r * n, n, ls);
-    }
-}
-
 ta_status ta_sdpa_stage_in(ta_sdpa_staging *s, ta_arena *a)
 {
     stage_layout(a, s);
     if (a->overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", s->p.fn);
     for (int r = 0; r < TA_SDPA_T_COUNT; r++)
         if (s->orig[r] && !role_is_output(&s->p, r))
-            convert_rows(s->orig[r], (float *)s->t[r].data, true);
+            ta_tensor_copy_rows(&s->t[r], s->orig[r]);
     return TA_OK;
 }
 
 void ta_sdpa_stage_out(const ta_sdpa_staging *s)
 {
     for (int r = 0; r < TA_SDPA_T_COUNT; r++)
-        if (s->orig[r] && role_is_output(&s->p, r))
-            convert_rows(s->orig[r], (float *)s->t[r].data, false);
+        if (s->orig[r] && role_is_output(&s->p, r)) {
+            ta_tensor out = *s->orig[r]; /* the caller's output: its data is written */
+            ta_tensor_copy_rows(&out, &s->t[r]);
+        }
 }
