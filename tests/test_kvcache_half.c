@@ -26,11 +26,8 @@
  * tensor of the same rounded values. */
 static void rounded_copy(ta_tensor *dst, ta_tensor *rounded, const ta_tensor *src, ta_dtype dt)
 {
-    TA_CHECK_OK(ta_tensor_empty_dtype(dst, dt, src->ndim, src->shape));
-    TA_CHECK_OK(ta_tensor_copy(dst, src));
-    if (!rounded) return;
-    TA_CHECK_OK(ta_tensor_empty(rounded, src->ndim, src->shape));
-    TA_CHECK_OK(ta_tensor_copy(rounded, dst));
+    ta_test_as_dtype(dst, src, dt);
+    if (rounded) ta_test_as_dtype(rounded, dst, TA_F32);
 }
 
 /* max |a - b| over float32 views of two tensors of any dtypes (NaN must meet NaN). */

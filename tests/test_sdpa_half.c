@@ -26,13 +26,6 @@ static ta_dtype dtype_named(const char *s)
     return !strcmp(s, "f16") ? TA_F16 : !strcmp(s, "bf16") ? TA_BF16 : TA_F32;
 }
 
-/* A contiguous tensor of dtype holding src's values (exact: they were rounded to it). */
-static void as_dtype(ta_tensor *dst, const ta_tensor *src, ta_dtype dt)
-{
-    TA_CHECK_OK(ta_tensor_empty_dtype(dst, dt, src->ndim, src->shape));
-    TA_CHECK_OK(ta_tensor_copy(dst, src));
-}
-
 /* The unit roundoff of a storage dtype: the largest relative error of rounding to it. */
 static double roundoff(ta_dtype dt)
 {
@@ -81,14 +74,14 @@ static void run_case(const ta_fixture_file *f, const char *c, void *ctx)
     ta_test_sdpa_inputs in;
     ta_test_sdpa_inputs_load(&in, f, c);
     ta_tensor q, k, v, o, lse, dout, o0, l0, dO, Oin, dQ, dK, dV;
-    as_dtype(&q, &in.q, dt[0]);
-    as_dtype(&k, &in.k, dt[1]);
-    as_dtype(&v, &in.v, dt[1]);
+    ta_test_as_dtype(&q, &in.q, dt[0]);
+    ta_test_as_dtype(&k, &in.k, dt[1]);
+    ta_test_as_dtype(&v, &in.v, dt[1]);
     TA_CHECK_OK(ta_fixture_tensor(&dout, ta_fixture_need(f, c, "dout")));
     TA_CHECK_OK(ta_fixture_tensor(&o0, ta_fixture_need(f, c, "out")));
     TA_CHECK_OK(ta_fixture_tensor(&l0, ta_fixture_need(f, c, "lse")));
-    as_dtype(&dO, &dout, dt[2]);
-    as_dtype(&Oin, &o0, dt[2]); /* the reference O rounded to O's dtype (ta_tensor_copy rounds) */
+    ta_test_as_dtype(&dO, &dout, dt[2]);
+    ta_test_as_dtype(&Oin, &o0, dt[2]); /* the reference O rounded to O's dtype (ta_tensor_copy rounds) */
     TA_CHECK_OK(ta_tensor_empty_dtype(&o, dt[2], 4, o0.shape));
     TA_CHECK_OK(ta_tensor_empty(&lse, 3, l0.shape));
     TA_CHECK_OK(ta_tensor_empty_dtype(&dQ, dt[3], 4, q.shape));
@@ -159,9 +152,9 @@ static void test_half_varlen_equals_dense(void **state)
     TA_CHECK_OK(ta_randn(&q32, 5));
     TA_CHECK_OK(ta_randn(&k32, 6));
     TA_CHECK_OK(ta_randn(&v32, 7));
-    as_dtype(&q, &q32, TA_BF16);
-    as_dtype(&k, &k32, TA_BF16);
-    as_dtype(&v, &v32, TA_BF16);
+    ta_test_as_dtype(&q, &q32, TA_BF16);
+    ta_test_as_dtype(&k, &k32, TA_BF16);
+    ta_test_as_dtype(&v, &v32, TA_BF16);
     TA_CHECK_OK(ta_tensor_empty_dtype(&o, TA_BF16, 3, qs));
     for (int path = 0; path < 2; path++) {
         ta_sdpa_opts op = {.causal = TA_CAUSAL_BOTTOM_RIGHT, .cu_seqlens_q = cu_q,

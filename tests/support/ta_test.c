@@ -72,6 +72,12 @@ double *ta_test_to_f64(const ta_tensor *t)
     return x;
 }
 
+void ta_test_as_dtype(ta_tensor *dst, const ta_tensor *src, ta_dtype dt)
+{
+    TA_CHECK_OK(ta_tensor_empty_dtype(dst, dt, src->ndim, src->shape));
+    TA_CHECK_OK(ta_tensor_copy(dst, src));
+}
+
 void ta_test_from_f64(ta_tensor *t, const double *x)
 {
     int64_t idx[TA_MAX_DIMS] = {0}, n = ta_tensor_numel(t);

@@ -54,6 +54,9 @@ double ta_test_max_err(const ta_tensor *t, const double *ref, double rel, double
 double *ta_test_to_f64(const ta_tensor *t);
 /* Writes the C-order doubles x into t (any strides), rounded to float. */
 void ta_test_from_f64(ta_tensor *t, const double *x);
+/* A new contiguous tensor *dst of dtype dt holding src's values (rounded as ta_convert
+ * rounds: a half-precision input as the library will see it). */
+void ta_test_as_dtype(ta_tensor *dst, const ta_tensor *src, ta_dtype dt);
 
 /* How ta_test_tensor4 lays out a [B, H, L, X] tensor in memory. */
 typedef enum ta_test_layout {
