@@ -13,6 +13,7 @@
 #include "bench_internal.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,33 @@ static int kv_run(bench_case *c)
     return st ? bench_lib_fail(c, "ta_sdpa_kvcache", st) : 0;
 }
 
+/* Reads key (value false) or value row j of the row being checked into out (D floats). */
+typedef void (*row_reader)(const void *ctx, bool value, int64_t j, float *out);
+
+/* The largest |o[d] - exact| for the float64 softmax(q . k_j / sqrt(D)) v_j of the n keys
+ * read(ctx, ..., j) gives (0 when n is 0: O = 0). w: n doubles, row and acc: D floats and
+ * D doubles of scratch. */
+static double row_error(const float *q, const float *o, int64_t D, int64_t n, row_reader read,
+                        const void *ctx, double *w, float *row, double *acc)
+{
+    double top = -INFINITY, sum = 0.0, worst = 0.0;
+    for (int64_t j = 0; j < n; j++) {
+        read(ctx, false, j, row);
+        double dot = 0.0;
+        for (int64_t d = 0; d < D; d++) dot += (double)q[d] * (double)row[d];
+        w[j] = dot / sqrt((double)D);
+        if (w[j] > top) top = w[j];
+    }
+    for (int64_t j = 0; j < n; j++) sum += (w[j] = exp(w[j] - top));
+    for (int64_t d = 0; d < D; d++) acc[d] = 0.0;
+    for (int64_t j = 0; j < n; j++) {
+        read(ctx, true, j, row);
+        for (int64_t d = 0; d < D; d++) acc[d] += w[j] * (double)row[d];
+    }
+    for (int64_t d = 0; d < D; d++) worst = bench_worse(worst, fabs((double)o[d] - (n ? acc[d] / sum : 0.0)));
+    return worst;
+}
+
 /* Row j of the cache t (key or value) of sequence b, kv head g, widened to float32. */
 static void kv_row(const bench_case *c, const ta_tensor *t, int64_t b, int64_t j, int64_t g,
                    float *out)
@@ -118,15 +146,26 @@ static void kv_row(const bench_case *c, const ta_tensor *t, int64_t b, int64_t j
     ta_convert(out, TA_F32, p, a->dtype, (size_t)a->D);
 }
 
+/* The row kv_check reads: sequence b, kv head g of case c's cache. */
+typedef struct kv_at {
+    const bench_case *c;
+    int64_t b, g;
+} kv_at;
+
+static void kv_read(const void *ctx, bool value, int64_t j, float *out)
+{
+    const kv_at *at = ctx;
+    kv_row(at->c, &at->c->t[value ? 2 : 1], at->b, j, at->g, out);
+}
+
 static int kv_check(bench_case *c, double *max_err)
 {
     const bench_kv *a = c->state;
     const int64_t D = a->D, Lmax = a->Lmax;
-    double *w = malloc(sizeof(double) * (size_t)Lmax);
+    double *w = malloc(sizeof(double) * (size_t)Lmax), *acc = malloc(sizeof(double) * (size_t)D);
     float *row = malloc(sizeof(float) * (size_t)D);
-    float *kv = malloc(sizeof(float) * (size_t)(Lmax * D));
-    if (!w || !row || !kv) {
-        free(w); free(row); free(kv);
+    if (!w || !row || !acc) {
+        free(w); free(row); free(acc);
         return bench_fail(c, "bench: out of memory for the float64 check");
     }
     uint64_t rng = 0x2545f4914f6cdd1dULL;
@@ -134,26 +173,12 @@ static int kv_check(bench_case *c, double *max_err)
     for (int n = 0; n < KV_ROWS; n++) {
         int64_t b = n == 0 ? 0 : n == 1 ? a->B - 1 : (int64_t)(bench_rand(&rng) % (uint64_t)a->B);
         int64_t h = n == 1 ? a->H - 1 : (int64_t)(bench_rand(&rng) % (uint64_t)a->H);
-        int64_t g = h / (a->H / a->Hkv), L = a->lens[b];
+        const kv_at at = {c, b, h / (a->H / a->Hkv)};
         const float *q = (const float *)c->t[0].data + (b * a->H + h) * D;
-        double top = -INFINITY, sum = 0.0;
-        for (int64_t j = 0; j < L; j++) {
-            kv_row(c, &c->t[1], b, j, g, row);
-            double dot = 0.0;
-            for (int64_t d = 0; d < D; d++) dot += (double)q[d] * (double)row[d];
-            w[j] = dot / sqrt((double)D);
-            if (w[j] > top) top = w[j];
-        }
-        for (int64_t j = 0; j < L; j++) sum += (w[j] = exp(w[j] - top));
-        for (int64_t j = 0; j < L; j++) kv_row(c, &c->t[2], b, j, g, kv + j * D);
         const float *o = (const float *)c->t[3].data + (b * a->H + h) * D;
-        for (int64_t d = 0; d < D; d++) {
-            double acc = 0.0;
-            for (int64_t j = 0; j < L; j++) acc += w[j] * (double)kv[j * D + d];
-            worst = bench_worse(worst, fabs((double)o[d] - (L ? acc / sum : 0.0)));
-        }
+        worst = bench_worse(worst, row_error(q, o, D, a->lens[b], kv_read, &at, w, row, acc));
     }
-    free(w); free(row); free(kv);
+    free(w); free(row); free(acc);
     *max_err = worst;
     return 0;
 }
@@ -246,37 +271,42 @@ static int varlen_run(bench_case *c)
     return st ? bench_lib_fail(c, "ta_sdpa (varlen)", st) : 0;
 }
 
+/* The row varlen_check reads: head h of the keys from packed row k0 of case c. */
+typedef struct varlen_at {
+    const bench_case *c;
+    int64_t k0, h;
+} varlen_at;
+
+static void varlen_read(const void *ctx, bool value, int64_t j, float *out)
+{
+    const varlen_at *at = ctx;
+    const bench_varlen *a = at->c->state;
+    const float *t = (const float *)at->c->t[value ? 2 : 1].data;
+    memcpy(out, t + ((at->k0 + j) * a->H + at->h) * a->D, sizeof(float) * (size_t)a->D);
+}
+
 static int varlen_check(bench_case *c, double *max_err)
 {
     const bench_varlen *a = c->state;
     const int64_t H = a->H, D = a->D, T = a->cu[a->nseq];
-    double *w = malloc(sizeof(double) * (size_t)(T > 0 ? T : 1));
-    if (!w) return bench_fail(c, "bench: out of memory for the float64 check");
+    double *w = malloc(sizeof(double) * (size_t)(T > 0 ? T : 1)), *acc = malloc(sizeof(double) * (size_t)D);
+    float *row = malloc(sizeof(float) * (size_t)D);
+    if (!w || !row || !acc) {
+        free(w); free(row); free(acc);
+        return bench_fail(c, "bench: out of memory for the float64 check");
+    }
     uint64_t rng = 0x5851f42d4c957f2dULL;
     double worst = 0.0;
     for (int n = 0; n < KV_ROWS && T > 0; n++) {
         int64_t r = n == 0 ? 0 : n == 1 ? T - 1 : (int64_t)(bench_rand(&rng) % (uint64_t)T);
         int64_t h = (int64_t)(bench_rand(&rng) % (uint64_t)H), b = 0;
         while (a->cu[b + 1] <= r) b++;
-        int64_t k0 = a->cu[b], L = r - k0 + 1; /* causal: the keys of its sequence up to it */
+        const varlen_at at = {c, a->cu[b], h}; /* causal: the keys of its sequence up to r */
         const float *q = (const float *)c->t[0].data + (r * H + h) * D;
-        const float *k = (const float *)c->t[1].data, *v = (const float *)c->t[2].data;
-        double top = -INFINITY, sum = 0.0;
-        for (int64_t j = 0; j < L; j++) {
-            double dot = 0.0;
-            for (int64_t d = 0; d < D; d++) dot += (double)q[d] * (double)k[((k0 + j) * H + h) * D + d];
-            w[j] = dot / sqrt((double)D);
-            if (w[j] > top) top = w[j];
-        }
-        for (int64_t j = 0; j < L; j++) sum += (w[j] = exp(w[j] - top));
         const float *o = (const float *)c->t[3].data + (r * H + h) * D;
-        for (int64_t d = 0; d < D; d++) {
-            double acc = 0.0;
-            for (int64_t j = 0; j < L; j++) acc += w[j] * (double)v[((k0 + j) * H + h) * D + d];
-            worst = bench_worse(worst, fabs((double)o[d] - acc / sum));
-        }
+        worst = bench_worse(worst, row_error(q, o, D, r - at.k0 + 1, varlen_read, &at, w, row, acc));
     }
-    free(w);
+    free(w); free(row); free(acc);
     *max_err = worst;
     return 0;
 }
