@@ -103,14 +103,21 @@ static int kv_run(bench_case *c)
     return st ? bench_lib_fail(c, "ta_sdpa_kvcache", st) : 0;
 }
 
+/* Which keys a checked row reads: case c's, of sequence b (kv_check: its cache; varlen:
+ * the packed rows from row b) and kv head g. */
+typedef struct row_at {
+    const bench_case *c;
+    int64_t b, g;
+} row_at;
+
 /* Reads key (value false) or value row j of the row being checked into out (D floats). */
-typedef void (*row_reader)(const void *ctx, bool value, int64_t j, float *out);
+typedef void (*row_reader)(const row_at *at, bool value, int64_t j, float *out);
 
 /* The largest |o[d] - exact| for the float64 softmax(q . k_j / sqrt(D)) v_j of the n keys
  * read(ctx, ..., j) gives (0 when n is 0: O = 0). w: n doubles, row and acc: D floats and
  * D doubles of scratch. */
 static double row_error(const float *q, const float *o, int64_t D, int64_t n, row_reader read,
-                        const void *ctx, double *w, float *row, double *acc)
+                        const row_at *ctx, double *w, float *row, double *acc)
 {
     double top = -INFINITY, sum = 0.0, worst = 0.0;
     for (int64_t j = 0; j < n; j++) {
@@ -146,15 +153,8 @@ static void kv_row(const bench_case *c, const ta_tensor *t, int64_t b, int64_t j
     ta_convert(out, TA_F32, p, a->dtype, (size_t)a->D);
 }
 
-/* The row kv_check reads: sequence b, kv head g of case c's cache. */
-typedef struct kv_at {
-    const bench_case *c;
-    int64_t b, g;
-} kv_at;
-
-static void kv_read(const void *ctx, bool value, int64_t j, float *out)
+static void kv_read(const row_at *at, bool value, int64_t j, float *out)
 {
-    const kv_at *at = ctx;
     kv_row(at->c, &at->c->t[value ? 2 : 1], at->b, j, at->g, out);
 }
 
@@ -173,7 +173,7 @@ static int kv_check(bench_case *c, double *max_err)
     for (int n = 0; n < KV_ROWS; n++) {
         int64_t b = n == 0 ? 0 : n == 1 ? a->B - 1 : (int64_t)(bench_rand(&rng) % (uint64_t)a->B);
         int64_t h = n == 1 ? a->H - 1 : (int64_t)(bench_rand(&rng) % (uint64_t)a->H);
-        const kv_at at = {c, b, h / (a->H / a->Hkv)};
+        const row_at at = {c, b, h / (a->H / a->Hkv)};
         const float *q = (const float *)c->t[0].data + (b * a->H + h) * D;
         const float *o = (const float *)c->t[3].data + (b * a->H + h) * D;
         worst = bench_worse(worst, row_error(q, o, D, a->lens[b], kv_read, &at, w, row, acc));
@@ -271,18 +271,11 @@ static int varlen_run(bench_case *c)
     return st ? bench_lib_fail(c, "ta_sdpa (varlen)", st) : 0;
 }
 
-/* The row varlen_check reads: head h of the keys from packed row k0 of case c. */
-typedef struct varlen_at {
-    const bench_case *c;
-    int64_t k0, h;
-} varlen_at;
-
-static void varlen_read(const void *ctx, bool value, int64_t j, float *out)
+static void varlen_read(const row_at *at, bool value, int64_t j, float *out)
 {
-    const varlen_at *at = ctx;
     const bench_varlen *a = at->c->state;
     const float *t = (const float *)at->c->t[value ? 2 : 1].data;
-    memcpy(out, t + ((at->k0 + j) * a->H + at->h) * a->D, sizeof(float) * (size_t)a->D);
+    memcpy(out, t + ((at->b + j) * a->H + at->g) * a->D, sizeof(float) * (size_t)a->D);
 }
 
 static int varlen_check(bench_case *c, double *max_err)
@@ -301,10 +294,10 @@ static int varlen_check(bench_case *c, double *max_err)
         int64_t r = n == 0 ? 0 : n == 1 ? T - 1 : (int64_t)(bench_rand(&rng) % (uint64_t)T);
         int64_t h = (int64_t)(bench_rand(&rng) % (uint64_t)H), b = 0;
         while (a->cu[b + 1] <= r) b++;
-        const varlen_at at = {c, a->cu[b], h}; /* causal: the keys of its sequence up to r */
+        const row_at at = {c, a->cu[b], h}; /* causal: the keys of its sequence up to r */
         const float *q = (const float *)c->t[0].data + (r * H + h) * D;
         const float *o = (const float *)c->t[3].data + (r * H + h) * D;
-        worst = bench_worse(worst, row_error(q, o, D, r - at.k0 + 1, varlen_read, &at, w, row, acc));
+        worst = bench_worse(worst, row_error(q, o, D, r - at.b + 1, varlen_read, &at, w, row, acc));
     }
     free(w); free(row); free(acc);
     *max_err = worst;
