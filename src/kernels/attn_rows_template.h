@@ -146,8 +146,11 @@ ROWS_INLINE void qk_block(float *s, int64_t mqs, const float *q, int64_t ldq, in
     }
     float t[VL];
     V_STOREU(t, V_HSUM_ALL(acc));
-    for (int j = 0; j < nkb; j++)
-        for (int r = 0; r < nr; r++) s[j * mqs + r] = t[j * R + r];
+    if (nr == R) /* every row real: a key's R scores move as one block */
+        for (int j = 0; j < nkb; j++) memcpy(s + j * mqs, t + j * R, sizeof(float) * (size_t)R);
+    else
+        for (int j = 0; j < nkb; j++)
+            for (int r = 0; r < nr; r++) s[j * mqs + r] = t[j * R + r];
 }
 
 /* The scores of nk keys for mq rows, R rows a pass (R >= mq, a power of two <= VL). */
