@@ -106,8 +106,8 @@ int64_t ta_fused_row_keys(const fused_plan *f, int64_t b, int64_t h, int64_t i, 
 int64_t ta_fused_group_tiles(const fused_plan *f, int64_t *r0, int64_t *mq);
 
 /* The work list, in schedule order: group by group, and within a group the tiles from
- * the last query position to the first (see the top of sdpa_fused_items.c), each tile's chunks
- * in key order. Returns the number of items. */
+ * the last query position to the first (see the top of sdpa_fused_items.c), each
+ * tile's chunks in key order. Returns the number of items. */
 int64_t ta_fused_build_items(const fused_plan *f, const fused_mem *m);
 
 /* A work item's (m, l, O) rows into its slot of the partials (split). */
