@@ -1,0 +1,137 @@
+/* What the fused SDPA forward's files share: the driver (sdpa_forward_fused.c: the plan,
+ * the scratch, the threads; the whole algorithm at its top), the work list, the keys its
+ * rows see and the merge of a key split (sdpa_fused_items.c), and the tile steps of one
+ * work item (sdpa_fused_tiles.c). */
+#ifndef TA_OPS_SDPA_FUSED_INTERNAL_H
+#define TA_OPS_SDPA_FUSED_INTERNAL_H
+
+#include "kernels/kernels.h"
+#include "ops/sdpa.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TA_FUSED_NK 64       /* keys per tile: the S tile (mq x 64 floats) stays in L1 */
+#define TA_FUSED_SWEEP_MAX 32 /* kv heads a sweep steps together at most */
+#define TA_FUSED_SPLIT 512   /* keys per chunk when the keys are split (a multiple of NK) */
+#define TA_FUSED_FEW_TILES 16 /* split the keys when there are fewer tiles than this */
+#define TA_FUSED_MAX_CHUNKS 64 /* at most this many chunks (then the chunks widen) */
+#define TA_FUSED_PREFETCH_ROWS 64 /* rows of the next run requested ahead (prefetch_run) */
+/* A head_dim above this needs more scratch than any machine has (a tile of 48 rows:
+ * 192 TiB): the plan says "does not fit" before any size arithmetic could wrap. */
+#define TA_FUSED_DIM_MAX ((int64_t)1 << 40)
+
+/* One unit of work: rows [r0, r0 + mq) of group (b, hkv), keys [jlo, jhi). */
+typedef struct fused_item {
+    int64_t b, hkv, r0, mq, jlo, jhi;
+    int64_t tile;  /* index of the tile (its partials live at tile * nchunks + chunk) */
+    int64_t chunk;
+} fused_item;
+
+/* A thread's scratch, sized once per call. */
+typedef struct fused_ws {
+    float *qp, *s, *o, *m, *l, *alpha, *kp, *vp;
+    float *ones;      /* 1.0 per row: the rescale of a tile's later runs (tile_pv) */
+    int32_t *rowk_run; /* per row: keys of the current run of a tile it needs */
+    int64_t *end;  /* per row: the keys it may see (ta_mask_row_end, or the mask's bound) */
+    int64_t *qoff; /* per row: its Q row's offset in elements */
+    int32_t *rowk; /* per row: keys of the current tile it needs */
+    int64_t *lo;   /* per row: its first key (a window's left bound; 0 without) */
+    float *slope, *pos; /* per row: ALiBi slope and position i + delta */
+    const void **krows, **vrows; /* a tile's K and V rows for the few-row kernels (row_table) */
+} fused_ws;
+
+typedef struct fused_plan {
+    const ta_sdpa_problem *p;
+    const ta_kernels *k;
+    int64_t G, mq_max, ldo, nchunks, chunk_keys;
+    int64_t tpg, ngroups, ntiles; /* tiles per (batch, kv head) group, groups, tiles */
+    int64_t mq_used, part_floats; /* rows of a tile's partial (split), its floats */
+    int64_t nitems, nparts; /* work items at most; partial slots (split only) */
+    bool split;          /* the keys are cut into chunks merged by LSE (decode) */
+    int64_t sweep;       /* > 1: decode from a cache whose key rows hold every kv head side
+                            by side: the Hkv (= sweep) heads of a batch and chunk run as one
+                            unit, tile by tile (ta_fused_run_sweep); else 1 */
+    size_t state_bytes;  /* a sweep's workspace state per further head (ws_state_layout) */
+    bool too_big;        /* D or Dv above TA_FUSED_DIM_MAX: the scratch cannot fit */
+    bool pack_k, pack_v; /* K or V not unit-stride along D: copy each key tile */
+    int kind_k, kind_v;  /* few-row tiles read K / V rows in place through
+                            attn_qk_rows_kv / attn_pv_rows_kv of this kind (0 float32,
+                            1 float16, 2 bfloat16), or -1: through kv_tile */
+    bool scores_var;     /* softcap or ALiBi change the scores (ta_sdpa_fused_scores) */
+    int64_t mrows;       /* rows of the mask's bound table (0: none) */
+    const int64_t *mt;   /* the table, once laid out (ta_fused_mask_bounds) */
+    size_t ws_bytes;     /* per thread (SIZE_MAX: does not fit) */
+    int nt;              /* threads */
+} fused_plan;
+
+/* The scratch of one call: the work list, the tile table of a group, each thread's
+ * workspace and the partials of a key split. */
+typedef struct fused_mem {
+    fused_item *items;
+    int64_t *t_r0, *t_mq;
+    int64_t *t_nch;    /* split: per tile, its chunks that hold keys (the first ones) */
+    unsigned char *ws; /* nt per-thread workspaces of ws_bytes */
+    float *parts;
+    int64_t *mt;       /* the mask's bound table: 2 per row (ta_fused_mask_bounds) */
+} fused_mem;
+
+/* Head and query index of row r of a group. */
+static inline void row_hi(const fused_plan *f, int64_t hkv, int64_t r, int64_t *h, int64_t *i)
+{
+    int64_t Lq = f->p->Lq;
+    *h = hkv * f->G + r / Lq;
+    *i = r % Lq;
+}
+
+/* ------------------------------------------------- sdpa_fused_items.c */
+
+/* The rows of a keep or block mask's bound table (0: no table: no such mask, or one
+ * that varies along every dim, read once anyway); the table is described in
+ * sdpa_fused_items.c, at mask_row_index. */
+int64_t ta_fused_mask_table_rows(const ta_mask_plan *mp);
+
+/* Fills the table mt (2 per row: the first blocked key, then the first allowed key at or
+ * after it) for the rows of the mask, on nt threads. */
+void ta_fused_mask_bounds(const ta_mask_plan *mp, int64_t *mt, int64_t rows, int nt);
+
+/* The keys [*lo, end) row (b, h, i) may see: row_bound tightened by the window (an empty
+ * range has *lo >= end). */
+int64_t ta_fused_row_keys(const fused_plan *f, int64_t b, int64_t h, int64_t i, int64_t *lo,
+                          bool *exact);
+
+/* The tiles of a group: per head when Lq fills a tile, across heads otherwise. Returns
+ * the number of tiles; fills starts/sizes when given. */
+int64_t ta_fused_group_tiles(const fused_plan *f, int64_t *r0, int64_t *mq);
+
+/* The work list, in schedule order: group by group, and within a group the tiles from
+ * the last query position to the first (see the top of sdpa_fused_items.c), each
+ * tile's chunks in key order. Returns the number of items. */
+int64_t ta_fused_build_items(const fused_plan *f, const fused_mem *m);
+
+/* A work item's (m, l, O) rows into its slot of the partials (split). */
+void ta_fused_store_partial(const fused_plan *f, const fused_mem *m, const fused_item *it,
+                            const fused_ws *w);
+
+/* Every row of a split problem from its chunks' partials: the chunks that hold keys (a
+ * chunk past a tile's last key would add an exact zero). */
+void ta_fused_merge_partials(const fused_plan *f, const fused_mem *m);
+
+/* The unsplit case of finish_row for the rows of a work item, in float: O = o * (1/l),
+ * LSE = m + log l (l = 0: O = 0, LSE = -inf; a NaN l gives NaN in both). */
+void ta_fused_finish_item(const fused_plan *f, const fused_item *it, const fused_ws *w);
+
+/* ------------------------------------------------- sdpa_fused_tiles.c */
+
+/* The online softmax of one work item: leaves the unnormalised O, m and l of its rows
+ * in the workspace. */
+void ta_fused_run_item(const fused_plan *f, const fused_item *it, const fused_ws *w);
+
+/* The items of one sweep unit (the kv heads of a batch and key chunk, in a KV cache
+ * whose key rows hold every head side by side), each with its own workspace state,
+ * stepped together tile by tile: the tile of every head is read from one span of memory
+ * before the next tile (docs/inference.md, "Decode order"). */
+void ta_fused_run_sweep(const fused_plan *f, const fused_item *its, int64_t n, const fused_ws *ws);
+
+#endif

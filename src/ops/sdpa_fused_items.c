@@ -1,0 +1,294 @@
+/* The fused SDPA forward's work list, the keys its rows see, and the merge of a key split
+ * (sdpa_forward_fused.c has the whole algorithm; sdpa_fused_internal.h what the files share).
+ *
+ * Threads take whole work items (a tile, or a tile's key chunk) from a list ordered by
+ * group, then within the group by query position from the last tile to the first (a
+ * causal tile near the diagonal's end costs the most; with any other bound the tiles
+ * cost the same): the threads share one group's K and V in cache, and the cheap items
+ * fill the gaps at the end. The list is built in that order, never sorted. Each output
+ * row is computed by one thread in a fixed order, so results do not depend on the
+ * thread count. Problems with few tiles and many keys
+ * (decode) also split the keys into chunks of about TA_FUSED_SPLIT keys, fixed by the
+ * shape alone, whose partial (m, l, O) are merged by log-sum-exp in chunk order. */
+#include "ops/sdpa_fused_internal.h"
+
+#include "core/core.h"
+#include "ops/sdpa_fused_variants.h"
+
+#include <math.h>
+#include <string.h>
+
+/* A keep or block mask tensor that is broadcast over the batch, the heads or the query
+ * rows is often a bound in disguise: the seed's triu mask is the causal limit, a padding
+ * mask [B, 1, 1, Lk] a key length. Each distinct mask row gets, once per call, the
+ * start P of its first blocked key and the first allowed key N at or after P (Lk if
+ * none): a query row whose bound `end` has N >= end sees exactly the keys below
+ * min(end, P), so its tiles need no mask at all. */
+static int64_t mask_row_index(const ta_mask_plan *mp, int64_t b, int64_t h, int64_t i)
+{
+    const int64_t nh = mp->mstride[1] ? mp->H : 1, nl = mp->mstride[2] ? mp->Lq : 1;
+    return ((mp->mstride[0] ? b : 0) * nh + (mp->mstride[1] ? h : 0)) * nl +
+           (mp->mstride[2] ? i : 0);
+}
+
+int64_t ta_fused_mask_table_rows(const ta_mask_plan *mp)
+{
+    if (!mp->has_mask || mp->mode == TA_MASK_ADDITIVE) return 0;
+    if (mp->mstride[0] && mp->mstride[1] && mp->mstride[2]) return 0; /* read once anyway */
+    return (mp->mstride[0] ? mp->B : 1) * (mp->mstride[1] ? mp->H : 1) *
+           (mp->mstride[2] ? mp->Lq : 1);
+}
+
+void ta_fused_mask_bounds(const ta_mask_plan *mp, int64_t *mt, int64_t rows, int nt)
+{
+    const int64_t nh = mp->mstride[1] ? mp->H : 1, nl = mp->mstride[2] ? mp->Lq : 1;
+    const int64_t ms = mp->mstride[3], Lk = mp->Lk;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t m = 0; m < rows; m++) {
+        const float *row = mp->mask + (m / (nh * nl)) * mp->mstride[0] +
+                           (m / nl % nh) * mp->mstride[1] + (m % nl) * mp->mstride[2];
+        int64_t j = 0;
+        while (j < Lk && !ta_mask_value_blocks(mp->mode, row[j * ms])) j++;
+        mt[2 * m] = j;
+        while (j < Lk && ta_mask_value_blocks(mp->mode, row[j * ms])) j++;
+        mt[2 * m + 1] = j;
+    }
+}
+
+/* The keys row (b, h, i) may see: the causal and key-length bound, tightened by the
+ * mask's table; *exact: no mask tensor decides anything for the row below it. */
+static int64_t row_bound(const fused_plan *f, int64_t b, int64_t h, int64_t i, bool *exact)
+{
+    const ta_mask_plan *mp = &f->p->mask;
+    int64_t end = ta_mask_row_end(mp, b, i);
+    *exact = !mp->mask;
+    if (f->mt) {
+        const int64_t *t = f->mt + 2 * mask_row_index(mp, b, h, i);
+        if (t[1] >= end) {
+            *exact = true;
+            if (t[0] < end) end = t[0];
+        }
+    }
+    return end;
+}
+
+int64_t ta_fused_row_keys(const fused_plan *f, int64_t b, int64_t h, int64_t i, int64_t *lo,
+                          bool *exact)
+{
+    int64_t end = row_bound(f, b, h, i, exact), wl, wh;
+    ta_sdpa_window_keys(&f->p->var, f->p->var.delta, f->p->Lk, i, &wl, &wh);
+    *lo = wl;
+    return TA_MIN(end, wh);
+}
+
+/* O row and LSE of row r of a tile from nch partial (m, l, o) triples, merged in chunk
+ * order in double: M = max m_c, L = sum l_c e^(m_c - M), O = sum o_c e^(m_c - M) / L.
+ * A row with L = 0 attends to nothing: O = 0, LSE = -inf. NaN in l or o stays NaN. */
+static void finish_row(const fused_plan *f, int64_t b, int64_t hkv, int64_t r,
+                       const float *const *m, const float *const *l, const float *const *o,
+                       int64_t nch)
+{
+    const ta_sdpa_problem *p = f->p;
+    int64_t h, i;
+    row_hi(f, hkv, r, &h, &i);
+    double M = -INFINITY, fc[TA_FUSED_MAX_CHUNKS], L = 0.0;
+    for (int64_t c = 0; c < nch; c++)
+        if (m[c][0] > M) M = m[c][0];
+    double u = M == -INFINITY ? 0.0 : M;
+    for (int64_t c = 0; c < nch; c++) {
+        fc[c] = exp((double)m[c][0] - u);
+        L += (double)l[c][0] * fc[c];
+    }
+    const ta_tensor *O = p->O;
+    float *orow = (float *)O->data + b * O->stride[0] + h * O->stride[1] + i * O->stride[2];
+    double lse = L == 0.0 ? -INFINITY : u + log(L);
+    if (p->var.sinks) { /* O = sum o_c e^(m_c - u) * factor */
+        double factor;
+        ta_sdpa_sink_finish(u, L, ta_sdpa_sink(&p->var, h), &factor, &lse);
+        for (int64_t d = 0; d < p->Dv; d++) {
+            double acc = 0.0;
+            for (int64_t c = 0; c < nch; c++) acc += (double)o[c][d] * fc[c];
+            orow[d * O->stride[3]] = L == 0.0 ? 0.0f : (float)(acc * factor);
+        }
+    } else if (L == 0.0) {
+        for (int64_t d = 0; d < p->Dv; d++) orow[d * O->stride[3]] = 0.0f;
+    } else {
+        for (int64_t d = 0; d < p->Dv; d++) {
+            double acc = 0.0;
+            for (int64_t c = 0; c < nch; c++) acc += (double)o[c][d] * fc[c];
+            orow[d * O->stride[3]] = (float)(acc / L);
+        }
+    }
+    if (p->lse) {
+        const ta_tensor *T = p->lse;
+        ((float *)T->data)[b * T->stride[0] + h * T->stride[1] + i * T->stride[2]] = (float)lse;
+    }
+}
+
+void ta_fused_finish_item(const fused_plan *f, const fused_item *it, const fused_ws *w)
+{
+    const ta_sdpa_problem *p = f->p;
+    const ta_tensor *O = p->O, *T = p->lse;
+    int64_t os = O->stride[3], Dv = p->Dv;
+    for (int64_t r = 0; r < it->mq; r++) {
+        int64_t h, i;
+        row_hi(f, it->hkv, it->r0 + r, &h, &i);
+        float *orow = (float *)O->data + it->b * O->stride[0] + h * O->stride[1] +
+                      i * O->stride[2];
+        const float *o = w->o + r * f->ldo;
+        float l = w->l[r], inv = l == 0.0f ? 0.0f : 1.0f / l; /* inv NaN when l is */
+        double lse = l == 0.0f ? -INFINITY : (double)w->m[r] + log((double)l);
+        if (p->var.sinks) { /* the sink joins the denominator: O and LSE change */
+            double factor;
+            ta_sdpa_sink_finish(w->m[r], l, ta_sdpa_sink(&p->var, h), &factor, &lse);
+            inv = (float)factor;
+        }
+        if (os == 1)
+            for (int64_t d = 0; d < Dv; d++) orow[d] = l == 0.0f ? 0.0f : o[d] * inv;
+        else
+            for (int64_t d = 0; d < Dv; d++) orow[d * os] = l == 0.0f ? 0.0f : o[d] * inv;
+        if (T)
+            ((float *)T->data)[it->b * T->stride[0] + h * T->stride[1] + i * T->stride[2]] =
+                (float)lse;
+    }
+}
+
+int64_t ta_fused_group_tiles(const fused_plan *f, int64_t *r0, int64_t *mq)
+{
+    int64_t Lq = f->p->Lq, G = f->G, MQ = f->mq_max, n = 0;
+    if (Lq >= MQ) {
+        for (int64_t g = 0; g < G; g++)
+            for (int64_t i = 0; i < Lq; i += MQ, n++)
+                if (r0) {
+                    r0[n] = g * Lq + i;
+                    mq[n] = TA_MIN(MQ, Lq - i);
+                }
+    } else {
+        for (int64_t r = 0; r < G * Lq; r += MQ, n++)
+            if (r0) {
+                r0[n] = r;
+                mq[n] = TA_MIN(MQ, G * Lq - r);
+            }
+    }
+    return n;
+}
+
+/* The k-th tile of a group in schedule order, as an index of ta_fused_group_tiles' list: per
+ * head (Lq fills tiles), the last query position first, heads in order at each
+ * position; across heads (short Lq), the list order. */
+static int64_t tile_in_order(const fused_plan *f, int64_t k)
+{
+    int64_t Lq = f->p->Lq, MQ = f->mq_max;
+    if (Lq < MQ) return k;
+    int64_t per_head = (Lq + MQ - 1) / MQ, g = k % f->G, pos = per_head - 1 - k / f->G;
+    return g * per_head + pos;
+}
+
+/* A tile's keys [*jlo, *jhi): from the smallest first key of its rows (a window's;
+ * rounded down to 16 keys) to the largest row bound; 0, 0 when no row sees a key. */
+static void tile_keys(const fused_plan *f, const fused_item *base, int64_t *jlo, int64_t *jhi)
+{
+    int64_t jmin = f->p->Lk, jmax = 0;
+    for (int64_t r = 0; r < base->mq; r++) {
+        int64_t h, i, lo;
+        bool exact;
+        row_hi(f, base->hkv, base->r0 + r, &h, &i);
+        const int64_t e = ta_fused_row_keys(f, base->b, h, i, &lo, &exact);
+        if (lo >= e) continue; /* sees no key */
+        if (e > jmax) jmax = e;
+        if (lo < jmin) jmin = lo;
+    }
+    *jlo = jmin >= jmax ? 0 : jmin / 16 * 16;
+    *jhi = jmax;
+}
+
+/* The work list of a sweep (f->sweep kv heads, one tile each): per batch and key chunk,
+ * one unit of the Hkv items (hkv in order), as many chunks as the head with the most
+ * keys needs (the others get empty items there: exact zeros in the merge). */
+static int64_t build_sweep(const fused_plan *f, const fused_mem *m)
+{
+    const ta_sdpa_problem *p = f->p;
+    int64_t n = 0;
+    for (int64_t b = 0; b < p->B; b++) {
+        fused_item base[TA_FUSED_SWEEP_MAX];
+        int64_t jlo[TA_FUSED_SWEEP_MAX], jhi[TA_FUSED_SWEEP_MAX], nch = 1;
+        for (int64_t hkv = 0; hkv < p->Hkv; hkv++) {
+            const int64_t g = b * p->Hkv + hkv;
+            base[hkv] = (fused_item){.b = b, .hkv = hkv, .r0 = m->t_r0[0], .mq = m->t_mq[0], .tile = g};
+            tile_keys(f, &base[hkv], &jlo[hkv], &jhi[hkv]);
+            while (f->split && nch < f->nchunks && nch * f->chunk_keys < jhi[hkv]) nch++;
+        }
+        for (int64_t c = 0; c < nch; c++)
+            for (int64_t hkv = 0; hkv < p->Hkv; hkv++) {
+                fused_item it = base[hkv];
+                it.chunk = c;
+                it.jlo = TA_MAX(c * f->chunk_keys, jlo[hkv]);
+                it.jhi = TA_MIN(c * f->chunk_keys + f->chunk_keys, jhi[hkv]);
+                if (it.jhi < it.jlo) it.jhi = it.jlo;
+                m->items[n++] = it;
+            }
+        for (int64_t hkv = 0; f->split && hkv < p->Hkv; hkv++) m->t_nch[base[hkv].tile] = nch;
+    }
+    return n;
+}
+
+int64_t ta_fused_build_items(const fused_plan *f, const fused_mem *m)
+{
+    const ta_sdpa_problem *p = f->p;
+    if (f->sweep > 1) return build_sweep(f, m);
+    int64_t n = 0;
+    for (int64_t g = 0; g < f->ngroups; g++) {
+        for (int64_t k = 0; k < f->tpg; k++) {
+            int64_t t = tile_in_order(f, k);
+            fused_item base = {.b = g / p->Hkv, .hkv = g % p->Hkv, .r0 = m->t_r0[t],
+                               .mq = m->t_mq[t], .tile = g * f->tpg + t};
+            int64_t jmin, jmax;
+            tile_keys(f, &base, &jmin, &jmax);
+            int64_t c = 0;
+            for (; c < f->nchunks; c++) {
+                if (f->split && c > 0 && c * f->chunk_keys >= jmax) break; /* and later ones */
+                fused_item it = base;
+                it.chunk = c;
+                /* a chunk left of every row's window holds no key: an empty partial */
+                it.jlo = TA_MAX(c * f->chunk_keys, jmin);
+                it.jhi = TA_MIN(c * f->chunk_keys + f->chunk_keys, jmax);
+                if (it.jhi < it.jlo) it.jhi = it.jlo;
+                m->items[n++] = it;
+            }
+            if (f->split) m->t_nch[base.tile] = c;
+        }
+    }
+    return n;
+}
+
+void ta_fused_store_partial(const fused_plan *f, const fused_mem *m, const fused_item *it,
+                            const fused_ws *w)
+{
+    const int64_t Dv = f->p->Dv, mu = f->mq_used;
+    float *pt = m->parts + (it->tile * f->nchunks + it->chunk) * f->part_floats;
+    memcpy(pt, w->m, sizeof(float) * (size_t)it->mq);
+    memcpy(pt + mu, w->l, sizeof(float) * (size_t)it->mq);
+    for (int64_t r = 0; r < it->mq; r++)
+        memcpy(pt + 2 * mu + r * Dv, w->o + r * f->ldo, sizeof(float) * (size_t)Dv);
+}
+
+void ta_fused_merge_partials(const fused_plan *f, const fused_mem *m)
+{
+    const ta_sdpa_problem *p = f->p;
+    const int64_t mu = f->mq_used;
+#pragma omp parallel for num_threads(f->nt) schedule(static)
+    for (int64_t t = 0; t < f->ntiles; t++) {
+        int64_t g = t / f->tpg, tt = t % f->tpg;
+        const float *ms[TA_FUSED_MAX_CHUNKS], *ls[TA_FUSED_MAX_CHUNKS], *os[TA_FUSED_MAX_CHUNKS];
+        const int64_t nch = m->t_nch[t];
+        for (int64_t r = 0; r < m->t_mq[tt]; r++) {
+            for (int64_t c = 0; c < nch; c++) {
+                const float *pt = m->parts + (t * f->nchunks + c) * f->part_floats;
+                ms[c] = pt + r;
+                ls[c] = pt + mu + r;
+                os[c] = pt + 2 * mu + r * p->Dv;
+            }
+            finish_row(f, g / p->Hkv, g % p->Hkv, m->t_r0[tt] + r, ms, ls, os, nch);
+        }
+    }
+}

@@ -1,0 +1,422 @@
+/* The steps of one work item of the fused SDPA forward: its key tiles, one online-softmax
+ * step each (sdpa_forward_fused.c has the whole algorithm; sdpa_fused_internal.h what the
+ * files share). The per-tile path (item_tile and all it calls) stays in this one file, so
+ * that gcc inlines it.
+ *
+ * On tiles that a row bound cuts (the causal diagonal, a key length) the kernels get
+ * each row's key count and skip the blocks no row of theirs needs.
+ *
+ * K and V may be paged (a KV cache's blocks, ta_sdpa_pages): a key tile then spans
+ * blocks, and its scores and P V run block by block (the kernels read each block's rows
+ * in place, at their stride), while the softmax step and O's rescale stay once per tile:
+ * blocks of 16 keys cost about what one 64-key tile does. */
+#include "ops/sdpa_fused_internal.h"
+
+#include "core/core.h"
+#include "core/dtype.h"
+#include "kernels/kernels.h"
+#include "ops/sdpa_fused_variants.h"
+
+#include <math.h>
+#include <string.h>
+
+/* The offset (elements) of Q's row r of a tile. */
+static int64_t q_offset(const fused_plan *f, const fused_item *it, int64_t r)
+{
+    const ta_tensor *Q = f->p->Q;
+    int64_t h, i;
+    row_hi(f, it->hkv, it->r0 + r, &h, &i);
+    return it->b * Q->stride[0] + h * Q->stride[1] + i * Q->stride[2];
+}
+
+/* Whether a tile has so few rows that attn_qk_rows computes its scores (a decode step:
+ * one row, or the few query heads of a kv head); fixed by the shape alone, so every
+ * thread count takes the same path. */
+static inline bool few_rows(const fused_plan *f, const fused_item *it)
+{
+    return it->mq <= f->k->attn_rows_max;
+}
+
+/* Q rows of the tile, scaled: into qp [D, mq_max] (rows past mq are zero) for attn_qk,
+ * or, for a tile of few rows, untransposed into qp [mq, D] for attn_qk_rows. */
+static void pack_q(const fused_plan *f, const fused_item *it, float *qp, int64_t *qoff)
+{
+    const ta_sdpa_problem *p = f->p;
+    const float *q = (const float *)p->Q->data;
+    const int64_t D = p->D, s3 = p->Q->stride[3];
+    for (int64_t r = 0; r < it->mq; r++) qoff[r] = q_offset(f, it, r);
+    if (!few_rows(f, it)) {
+        f->k->attn_pack_t(qp, f->mq_max, q, qoff, s3, it->mq, D, p->scale);
+        return;
+    }
+    for (int64_t r = 0; r < it->mq; r++)
+        for (int64_t d = 0; d < D; d++) qp[r * D + d] = q[qoff[r] + d * s3] * p->scale;
+    if (f->kind_k == 2) { /* bfloat16 K in place: blocks of 2 VL even, then odd (kernels.h) */
+        const int64_t vl = f->k->attn_vl;
+        float tmp[2 * 64];
+        for (int64_t r = 0; r < it->mq; r++)
+            for (int64_t d0 = 0; d0 + 2 * vl <= D; d0 += 2 * vl) {
+                float *row = qp + r * D + d0;
+                for (int64_t i = 0; i < vl; i++) {
+                    tmp[i] = row[2 * i];
+                    tmp[vl + i] = row[2 * i + 1];
+                }
+                memcpy(row, tmp, sizeof(float) * (size_t)(2 * vl));
+            }
+    }
+}
+
+/* The tile of keys [j0, j0 + nk) of the item's group in K (value false) or V, which
+ * ta_sdpa_kv_run says lie in one run (one block of a paged cache): a pointer to its
+ * first row and the row stride in *ld, or, when the rows are float16/bfloat16 (a
+ * half-precision cache: widened here, in registers, at half the bytes read) or not
+ * unit-stride along D, a float32 copy in buf [nk, cols]. The one place the forward reads
+ * K and V. */
+/* The first byte of key row j0 of the item's group in K (value false) or V. */
+static const char *kv_rows(const fused_plan *f, const fused_item *it, bool value, int64_t j0)
+{
+    const ta_tensor *t = value ? f->p->V : f->p->K;
+    return (const char *)t->data +
+           ta_dtype_size(t->dtype) * (size_t)ta_sdpa_kv_offset(f->p, value, it->b, it->hkv, j0);
+}
+
+/* The table of K's (value false) or V's rows for keys j0 .. j0 + nk - 1 of the item's
+ * group, in rows (TA_FUSED_NK + TA_ROWS_AHEAD entries), then the next keys of the item
+ * for the kernels to prefetch (up to TA_ROWS_AHEAD), except when the rows follow each
+ * other in memory (a head's keys one stream: the hardware prefetcher follows it, and
+ * software prefetches on top cost bandwidth, docs/kernels.md "Decode: streaming K and
+ * V"). Returns the entries (the kernels' avail). */
+static int64_t row_table(const fused_plan *f, const fused_item *it, bool value, int64_t j0,
+                         int64_t nk, const void **rows)
+{
+    const ta_sdpa_problem *p = f->p;
+    const ta_tensor *t = value ? p->V : p->K;
+    const bool stream = !p->pages.table && t->stride[2] == (value ? p->Dv : p->D);
+    const int64_t n = stream ? nk : TA_MIN(nk + TA_ROWS_AHEAD, it->jhi - j0);
+    const size_t es = ta_dtype_size(t->dtype);
+    for (int64_t j = 0; j < n; j++)
+        rows[j] = (const char *)t->data + es * (size_t)ta_sdpa_kv_offset(p, value, it->b, it->hkv, j0 + j);
+    return n;
+}
+
+/* Whether the item's tiles read K (value false) or V through the few-row kernels on
+ * typed rows (attn_qk_rows_kv / attn_pv_rows_kv): few-row tiles of rows they take,
+ * except float32 rows that follow each other with one or two query rows, where
+ * attn_qk_rows and attn_pv stream the rows key by key a little faster (1 thread,
+ * B1 H32 Lk4096 D128 f32: 6.7 against 8.0 ms in one run). */
+static bool typed_rows(const fused_plan *f, const fused_item *it, bool value)
+{
+    const ta_tensor *t = value ? f->p->V : f->p->K;
+    const int kind = value ? f->kind_v : f->kind_k;
+    if (!few_rows(f, it) || kind < 0) return false;
+    return kind != 0 || it->mq > 2 || t->stride[2] != (value ? f->p->Dv : f->p->D);
+}
+
+/* Bytes between key rows of K or V (within a run). */
+static int64_t kv_ld(const ta_tensor *t) { return (int64_t)ta_dtype_size(t->dtype) * t->stride[2]; }
+
+static const float *kv_tile(const fused_plan *f, const fused_item *it, bool value, int64_t j0,
+                            int64_t nk, float *buf, int64_t *ld)
+{
+    const ta_sdpa_problem *p = f->p;
+    const ta_tensor *t = value ? p->V : p->K;
+    const char *src = kv_rows(f, it, value, j0);
+    if (!(value ? f->pack_v : f->pack_k)) {
+        *ld = t->stride[2];
+        return (const float *)src;
+    }
+    const int64_t cols = value ? p->Dv : p->D, rs = kv_ld(t);
+    /* unit-stride half rows: the ISA's converter straight from the table, row by row (a
+     * decode step widens tens of thousands of rows: no per-row dispatch) */
+    const ta_widen_fn widen = t->stride[3] == 1 ? ta_widen_kernel(t->dtype) : NULL;
+    for (int64_t j = 0; j < nk; j++) {
+        if (widen)
+            widen(buf + j * cols, (const uint16_t *)(src + j * rs), cols);
+        else
+            ta_row_to_f32(buf + j * cols, src + j * rs, t->dtype, cols, t->stride[3]);
+    }
+    *ld = cols;
+    return buf;
+}
+
+/* Blocks the scores of a key tile [j0, j0 + nk) that a bound or the mask tensor hides:
+ * with a mask tensor the mask plan decides every score (scale 1: Q is pre-scaled);
+ * otherwise only the keys past each row's end become -inf. */
+/* The mask tensor's value for one key when every row of the tile reads the same mask
+ * row (a [B, 1, 1, Lk] padding mask, or one head's rows of a [B, H, 1, Lk] mask): applied
+ * to the whole key column s[t * MQ + 0 .. mq) at once, which vectorises. Scores are
+ * already scaled (the scale is folded into Q). Same rules as ta_mask_apply. */
+static void mask_tile_shared_row(const ta_mask_plan *mp, const float *m, int64_t ms, float *s,
+                                 int64_t MQ, int64_t mq, int64_t nk)
+{
+    for (int64_t t = 0; t < nk; t++) {
+        const float v = m[t * ms];
+        float *col = s + t * MQ;
+        bool blocked = ta_mask_value_blocks(mp->mode, v);
+        if (blocked)
+            for (int64_t r = 0; r < mq; r++) col[r] = -INFINITY;
+        else if (mp->mode == TA_MASK_ADDITIVE)
+            for (int64_t r = 0; r < mq; r++) col[r] += v;
+    }
+}
+
+/* use_mask false: only the row bounds in w->end (the causal limit, key lengths, or a
+ * mask tensor's that the table turned into bounds) block keys of the tile. */
+static void mask_tile(const fused_plan *f, const fused_item *it, const fused_ws *w, float *s,
+                      int64_t j0, int64_t nk, bool use_mask)
+{
+    const ta_mask_plan *mp = &f->p->mask;
+    int64_t MQ = f->mq_max;
+    int64_t h0, i0, h1, i1;
+    row_hi(f, it->hkv, it->r0, &h0, &i0);
+    row_hi(f, it->hkv, it->r0 + it->mq - 1, &h1, &i1);
+    if (use_mask && mp->mstride[2] == 0 && (h0 == h1 || mp->mstride[1] == 0)) {
+        mask_tile_shared_row(mp, ta_mask_row_ptr(mp, it->b, h0, i0) + j0 * mp->mstride[3],
+                             mp->mstride[3], s, MQ, it->mq, nk);
+    } else if (use_mask) {
+        for (int64_t r = 0; r < it->mq; r++) {
+            int64_t h, i;
+            row_hi(f, it->hkv, it->r0 + r, &h, &i);
+            ta_mask_apply(mp, it->b, h, i, j0, nk, 1.0f, s + r, MQ);
+        }
+        return; /* ta_mask_apply applied the row bounds too */
+    }
+    /* the bound of each row */
+    for (int64_t r = 0; r < it->mq; r++) {
+        int64_t t = w->end[r] - j0;
+        for (t = t < 0 ? 0 : t; t < nk; t++) s[t * MQ + r] = -INFINITY;
+    }
+}
+
+/* Whether a keep or block mask tensor, with the row bounds in w->end, blocks every key
+ * of keys [j0, j0 + nk) for every row of the item: such a tile is skipped, as the ones
+ * the causal limit hides are (its scores would all be -inf: it adds nothing). A mask
+ * that is causal in disguise (the seed's triu block mask) so costs no more than
+ * opts.causal beyond this scan, which stops at the first allowed key. */
+static bool tile_blocked(const fused_plan *f, const fused_item *it, const fused_ws *w,
+                         int64_t j0, int64_t nk)
+{
+    const ta_mask_plan *mp = &f->p->mask;
+    if (mp->mode == TA_MASK_ADDITIVE) return false;
+    const int64_t ms = mp->mstride[3];
+    for (int64_t r = 0; r < it->mq; r++) {
+        int64_t e = TA_MIN(w->end[r] - j0, nk), t = TA_MAX(w->lo[r] - j0, 0), h, i;
+        if (e <= t) continue;
+        row_hi(f, it->hkv, it->r0 + r, &h, &i);
+        const float *m = ta_mask_row_ptr(mp, it->b, h, i) + j0 * ms;
+        for (; t < e; t++)
+            if (!ta_mask_value_blocks(mp->mode, m[t * ms])) return false;
+    }
+    return true;
+}
+
+/* A tile's keys come in runs that share a stride (ta_sdpa_kv_run): the whole tile, or
+ * one block of a paged cache each. The per-row key counts of the tile of nk keys (rowk,
+ * or NULL) for the run [a, a + n) of it. */
+static const int32_t *run_rowk(const fused_plan *f, const fused_ws *w, const int32_t *rowk,
+                               int64_t nk, int64_t a, int64_t n)
+{
+    if (!rowk || n == nk) return rowk;
+    for (int64_t r = 0; r < f->mq_max; r++) {
+        int64_t e = rowk[r] - a;
+        w->rowk_run[r] = (int32_t)(e < 0 ? 0 : e > n ? n : e);
+    }
+    return w->rowk_run;
+}
+
+/* A tile of few rows (decode: as fast as memory; a tile of many rows computes long on
+ * each block, and reads it again for every query tile): the rows of K's (value false) or
+ * V's next run from key j (the next tile of a contiguous cache, the next block of a
+ * paged one), up to TA_FUSED_PREFETCH_ROWS, requested into L2 while the current run is
+ * read. The hardware prefetchers do not cross 4 KiB pages, and a KV cache's layout
+ * [B, L, Hkv, D] puts each key row of a head in a page of its own (rows Hkv * D apart),
+ * nor can they know which block a paged cache's table names next. Measured on one Zen 4
+ * core, 1 thread, B1 H32 Hkv8 Lk4096 D128 float32: a [B, L, Hkv, D] cache read at about
+ * 9 GB/s without this and 15 GB/s with it, as fast as the [B, Hkv, L, D] layout; a
+ * paged cache of 16-key blocks in shuffled order ~1.7x faster (docs/inference.md).
+ * Into L2, not L1: the L1 miss buffers are the demand loads' (docs/kernels.md). Inlined
+ * by force: gcc finds a function that only prefetches free of side effects and deletes
+ * the calls. */
+static inline __attribute__((always_inline)) void prefetch_run(const fused_plan *f, const fused_item *it, bool value, int64_t j)
+{
+    const ta_sdpa_problem *p = f->p;
+    const ta_tensor *t = value ? p->V : p->K;
+    if (!few_rows(f, it) || j >= it->jhi || t->stride[3] != 1) return;
+    const int64_t es = (int64_t)ta_dtype_size(t->dtype), bytes = (value ? p->Dv : p->D) * es;
+    const int64_t n = TA_MIN(TA_MIN(ta_sdpa_kv_run(p, j), it->jhi - j), TA_FUSED_PREFETCH_ROWS);
+    const char *row = (const char *)t->data + es * ta_sdpa_kv_offset(p, value, it->b, it->hkv, j);
+    for (int64_t r = 0; r < n; r++, row += es * t->stride[2])
+        for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(row + c, 0, 2);
+}
+
+/* The scores of keys [j0, j0 + nk), s = (scale Q) K^T, run by run into the tile's
+ * columns: a paged cache's tile spans blocks (its softmax and rescale stay per tile). */
+static void tile_scores(const fused_plan *f, const fused_item *it, const fused_ws *w,
+                        int64_t j0, int64_t nk, const int32_t *rowk)
+{
+    const ta_sdpa_problem *p = f->p;
+    if (typed_rows(f, it, false)) { /* K rows in place, through a table (any run) */
+        const int64_t avail = row_table(f, it, false, j0, nk, w->krows);
+        const bool v_too = typed_rows(f, it, true);
+        if (v_too) row_table(f, it, true, j0, nk, w->vrows);
+        if (avail == nk) prefetch_run(f, it, false, j0 + nk); /* a stream: the next tile */
+        f->k->attn_qk_rows_kv[f->kind_k](w->s, f->mq_max, w->qp, p->D, it->mq, w->krows, nk,
+                                         p->D, avail, v_too ? w->vrows : NULL,
+                                         p->Dv * (int64_t)ta_dtype_size(p->V->dtype));
+        return;
+    }
+    int64_t n, ld;
+    for (int64_t a = 0; a < nk; a += n) {
+        const int64_t run = ta_sdpa_kv_run(p, j0 + a);
+        n = TA_MIN(nk - a, run);
+        float *s = w->s + a * f->mq_max;
+        const float *kt = kv_tile(f, it, false, j0 + a, n, w->kp, &ld);
+        prefetch_run(f, it, false, j0 + a + n);
+        if (few_rows(f, it))
+            f->k->attn_qk_rows(s, w->qp, p->D, it->mq, kt, ld, n, p->D);
+        else
+            f->k->attn_qk(s, w->qp, kt, ld, n, p->D, run_rowk(f, w, rowk, nk, a, n));
+    }
+}
+
+/* O = O alpha + P V over keys [j0, j0 + nk), run by run: alpha rescales O once, with the
+ * first run (the others scale by ones). (Gathering a tile's V rows from its blocks
+ * instead, for one attn_pv call, cost prefill more than the kernel's extra passes over O
+ * did: docs/inference.md.) */
+static void tile_pv(const fused_plan *f, const fused_item *it, const fused_ws *w, int64_t j0,
+                    int64_t nk, const int32_t *rowk)
+{
+    const ta_sdpa_problem *p = f->p;
+    if (typed_rows(f, it, true)) { /* V rows in place, through a table (any run) */
+        int64_t keys = rowk ? 0 : nk; /* keys past every row's need hold p = 0: skip */
+        for (int64_t r = 0; rowk && r < it->mq; r++) keys = TA_MAX(keys, (int64_t)rowk[r]);
+        const int64_t avail = row_table(f, it, true, j0, nk, w->vrows);
+        if (avail == nk) prefetch_run(f, it, true, j0 + nk);
+        f->k->attn_pv_rows_kv[f->kind_v](w->o, f->ldo, w->s, f->mq_max, w->alpha, w->vrows,
+                                         keys, p->Dv, it->mq, avail);
+        return;
+    }
+    int64_t n, ld;
+    for (int64_t a = 0; a < nk; a += n) {
+        const int64_t run = ta_sdpa_kv_run(p, j0 + a);
+        n = TA_MIN(nk - a, run);
+        const float *vt = kv_tile(f, it, true, j0 + a, n, w->vp, &ld);
+        prefetch_run(f, it, true, j0 + a + n);
+        f->k->attn_pv(w->o, f->ldo, w->s + a * f->mq_max, a ? w->ones : w->alpha, vt, ld, n,
+                      p->Dv, it->mq, run_rowk(f, w, rowk, nk, a, n));
+    }
+}
+
+/* The online softmax of one work item: leaves the unnormalised O, m and l of its rows
+ * in the workspace. */
+/* What the tiles of a work item share (item_begin): the smallest row bound (key tiles
+ * below it need no mask unless a tensor exists that the bounds do not fully describe),
+ * a window's largest first key (tiles from it on have no key left of any row's window),
+ * and where the tiles the bounds cut start. */
+typedef struct item_run {
+    int64_t clean_end, clean_lo, cut_start, left_end;
+    bool use_mask;
+} item_run;
+
+/* Starts the online softmax of one work item (m = -inf, l = 0, O = 0 in the workspace,
+ * Q packed, the rows' bounds); false when it has no key. */
+static bool item_begin(const fused_plan *f, const fused_item *it, const fused_ws *w,
+                       item_run *ir)
+{
+    const ta_sdpa_problem *p = f->p;
+    for (int64_t r = 0; r < f->mq_max; r++) {
+        w->m[r] = -INFINITY;
+        w->l[r] = 0.0f;
+    }
+    memset(w->o, 0, sizeof(float) * (size_t)(it->mq * f->ldo)); /* no kernel reads rows >= mq */
+    if (it->jhi <= it->jlo) return false;
+    pack_q(f, it, w->qp, w->qoff);
+    const ta_sdpa_variants *v = &p->var;
+    int64_t clean_end = p->Lk, clean_lo = 0;
+    bool exact_all = true;
+    for (int64_t r = 0; r < it->mq; r++) {
+        int64_t h, i;
+        bool exact;
+        row_hi(f, it->hkv, it->r0 + r, &h, &i);
+        w->end[r] = ta_fused_row_keys(f, it->b, h, i, &w->lo[r], &exact);
+        exact_all &= exact;
+        if (w->end[r] < clean_end) clean_end = w->end[r];
+        if (w->lo[r] > clean_lo) clean_lo = w->lo[r];
+        w->slope[r] = ta_sdpa_alibi_slope(v, it->b, h);
+        w->pos[r] = (float)(i + v->delta);
+    }
+    ir->clean_end = clean_end;
+    ir->clean_lo = clean_lo;
+    ir->use_mask = p->mask.mask && !exact_all;
+    /* Key tiles end where the cut keys start (rounded down to 16 keys, a multiple of
+     * every kernel's key block), so the keys a bound cuts (the causal diagonal) share as
+     * few tiles as they can; tiles that a window's left bounds cut end at clean_lo
+     * (rounded up to 16 keys from the item's first key). */
+    ir->cut_start = clean_end < it->jhi ? TA_MAX(it->jlo, clean_end / 16 * 16) : it->jhi;
+    ir->left_end = TA_MIN(it->jlo + ta_round_up(TA_MAX(clean_lo - it->jlo, 0), 16), it->jhi);
+    return true;
+}
+
+/* One online-softmax step of a work item: the key tile from j0 (at most TA_FUSED_NK
+ * keys, ending where item_begin's bounds say); returns its key count. */
+static int64_t item_tile(const fused_plan *f, const fused_item *it, const fused_ws *w,
+                         const item_run *ir, int64_t j0)
+{
+    const ta_sdpa_problem *p = f->p;
+    const ta_kernels *k = f->k;
+    const ta_sdpa_variants *v = &p->var;
+    const int64_t MQ = f->mq_max;
+    const int64_t stop = j0 < ir->left_end && ir->left_end < ir->cut_start ? ir->left_end
+                         : j0 < ir->cut_start                              ? ir->cut_start
+                                                                           : it->jhi;
+    const int64_t nk = TA_MIN(TA_FUSED_NK, stop - j0);
+    if (ir->use_mask && tile_blocked(f, it, w, j0, nk)) return nk;
+    /* A tile that a row bound cuts (the causal diagonal, a key length, a window): each
+     * row's key count lets the kernels skip the blocks no row of theirs needs (none,
+     * for a row whose window starts past the tile). */
+    const int32_t *rowk = NULL;
+    const bool left_cut = j0 < ir->clean_lo, cut = j0 + nk > ir->clean_end || left_cut;
+    if (cut || it->mq < MQ) { /* a short tile (decode) skips its empty vectors too */
+        for (int64_t r = 0; r < MQ; r++) {
+            int64_t e = r < it->mq ? (cut ? w->end[r] - j0 : nk) : 0;
+            if (r < it->mq && w->lo[r] >= TA_MIN(w->end[r], j0 + nk)) e = 0;
+            w->rowk[r] = (int32_t)(e < 0 ? 0 : e > nk ? nk : e);
+        }
+        rowk = w->rowk;
+    }
+    tile_scores(f, it, w, j0, nk, rowk);
+    if (f->scores_var) ta_sdpa_fused_scores(k, v, w->s, MQ, it->mq, j0, nk, w->slope, w->pos);
+    if (ir->use_mask || j0 + nk > ir->clean_end) mask_tile(f, it, w, w->s, j0, nk, ir->use_mask);
+    if (v->window && (left_cut || ir->use_mask))
+        ta_sdpa_fused_window_mask(w->s, MQ, it->mq, j0, nk, w->lo, w->end);
+    if (few_rows(f, it)) k->attn_softmax_rows(w->s, MQ, w->m, w->l, w->alpha, nk, it->mq);
+    else k->attn_softmax(w->s, w->m, w->l, w->alpha, nk, it->mq);
+    if (p->Dv > 0) tile_pv(f, it, w, j0, nk, rowk);
+    return nk;
+}
+
+void ta_fused_run_item(const fused_plan *f, const fused_item *it, const fused_ws *w)
+{
+    item_run ir;
+    if (!item_begin(f, it, w, &ir)) return;
+    for (int64_t j0 = it->jlo; j0 < it->jhi;) j0 += item_tile(f, it, w, &ir, j0);
+}
+
+void ta_fused_run_sweep(const fused_plan *f, const fused_item *its, int64_t n, const fused_ws *ws)
+{
+    item_run ir[TA_FUSED_SWEEP_MAX];
+    int64_t j0[TA_FUSED_SWEEP_MAX];
+    bool more = false;
+    for (int64_t h = 0; h < n; h++) {
+        j0[h] = item_begin(f, &its[h], &ws[h], &ir[h]) ? its[h].jlo : its[h].jhi;
+        more |= j0[h] < its[h].jhi;
+    }
+    while (more) {
+        more = false;
+        for (int64_t h = 0; h < n; h++)
+            if (j0[h] < its[h].jhi) {
+                j0[h] += item_tile(f, &its[h], &ws[h], &ir[h], j0[h]);
+                more |= j0[h] < its[h].jhi;
+            }
+    }
+}
