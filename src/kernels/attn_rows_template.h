@@ -212,9 +212,11 @@ ROWS_INLINE void pv_group(float *o, int64_t ldo, const float *p, int64_t mqs,
         const VT a = V_SET1(alpha[r]);
 #pragma GCC unroll 8
         for (int c = 0; c < NV; c++) acc[r][c] = V_LOADU(o + r * ldo + c0 + c * VL);
+        if (EO) {
 #pragma GCC unroll 8
-        for (int c = 0; EO && c < NV; c += 2)
-            V_DEINTERLEAVE(acc[r][c], acc[r][c + 1], &acc[r][c], &acc[r][c + 1]);
+            for (int c = 0; c < NV; c += 2)
+                V_DEINTERLEAVE(acc[r][c], acc[r][c + 1], &acc[r][c], &acc[r][c + 1]);
+        }
 #pragma GCC unroll 8
         for (int c = 0; c < NV; c++) acc[r][c] = V_MUL(acc[r][c], a);
     }
@@ -239,9 +241,11 @@ ROWS_INLINE void pv_group(float *o, int64_t ldo, const float *p, int64_t mqs,
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) {
+        if (EO) {
 #pragma GCC unroll 8
-        for (int c = 0; EO && c < NV; c += 2)
-            V_INTERLEAVE(acc[r][c], acc[r][c + 1], &acc[r][c], &acc[r][c + 1]);
+            for (int c = 0; c < NV; c += 2)
+                V_INTERLEAVE(acc[r][c], acc[r][c + 1], &acc[r][c], &acc[r][c + 1]);
+        }
 #pragma GCC unroll 8
         for (int c = 0; c < NV; c++) V_STOREU(o + r * ldo + c0 + c * VL, acc[r][c]);
     }

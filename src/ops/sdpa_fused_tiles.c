@@ -94,8 +94,15 @@ static int64_t row_table(const fused_plan *f, const fused_item *it, bool value, 
     const bool stream = !p->pages.table && t->stride[2] == (value ? p->Dv : p->D);
     const int64_t n = stream ? nk : TA_MIN(nk + TA_ROWS_AHEAD, it->jhi - j0);
     const size_t es = ta_dtype_size(t->dtype);
+    const char *base = (const char *)t->data;
+    if (!p->pages.table) { /* rows at one stride */
+        const char *r = base + es * (size_t)ta_sdpa_kv_offset(p, value, it->b, it->hkv, j0);
+        const int64_t ld = (int64_t)es * t->stride[2];
+        for (int64_t j = 0; j < n; j++) rows[j] = r + j * ld;
+        return n;
+    }
     for (int64_t j = 0; j < n; j++)
-        rows[j] = (const char *)t->data + es * (size_t)ta_sdpa_kv_offset(p, value, it->b, it->hkv, j0 + j);
+        rows[j] = base + es * (size_t)ta_sdpa_kv_offset(p, value, it->b, it->hkv, j0 + j);
     return n;
 }
 
@@ -250,20 +257,21 @@ static inline __attribute__((always_inline)) void prefetch_run(const fused_plan 
 }
 
 /* The scores of keys [j0, j0 + nk), s = (scale Q) K^T, run by run into the tile's
- * columns: a paged cache's tile spans blocks (its softmax and rescale stay per tile). */
-static void tile_scores(const fused_plan *f, const fused_item *it, const fused_ws *w,
-                        int64_t j0, int64_t nk, const int32_t *rowk)
+ * columns: a paged cache's tile spans blocks (its softmax and rescale stay per tile).
+ * Returns the entries of V's row table when it filled w->vrows for tile_pv, else -1. */
+static int64_t tile_scores(const fused_plan *f, const fused_item *it, const fused_ws *w,
+                           int64_t j0, int64_t nk, const int32_t *rowk)
 {
     const ta_sdpa_problem *p = f->p;
     if (typed_rows(f, it, false)) { /* K rows in place, through a table (any run) */
         const int64_t avail = row_table(f, it, false, j0, nk, w->krows);
         const bool v_too = typed_rows(f, it, true);
-        if (v_too) row_table(f, it, true, j0, nk, w->vrows);
+        const int64_t vn = v_too ? row_table(f, it, true, j0, nk, w->vrows) : -1;
         if (avail == nk) prefetch_run(f, it, false, j0 + nk); /* a stream: the next tile */
         f->k->attn_qk_rows_kv[f->kind_k](w->s, f->mq_max, w->qp, p->D, it->mq, w->krows, nk,
                                          p->D, avail, v_too ? w->vrows : NULL,
                                          p->Dv * (int64_t)ta_dtype_size(p->V->dtype));
-        return;
+        return vn;
     }
     int64_t n, ld;
     for (int64_t a = 0; a < nk; a += n) {
@@ -277,6 +285,7 @@ static void tile_scores(const fused_plan *f, const fused_item *it, const fused_w
         else
             f->k->attn_qk(s, w->qp, kt, ld, n, p->D, run_rowk(f, w, rowk, nk, a, n));
     }
+    return -1;
 }
 
 /* O = O alpha + P V over keys [j0, j0 + nk), run by run: alpha rescales O once, with the
@@ -284,13 +293,14 @@ static void tile_scores(const fused_plan *f, const fused_item *it, const fused_w
  * instead, for one attn_pv call, cost prefill more than the kernel's extra passes over O
  * did: docs/inference.md.) */
 static void tile_pv(const fused_plan *f, const fused_item *it, const fused_ws *w, int64_t j0,
-                    int64_t nk, const int32_t *rowk)
+                    int64_t nk, const int32_t *rowk, int64_t vfilled)
 {
     const ta_sdpa_problem *p = f->p;
     if (typed_rows(f, it, true)) { /* V rows in place, through a table (any run) */
         int64_t keys = rowk ? 0 : nk; /* keys past every row's need hold p = 0: skip */
         for (int64_t r = 0; rowk && r < it->mq; r++) keys = TA_MAX(keys, (int64_t)rowk[r]);
-        const int64_t avail = row_table(f, it, true, j0, nk, w->vrows);
+        /* V's table as tile_scores filled it (vfilled entries), else filled here */
+        const int64_t avail = vfilled >= 0 ? vfilled : row_table(f, it, true, j0, nk, w->vrows);
         if (avail == nk) prefetch_run(f, it, true, j0 + nk);
         f->k->attn_pv_rows_kv[f->kind_v](w->o, f->ldo, w->s, f->mq_max, w->alpha, w->vrows,
                                          keys, p->Dv, it->mq, avail);
@@ -307,8 +317,6 @@ static void tile_pv(const fused_plan *f, const fused_item *it, const fused_ws *w
     }
 }
 
-/* The online softmax of one work item: leaves the unnormalised O, m and l of its rows
- * in the workspace. */
 /* What the tiles of a work item share (item_begin): the smallest row bound (key tiles
  * below it need no mask unless a tensor exists that the bounds do not fully describe),
  * a window's largest first key (tiles from it on have no key left of any row's window),
@@ -329,6 +337,7 @@ static bool item_begin(const fused_plan *f, const fused_item *it, const fused_ws
         w->l[r] = 0.0f;
     }
     memset(w->o, 0, sizeof(float) * (size_t)(it->mq * f->ldo)); /* no kernel reads rows >= mq */
+    for (int64_t r = it->mq; r < f->mq_max; r++) w->rowk[r] = 0; /* item_tile sets rows < mq */
     if (it->jhi <= it->jlo) return false;
     pack_q(f, it, w->qp, w->qoff);
     const ta_sdpa_variants *v = &p->var;
@@ -377,21 +386,21 @@ static int64_t item_tile(const fused_plan *f, const fused_item *it, const fused_
     const int32_t *rowk = NULL;
     const bool left_cut = j0 < ir->clean_lo, cut = j0 + nk > ir->clean_end || left_cut;
     if (cut || it->mq < MQ) { /* a short tile (decode) skips its empty vectors too */
-        for (int64_t r = 0; r < MQ; r++) {
-            int64_t e = r < it->mq ? (cut ? w->end[r] - j0 : nk) : 0;
-            if (r < it->mq && w->lo[r] >= TA_MIN(w->end[r], j0 + nk)) e = 0;
+        for (int64_t r = 0; r < it->mq; r++) { /* rows mq .. MQ - 1: 0 from item_begin */
+            int64_t e = cut ? w->end[r] - j0 : nk;
+            if (w->lo[r] >= TA_MIN(w->end[r], j0 + nk)) e = 0;
             w->rowk[r] = (int32_t)(e < 0 ? 0 : e > nk ? nk : e);
         }
         rowk = w->rowk;
     }
-    tile_scores(f, it, w, j0, nk, rowk);
+    const int64_t vfilled = tile_scores(f, it, w, j0, nk, rowk);
     if (f->scores_var) ta_sdpa_fused_scores(k, v, w->s, MQ, it->mq, j0, nk, w->slope, w->pos);
     if (ir->use_mask || j0 + nk > ir->clean_end) mask_tile(f, it, w, w->s, j0, nk, ir->use_mask);
     if (v->window && (left_cut || ir->use_mask))
         ta_sdpa_fused_window_mask(w->s, MQ, it->mq, j0, nk, w->lo, w->end);
     if (few_rows(f, it)) k->attn_softmax_rows(w->s, MQ, w->m, w->l, w->alpha, nk, it->mq);
     else k->attn_softmax(w->s, w->m, w->l, w->alpha, nk, it->mq);
-    if (p->Dv > 0) tile_pv(f, it, w, j0, nk, rowk);
+    if (p->Dv > 0) tile_pv(f, it, w, j0, nk, rowk, vfilled);
     return nk;
 }
 
