@@ -34,7 +34,6 @@
 
 #include <omp.h>
 #include <string.h>
-#include <stdlib.h>
 
 /* One thread's workspace laid out in arena a (measuring or carving: the plan sizes it
  * with the same code). */

@@ -7,9 +7,10 @@
  * each row's key count and skip the blocks no row of theirs needs.
  *
  * K and V may be paged (a KV cache's blocks, ta_sdpa_pages): a key tile then spans
- * blocks, and its scores and P V run block by block (the kernels read each block's rows
- * in place, at their stride), while the softmax step and O's rescale stay once per tile:
- * blocks of 16 keys cost about what one 64-key tile does. */
+ * blocks. A few-row tile (decode) reads them through a table of row pointers in one
+ * kernel call (row_table); other tiles run their scores and P V block by block (the
+ * kernels read each block's rows in place, at their stride), while the softmax step and
+ * O's rescale stay once per tile: blocks of 16 keys cost about what one 64-key tile does. */
 #include "ops/sdpa_fused_internal.h"
 
 #include "core/core.h"
