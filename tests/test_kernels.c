@@ -391,7 +391,47 @@ static void test_attn_qk_rows(void **state)
 /* ---------------------------------------------------------- attn_softmax */
 
 /* Scores of spread 60 (some p underflow to denormals or 0), a masked -inf here and there,
- * a row of only -inf, a row with a NaN; running m = -inf (l = 0) or finite. */
+ * a row of only -inf, a row with a NaN; running m = -inf (l = 0) or finite; alpha the
+ * sentinel. */
+static void softmax_inputs(arena *ar, int64_t MQ, int64_t nk, float **s, float **m, float **l,
+                           float **alpha)
+{
+    *s = gfloats(ar, nk * MQ, NAN), *m = gfloats(ar, MQ, NAN), *l = gfloats(ar, MQ, 0.0f);
+    *alpha = gfloats(ar, MQ, SENTINEL);
+    for (int64_t i = 0; i < nk * MQ; i++) {
+        (*s)[i] *= 60.0f;
+        if (i % 7 == 3 || i % MQ == 1) (*s)[i] = -INFINITY;
+        if (nk > 1 && i == MQ + 2) (*s)[i] = NAN;
+    }
+    for (int64_t r = 0; r < MQ; r++) {
+        (*m)[r] = r % 3 == 0 ? -INFINITY : 40.0f * (*m)[r];
+        (*l)[r] = r % 3 == 0 ? 0.0f : 1.0f + 3.0f * fabsf(frand());
+    }
+}
+
+/* Row r of a softmax step (s, m, l, alpha from s0, m0, l0 [nk, MQ]) against the float64
+ * oracle, with the bounds of the file's header. */
+static void softmax_oracle_row(int64_t r, int64_t MQ, int64_t nk, const float *s0,
+                               const float *m0, const float *l0, const float *s,
+                               const float *m, const float *l, const float *alpha)
+{
+    double mx = m0[r];
+    for (int64_t j = 0; j < nk; j++) /* a NaN score does not enter the max */
+        if (s0[j * MQ + r] > mx) mx = s0[j * MQ + r];
+    const double sub = mx == -INFINITY ? 0.0 : mx, xa = m0[r] - sub, ea = exp(xa);
+    EXPECT_ORACLE("m", r, m[r], mx, 0.0);
+    EXPECT_ORACLE("alpha", r, alpha[r], ea, exp_bound(fabs(xa), ea));
+    double lo = l0[r] * ea, bl = lo > 0.0 ? (fabs(xa) + (double)nk + 6.0) * U * lo : 0.0;
+    for (int64_t j = 0; j < nk; j++) {
+        const double x = s0[j * MQ + r] - sub, p = exp(x);
+        EXPECT_ORACLE("s", j * MQ + r, s[j * MQ + r], p, exp_bound(fabs(x), p));
+        lo += p;
+        bl += p > 0.0 ? (fabs(x) + (double)nk + 6.0) * U * p : 0.0;
+    }
+    EXPECT_ORACLE("l", r, l[r], lo, bl + ((double)nk + 1.0) * DENORMAL_SLACK);
+}
+
+/* attn_softmax on softmax_inputs against the scalar kernel and the float64 oracle. */
 static void softmax_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk, int64_t mq)
 {
     const int64_t MQ = k->attn_mq, RQ = ref->attn_mq, VL = k->attn_vl;
@@ -401,17 +441,8 @@ static void softmax_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk,
              (long long)mq);
     assert_true(cover <= MQ);
     arena ar = {0};
-    float *s = gfloats(&ar, nk * MQ, NAN), *m = gfloats(&ar, MQ, NAN), *l = gfloats(&ar, MQ, 0.0f);
-    float *alpha = gfloats(&ar, MQ, SENTINEL);
-    for (int64_t i = 0; i < nk * MQ; i++) {
-        s[i] *= 60.0f;
-        if (i % 7 == 3 || i % MQ == 1) s[i] = -INFINITY;
-        if (nk > 1 && i == MQ + 2) s[i] = NAN;
-    }
-    for (int64_t r = 0; r < MQ; r++) {
-        m[r] = r % 3 == 0 ? -INFINITY : 40.0f * m[r];
-        l[r] = r % 3 == 0 ? 0.0f : 1.0f + 3.0f * fabsf(frand());
-    }
+    float *s, *m, *l, *alpha;
+    softmax_inputs(&ar, MQ, nk, &s, &m, &l, &alpha);
     float *s0 = copy_of(s, nk * MQ), *m0 = copy_of(m, MQ), *l0 = copy_of(l, MQ);
     k->attn_softmax(s, m, l, alpha, nk, mq);
     float rsb[64 * 16], rm[16], rl[16], ra[16];
@@ -439,22 +470,7 @@ static void softmax_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk,
                               6 * U * fabs(rsb[j * RQ + r]) + DENORMAL_SLACK);
         }
     }
-    for (int64_t r = 0; r < cover; r++) { /* the float64 oracle */
-        double mx = m0[r];
-        for (int64_t j = 0; j < nk; j++) /* a NaN score does not enter the max */
-            if (s0[j * MQ + r] > mx) mx = s0[j * MQ + r];
-        const double sub = mx == -INFINITY ? 0.0 : mx, xa = m0[r] - sub, ea = exp(xa);
-        EXPECT_ORACLE("m", r, m[r], mx, 0.0);
-        EXPECT_ORACLE("alpha", r, alpha[r], ea, exp_bound(fabs(xa), ea));
-        double lo = l0[r] * ea, bl = lo > 0.0 ? (fabs(xa) + (double)nk + 6.0) * U * lo : 0.0;
-        for (int64_t j = 0; j < nk; j++) {
-            const double x = s0[j * MQ + r] - sub, p = exp(x);
-            EXPECT_ORACLE("s", j * MQ + r, s[j * MQ + r], p, exp_bound(fabs(x), p));
-            lo += p;
-            bl += p > 0.0 ? (fabs(x) + (double)nk + 6.0) * U * p : 0.0;
-        }
-        EXPECT_ORACLE("l", r, l[r], lo, bl + ((double)nk + 1.0) * DENORMAL_SLACK);
-    }
+    for (int64_t r = 0; r < cover; r++) softmax_oracle_row(r, MQ, nk, s0, m0, l0, s, m, l, alpha);
     free(s0);
     free(m0);
     free(l0);
@@ -902,17 +918,8 @@ static void softmax_rows_case(const ta_kernels *k, int64_t nk, int64_t mq)
     snprintf(where, sizeof where, "%s attn_softmax_rows nk=%lld mq=%lld", k->name,
              (long long)nk, (long long)mq);
     arena ar = {0};
-    float *s = gfloats(&ar, nk * MQ, NAN), *m = gfloats(&ar, MQ, NAN), *l = gfloats(&ar, MQ, 0.0f);
-    float *alpha = gfloats(&ar, MQ, SENTINEL);
-    for (int64_t i = 0; i < nk * MQ; i++) {
-        s[i] *= 60.0f;
-        if (i % 7 == 3 || i % MQ == 1) s[i] = -INFINITY;
-        if (nk > 1 && i == MQ + 2) s[i] = NAN;
-    }
-    for (int64_t r = 0; r < MQ; r++) {
-        m[r] = r % 3 == 0 ? -INFINITY : 40.0f * m[r];
-        l[r] = r % 3 == 0 ? 0.0f : 1.0f + 3.0f * fabsf(frand());
-    }
+    float *s, *m, *l, *alpha;
+    softmax_inputs(&ar, MQ, nk, &s, &m, &l, &alpha);
     float *s0 = copy_of(s, nk * MQ), *m0 = copy_of(m, MQ), *l0 = copy_of(l, MQ);
     float *sw = copy_of(s, nk * MQ), *mw = copy_of(m, MQ), *lw = copy_of(l, MQ), *aw = copy_of(alpha, MQ);
     k->attn_softmax_rows(s, MQ, m, l, alpha, nk, mq);
@@ -926,18 +933,9 @@ static void softmax_rows_case(const ta_kernels *k, int64_t nk, int64_t mq)
         }
         expect_near("table's attn_softmax", "m", r, m[r], mw[r], 0.0);
         expect_near("table's attn_softmax", "alpha", r, alpha[r], aw[r], 0.0);
-        double mx = m0[r];
         for (int64_t j = 0; j < nk; j++)
-            if (s0[j * MQ + r] > mx) mx = s0[j * MQ + r];
-        const double sub = mx == -INFINITY ? 0.0 : mx, xa = m0[r] - sub, ea = exp(xa);
-        double lo = l0[r] * ea, bl = lo > 0.0 ? (fabs(xa) + (double)nk + 6.0) * U * lo : 0.0;
-        for (int64_t j = 0; j < nk; j++) {
             expect_near("table's attn_softmax", "s", j * MQ + r, s[j * MQ + r], sw[j * MQ + r], 0.0);
-            const double x = s0[j * MQ + r] - sub, pj = exp(x);
-            lo += pj;
-            bl += pj > 0.0 ? (fabs(x) + (double)nk + 6.0) * U * pj : 0.0;
-        }
-        EXPECT_ORACLE("l", r, l[r], lo, bl + ((double)nk + 1.0) * DENORMAL_SLACK);
+        softmax_oracle_row(r, MQ, nk, s0, m0, l0, s, m, l, alpha);
     }
     free(s0);
     free(m0);
