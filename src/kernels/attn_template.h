@@ -236,8 +236,16 @@ void NAME_QK_ROWS(float *s, const float *q, int64_t ldq, int64_t mq, const float
 void NAME_SOFTMAX(float *s, float *m, float *l, float *alpha, int64_t nk, int64_t mq)
 {
     for (int q = 0; q < QV && (int64_t)q * VL < mq; q++) {
-        VT mo = V_LOADU(m + q * VL), mx = mo;
-        for (int64_t j = 0; j < nk; j++) mx = V_MAX(V_LOADU(s + j * MQ + q * VL), mx);
+        VT mo = V_LOADU(m + q * VL), mx = mo, m1 = mo, m2 = mo, m3 = mo;
+        int64_t i = 0;
+        for (; i + 4 <= nk; i += 4) { /* four chains: the vmaxps latency */
+            mx = V_MAX(V_LOADU(s + i * MQ + q * VL), mx);
+            m1 = V_MAX(V_LOADU(s + (i + 1) * MQ + q * VL), m1);
+            m2 = V_MAX(V_LOADU(s + (i + 2) * MQ + q * VL), m2);
+            m3 = V_MAX(V_LOADU(s + (i + 3) * MQ + q * VL), m3);
+        }
+        for (; i < nk; i++) mx = V_MAX(V_LOADU(s + i * MQ + q * VL), mx);
+        mx = V_MAX(V_MAX(m1, mx), V_MAX(m3, m2));
         VT u = V_NEGINF_TO_ZERO(mx);
         VT a = V_EXP(V_SUB(mo, u));
         VT sum0 = V_ZERO(), sum1 = V_ZERO();

@@ -19,11 +19,10 @@ static inline __m256i lanes_mask(int n)
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* expf for x <= 88.7 (NaN -> NaN, -inf -> 0). Clamping at -104 makes -inf and every x
- * whose exp is below half the smallest denormal round to exactly 0. */
-static inline __m256 exp_avx2(__m256 x)
+/* e^x for x >= lo (x clamped there: max(lo, x), NaN passes; lo = -104 makes -inf and
+ * every x whose exp is below half the smallest denormal round to exactly 0). */
+static inline __m256 exp_core_avx2(__m256 x, __m256 lo)
 {
-    const __m256 lo = _mm256_set1_ps(-104.0f);
     const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
     const __m256 ln2hi = _mm256_set1_ps(0.693359375f), ln2lo = _mm256_set1_ps(-2.12194440e-4f);
     x = _mm256_max_ps(lo, x);                       /* second operand: NaN passes */
@@ -45,6 +44,20 @@ static inline __m256 exp_avx2(__m256 x)
     __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e1, _mm256_set1_epi32(127)), 23));
     __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e2, _mm256_set1_epi32(127)), 23));
     return _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
+}
+
+/* expf for x <= 88.7 (NaN -> NaN, -inf -> 0), as exp_avx512 (vec_avx512.h): lanes
+ * with x < -87 are 0 (their product would be denormal or 0: an assist on Intel cores),
+ * computed again clamped at -104 only when one lies in [-104, -87). */
+static inline __m256 exp_avx2(__m256 x)
+{
+    const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
+    __m256 y = _mm256_andnot_ps(tiny, exp_core_avx2(x, _mm256_set1_ps(-87.0f)));
+    if (__builtin_expect(_mm256_movemask_ps(tiny) != 0, 0)) {
+        const __m256 den = _mm256_and_ps(tiny, _mm256_cmp_ps(x, _mm256_set1_ps(-104.0f), _CMP_GE_OQ));
+        if (_mm256_movemask_ps(den)) y = _mm256_blendv_ps(y, exp_core_avx2(x, _mm256_set1_ps(-104.0f)), den);
+    }
+    return y;
 }
 
 /* c * tanh(x * ic) as softcap_avx512 (vec_avx512.h; accuracy: docs/kernels.md,

@@ -16,13 +16,13 @@
 
 static inline __mmask16 lanes_mask(int n) { return (__mmask16)((1u << n) - 1u); }
 
-/* expf for x <= 88.7 (NaN -> NaN, -inf -> 0). Clamping at -104 makes -inf and every
- * x whose exp is below half the smallest denormal round to exactly 0 in vscalefps. */
-static inline __m512 exp_avx512(__m512 x)
+/* e^x for x >= -104 (x clamped there: max(lo, x), NaN passes), scaled by 2^n in the lanes
+ * of keep and 0 in the others. */
+static inline __m512 exp_core_avx512(__m512 x, __m512 lo, __mmask16 keep)
 {
     const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
     const __m512 ln2hi = _mm512_set1_ps(0.693359375f), ln2lo = _mm512_set1_ps(-2.12194440e-4f);
-    x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x); /* second operand: NaN passes */
+    x = _mm512_max_ps(lo, x); /* second operand: NaN passes */
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, ln2hi, x);
@@ -34,7 +34,24 @@ static inline __m512 exp_avx512(__m512 x)
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     __m512 y = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(y, n);
+    return _mm512_maskz_scalef_ps(keep, y, n);
+}
+
+/* expf for x <= 88.7 (NaN -> NaN, -inf -> 0). A result below FLT_MIN costs an Intel core
+ * a microcode assist (~10x the exp's time: a causal tile's masked -inf scores measured
+ * 8x slower in the softmax step on Emerald Rapids; docs/kernels.md), so lanes with
+ * x < -87 are 0 by a mask, and only when one of them lies in [-104, -87) (a genuine
+ * denormal result; x < -104 rounds to 0 in any case) are those lanes computed again,
+ * clamped at -104, with the assist: the same bits as one pass clamped at -104. */
+static inline __m512 exp_avx512(__m512 x)
+{
+    const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
+    __m512 y = exp_core_avx512(x, _mm512_set1_ps(-87.0f), (__mmask16)~tiny);
+    if (__builtin_expect(tiny != 0, 0)) {
+        const __mmask16 den = _mm512_mask_cmp_ps_mask(tiny, x, _mm512_set1_ps(-104.0f), _CMP_GE_OQ);
+        if (den) y = _mm512_mask_mov_ps(y, den, exp_core_avx512(x, _mm512_set1_ps(-104.0f), den));
+    }
+    return y;
 }
 
 /* c * tanh(x * ic) for c > 0 and ic = 1 / c (softcap; c = ic = 1: tanhf; accuracy:
