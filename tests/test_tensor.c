@@ -42,6 +42,14 @@ static void test_constructors(void **state)
     TA_CHECK_OK(ta_tensor_empty(&t, 2, empty));
     assert_int_equal(ta_tensor_numel(&t), 0);
     ta_tensor_free(&t);
+    /* a 0 dimension beside dimensions whose product passes INT64_MAX: a valid empty
+     * tensor; its strides stop growing (make sanitize: no signed overflow; the fuzzer
+     * found this through a .npy header) */
+    int64_t wide[3] = {0, INT64_C(1) << 62, 4};
+    TA_CHECK_OK(ta_tensor_empty(&t, 3, wide));
+    assert_int_equal(ta_tensor_numel(&t), 0);
+    assert_true(t.stride[2] == 1 && t.stride[1] == 4 && t.stride[0] == 4);
+    ta_tensor_free(&t);
     ta_tensor_free(NULL);
 }
 

@@ -26,12 +26,16 @@ static ta_status check_shape(const char *fn, int ndim, const int64_t *shape, siz
     return TA_OK;
 }
 
+/* Row-major strides, a dimension of 0 counted as 1 (as PyTorch does). The product can
+ * pass INT64_MAX only for a tensor with a 0 dimension (check_shape bounds the others),
+ * whose strides never address memory: there it stops growing instead of overflowing. */
 void ta_contiguous_strides(int64_t *stride, int ndim, const int64_t *shape)
 {
     int64_t s = 1;
     for (int i = ndim - 1; i >= 0; i--) {
         stride[i] = s;
-        s *= shape[i] > 0 ? shape[i] : 1;
+        int64_t d = shape[i] > 0 ? shape[i] : 1;
+        if (s <= INT64_MAX / d) s *= d;
     }
 }
 
