@@ -179,9 +179,20 @@ void bench_cases_free(bench_state *s)
     }
 }
 
+/* --filter: a comma-separated list of substrings; a case runs when its name contains
+ * any of them. */
 int bench_selected(const bench_state *s, int i)
 {
-    return !s->cfg.filter || strstr(s->cases[i].name, s->cfg.filter) != NULL;
+    if (!s->cfg.filter) return 1;
+    const char *name = s->cases[i].name;
+    for (const char *f = s->cfg.filter;;) {
+        const char *comma = strchr(f, ',');
+        size_t n = comma ? (size_t)(comma - f) : strlen(f);
+        for (const char *c = name; n && strlen(c) >= n; c++)
+            if (!strncmp(c, f, n)) return 1;
+        if (!comma) return 0;
+        f = comma + 1;
+    }
 }
 
 int bench_case_ok(const bench_case *c)

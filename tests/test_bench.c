@@ -203,6 +203,22 @@ static void check_ragged_decode(const cJSON *root, const cJSON *m)
     assert_true(diff >= 0.0 && diff <= 1e-4);
 }
 
+/* --filter with a comma-separated list: the cases that contain any part, in the bench's
+ * order, and no other (sgemm_2 also matches sgemm_256 and sgemm_2048: --quick has no
+ * 2048, so 256 alone; the empty part between two commas matches nothing). */
+static void test_filter_list_selects_each_part(void **state)
+{
+    (void)state;
+    cJSON *root = BENCH_REPORT("--quick", "--threads", "1", "--filter",
+                               "einsum_qk_bhid,,sgemm_2");
+    const cJSON *cases = cJSON_GetObjectItemCaseSensitive(root, "cases");
+    assert_true(cJSON_IsArray(cases));
+    assert_int_equal(cJSON_GetArraySize(cases), 2);
+    assert_string_equal(str(cJSON_GetArrayItem(cases, 0), "name"), "sgemm_256");
+    assert_string_equal(str(cJSON_GetArrayItem(cases, 1), "name"), "einsum_qk_bhid");
+    cJSON_Delete(root);
+}
+
 static void test_attention_cases_report_both_paths(void **state)
 {
     (void)state;
@@ -450,6 +466,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_report_is_whole_and_consistent),
+        cmocka_unit_test(test_filter_list_selects_each_part),
         cmocka_unit_test(test_attention_cases_report_both_paths),
         cmocka_unit_test(test_causal_mask_tensor_is_set_against_opts_causal),
         cmocka_unit_test(test_reference_too_big_is_skipped),
