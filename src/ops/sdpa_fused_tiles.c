@@ -96,14 +96,15 @@ static int64_t row_table(const fused_plan *f, const fused_item *it, bool value, 
     const int64_t n = stream ? nk : TA_MIN(nk + TA_ROWS_AHEAD, it->jhi - j0);
     const size_t es = ta_dtype_size(t->dtype);
     const char *base = (const char *)t->data;
-    if (!p->pages.table) { /* rows at one stride */
-        const char *r = base + es * (size_t)ta_sdpa_kv_offset(p, value, it->b, it->hkv, j0);
-        const int64_t ld = (int64_t)es * t->stride[2];
-        for (int64_t j = 0; j < n; j++) rows[j] = r + j * ld;
-        return n;
+    const int64_t ld = (int64_t)es * t->stride[2];
+    /* one run (a block of a paged cache, or all n rows) at a time: one lookup of the
+     * block (a division) per run, not per row */
+    for (int64_t j = 0; j < n;) {
+        const int64_t run = TA_MIN(ta_sdpa_kv_run(p, j0 + j), n - j);
+        const char *r = base + es * (size_t)ta_sdpa_kv_offset(p, value, it->b, it->hkv, j0 + j);
+        for (int64_t i = 0; i < run; i++) rows[j + i] = r + i * ld;
+        j += run;
     }
-    for (int64_t j = 0; j < n; j++)
-        rows[j] = base + es * (size_t)ta_sdpa_kv_offset(p, value, it->b, it->hkv, j0 + j);
     return n;
 }
 
