@@ -152,6 +152,70 @@ static void test_threads_bitwise_identical(void **state)
     TA_CHECK_OK(ta_set_num_threads(saved));
 }
 
+/* K [B, Hkv, Lk, D] and V as views of [B, Lk, Hkv, D] buffers (varlen's packed layout, a
+ * KV cache's), whose rows alias in L1 so that the fused forward copies them first: the
+ * same O and LSE bit for bit as the contiguous tensors of the same values, through the
+ * library's scratch and through a caller's workspace of exactly the queried size, on
+ * 1 and 2 threads; and K alone strided (V contiguous). (A decode step reads strided
+ * rows in place with other kernels than contiguous ones: the KV-cache tests cover it.) */
+static void test_key_rows_in_any_layout_bitwise(void **state)
+{
+    (void)state;
+    const ta_sdpa_case cases[] = {
+        {.B = 2, .H = 8, .Hkv = 4, .Lq = 100, .Lk = 130, .D = 64, .Dv = 32,
+         .causal = TA_CAUSAL_TOP_LEFT, .seed = 9},
+        {.B = 1, .H = 4, .Hkv = 4, .Lq = 70, .Lk = 300, .D = 128, .Dv = 128, .seed = 12},
+    };
+    int saved = ta_get_num_threads();
+    for (size_t n = 0; n < sizeof cases / sizeof cases[0]; n++) {
+        const ta_sdpa_case *c = &cases[n];
+        ta_sdpa_case_tensors t;
+        ta_sdpa_case_make(&t, c);
+        ta_sdpa_opts o = ta_sdpa_case_opts(c, &t, TA_SDPA_FUSED);
+        size_t no = (size_t)ta_tensor_numel(&t.o), nl = (size_t)ta_tensor_numel(&t.lse);
+        float *o1 = malloc(no * sizeof(float)), *l1 = malloc(nl * sizeof(float));
+        TA_CHECK_OK(ta_set_num_threads(1));
+        run_fused(&t, &o);
+        memcpy(o1, t.o.data, no * sizeof(float));
+        memcpy(l1, t.lse.data, nl * sizeof(float));
+        /* the same values in [B, Lk, Hkv, X] buffers, seen as [B, Hkv, Lk, X] */
+        ta_tensor kv[2], views[2];
+        for (int w = 0; w < 2; w++) {
+            const ta_tensor *src = w ? &t.v : &t.k;
+            const int64_t X = w ? c->Dv : c->D;
+            TA_CHECK_OK(ta_tensor_empty(&kv[w], 4, (int64_t[]){c->B, c->Lk, c->Hkv, X}));
+            TA_CHECK_OK(ta_tensor_permute(&views[w], &kv[w], (int[]){0, 2, 1, 3}));
+            TA_CHECK_OK(ta_tensor_copy(&views[w], src));
+        }
+        for (int variant = 0; variant < 3; variant++) {
+            /* 0: both strided, library scratch; 1: both, caller's workspace; 2: K only */
+            const ta_tensor *k = &views[0], *v = variant == 2 ? &t.v : &views[1];
+            ta_sdpa_opts ow = o;
+            void *buf = NULL;
+            if (variant == 1) {
+                size_t bytes = 0;
+                TA_CHECK_OK(ta_sdpa_workspace_size(&bytes, &t.o, &t.q, k, v, &ow));
+                buf = malloc(bytes ? bytes : 1);
+                ow.workspace = (ta_workspace){.data = buf, .size = bytes};
+            }
+            for (int th = 1; th <= 2; th++) {
+                TA_CHECK_OK(ta_set_num_threads(th));
+                memset(t.o.data, 0xff, no * sizeof(float));
+                TA_CHECK_OK(ta_sdpa(&t.o, &t.q, k, v, &ow));
+                if (memcmp(o1, t.o.data, no * sizeof(float)))
+                    fail_msg("case %zu variant %d threads %d", n, variant, th);
+                assert_memory_equal(l1, t.lse.data, nl * sizeof(float));
+            }
+            free(buf);
+        }
+        for (int w = 0; w < 2; w++) ta_tensor_free(&kv[w]);
+        free(o1);
+        free(l1);
+        ta_sdpa_case_free(&t);
+    }
+    TA_CHECK_OK(ta_set_num_threads(saved));
+}
+
 /* Weights need Lq x Lk, which the fused path never forms: refused before anything is
  * written, with a message naming the paths that give them. */
 static void test_weights_are_refused(void **state)
@@ -217,6 +281,7 @@ int main(void)
         cmocka_unit_test(test_fully_masked_rows),
         cmocka_unit_test(test_nan_propagates_and_blocked_nan_is_discarded),
         cmocka_unit_test(test_threads_bitwise_identical),
+        cmocka_unit_test(test_key_rows_in_any_layout_bitwise),
         cmocka_unit_test(test_weights_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

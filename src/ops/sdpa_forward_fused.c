@@ -28,6 +28,7 @@
 #include "ops/sdpa.h"
 
 #include "core/core.h"
+#include "core/tensor_internal.h"
 #include "kernels/kernels.h"
 #include "ops/sdpa_fused_internal.h"
 #include "ops/sdpa_fused_variants.h"
@@ -119,6 +120,29 @@ static void plan_ws_bytes(fused_plan *f)
     f->ws_bytes = ta_arena_bytes(&one) + (size_t)(f->sweep - 1) * f->state_bytes;
 }
 
+/* Whether the key rows of t (cols floats each, unit-stride) sit at a stride that maps a
+ * key tile's rows onto too few sets of a 64-set L1 data cache for the tile to stay there
+ * while the kernels read it again (attn_pv reads a V tile once per 6 query rows; every
+ * query tile of a group reads the group's keys): a row stride that is a multiple of a
+ * large power of two, as in [B, L, H, D] tensors (varlen's packed [T, H, D], a KV cache)
+ * where a head's rows are H D floats apart. (Zen 4: 32 KiB, 8 ways; Golden Cove: 48 KiB,
+ * 12 ways; both 64 sets.) */
+static bool rows_alias(const ta_tensor *t, int64_t cols)
+{
+    const int64_t row = cols * (int64_t)sizeof(float), ld = t->stride[2] * (int64_t)sizeof(float);
+    if (t->dtype != TA_F32 || t->stride[3] != 1 || ld == row || ld % 64 != 0) return false;
+    const int64_t lines = (row + 63) / 64, step = (ld / 64) % 64;
+    int64_t g = 64; /* gcd(step, 64): rows start in 64 / g different sets */
+    for (int64_t a = step, b = 64; a;) {
+        const int64_t r = b % a;
+        b = a;
+        a = r;
+        g = b;
+    }
+    const int64_t sets = TA_MIN(64, 64 / g * lines);
+    return TA_FUSED_NK * lines > 4 * sets; /* more than a third of 12 ways, half of 8 */
+}
+
 static fused_plan make_plan(const ta_sdpa_problem *p)
 {
     fused_plan f = {.p = p, .k = ta_kernels_active(), .G = p->G};
@@ -179,20 +203,133 @@ static size_t plan_bytes(const fused_plan *f)
     return ta_arena_bytes(&a);
 }
 
+/* K and V whose rows alias in L1 (rows_alias) get a contiguous [B, Hkv, Lk, D] copy in
+ * the scratch before the tiles run, when the tiles reread them (tiles of many rows: not
+ * a decode step, which reads each row once) and the copies need at most
+ * TA_FUSED_REPACK_MAX bytes. One pass over K and V per call instead of misses on every
+ * reread; the kernels see the same values, so the results are bitwise those of the same
+ * data in [B, Hkv, Lk, D] (tested). Measured on the two-port Xeon, 1 thread, causal
+ * B1 H8 L1024 D64: [B, L, H, D] took 1.28x the time of [B, H, L, D] before
+ * (docs/performance.md). */
+#define TA_FUSED_REPACK_MAX ((size_t)32 << 20)
+
+typedef struct repack {
+    bool k, v;
+    size_t k_floats, v_floats; /* 0 unless copied */
+} repack;
+
+/* The copies in arena a (measuring or carving: sizing and run share it). */
+static void repack_layout(ta_arena *a, const repack *r, float **kbuf, float **vbuf)
+{
+    *kbuf = r->k ? TA_ARENA_TAKE(a, float, r->k_floats) : NULL;
+    *vbuf = r->v ? TA_ARENA_TAKE(a, float, r->v_floats) : NULL;
+}
+
+static size_t repack_bytes(const repack *r)
+{
+    ta_arena a = ta_arena_measure();
+    float *kb, *vb;
+    repack_layout(&a, r, &kb, &vb);
+    return a.overflow ? SIZE_MAX : ta_arena_bytes(&a);
+}
+
+/* cap false: whatever the copies' size (the bound of a varlen whole, whose sequences are
+ * each checked against the cap). */
+static repack plan_repack(const ta_sdpa_problem *p, bool cap)
+{
+    repack r = {0};
+    const ta_kernels *k = ta_kernels_active();
+    if (p->pages.table || p->D > TA_FUSED_DIM_MAX || p->Dv > TA_FUSED_DIM_MAX ||
+        TA_MIN(k->attn_mq, p->G * p->Lq) <= k->attn_rows_max)
+        return r;
+    const int64_t rows = p->B * p->Hkv * p->Lk;
+    r.k = rows_alias(p->K, p->D);
+    r.v = rows_alias(p->V, p->Dv);
+    r.k_floats = r.k ? (size_t)(rows * p->D) : 0;
+    r.v_floats = r.v ? (size_t)(rows * p->Dv) : 0;
+    if (cap && repack_bytes(&r) > TA_FUSED_REPACK_MAX) r = (repack){0};
+    return r;
+}
+
+/* pp: p with the copied K and/or V as contiguous [B, Hkv, Lk, D] views of kbuf / vbuf
+ * (NULL while sizing), in kt / vt. */
+static void repacked_problem(const ta_sdpa_problem *p, const repack *r, ta_sdpa_problem *pp,
+                             ta_tensor *kt, ta_tensor *vt, float *kbuf, float *vbuf)
+{
+    *pp = *p;
+    if (r->k) {
+        *kt = *p->K;
+        kt->data = kbuf;
+        kt->owned = NULL;
+        ta_contiguous_strides(kt->stride, 4, kt->shape);
+        pp->K = kt;
+    }
+    if (r->v) {
+        *vt = *p->V;
+        vt->data = vbuf;
+        vt->owned = NULL;
+        ta_contiguous_strides(vt->stride, 4, vt->shape);
+        pp->V = vt;
+    }
+}
+
+/* dst [B, Hkv, Lk, cols] = the rows of t (float32, unit-stride rows). */
+static void copy_rows(float *dst, const ta_tensor *t, int64_t B, int64_t Hkv, int64_t Lk,
+                      int64_t cols)
+{
+    const float *src = (const float *)t->data;
+    const int64_t rows = B * Hkv * Lk;
+#pragma omp parallel for num_threads(ta_threads()) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t j = r % Lk, h = r / Lk % Hkv, b = r / (Lk * Hkv);
+        memcpy(dst + r * cols, src + b * t->stride[0] + h * t->stride[1] + j * t->stride[2],
+               sizeof(float) * (size_t)cols);
+    }
+}
+
+static size_t fused_scratch(const ta_sdpa_problem *p)
+{
+    fused_plan f = make_plan(p);
+    return plan_bytes(&f);
+}
+
+static size_t add_bytes(size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; }
+
 size_t ta_sdpa_forward_fused_scratch(const ta_sdpa_problem *p)
 {
     if (p->B * p->H * p->Lq == 0) return 0;
-    fused_plan f = make_plan(p);
-    return plan_bytes(&f);
+    const repack r = plan_repack(p, true);
+    if (!r.k && !r.v) return fused_scratch(p);
+    ta_sdpa_problem pp;
+    ta_tensor kt, vt;
+    repacked_problem(p, &r, &pp, &kt, &vt, NULL, NULL);
+    return add_bytes(repack_bytes(&r), fused_scratch(&pp));
 }
 
 /* At least the scratch of any problem like p with Lq' <= Lq, Lk' <= Lk (the sequences of
  * a variable-length batch whose whole is p). All but the key split grows with Lq and Lk;
  * a shorter problem may split where p does not (below TA_FUSED_FEW_TILES tiles), into at
  * most min(TA_FUSED_MAX_CHUNKS, ceil(Lk / TA_FUSED_SPLIT)) chunks. */
+static size_t fused_scratch_bound(const ta_sdpa_problem *p);
+
 size_t ta_sdpa_forward_fused_scratch_bound(const ta_sdpa_problem *p)
 {
     if (p->B * p->H * p->Lq == 0) return 0;
+    const size_t plain = fused_scratch_bound(p);
+    /* a sequence copies its K and V when they alias and fit the cap (plan_repack): at
+     * most the whole's copies, at most the cap, beside the bound of the copied layout */
+    const repack r = plan_repack(p, false);
+    if (!r.k && !r.v) return plain;
+    ta_sdpa_problem pp;
+    ta_tensor kt, vt;
+    repacked_problem(p, &r, &pp, &kt, &vt, NULL, NULL);
+    const size_t copied = add_bytes(TA_MIN(repack_bytes(&r), TA_FUSED_REPACK_MAX),
+                                    fused_scratch_bound(&pp));
+    return TA_MAX(plain, copied);
+}
+
+static size_t fused_scratch_bound(const ta_sdpa_problem *p)
+{
     fused_plan f = make_plan(p);
     if (p->Lk >= 2 * TA_FUSED_SPLIT) {
         int64_t chunks = TA_MIN(TA_FUSED_MAX_CHUNKS, (p->Lk + TA_FUSED_SPLIT - 1) / TA_FUSED_SPLIT);
@@ -209,9 +346,26 @@ size_t ta_sdpa_forward_fused_scratch_bound(const ta_sdpa_problem *p)
     return plan_bytes(&f);
 }
 
+static ta_status forward_fused(const ta_sdpa_problem *p, ta_arena *scratch);
+
 ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
 {
     if (p->B * p->H * p->Lq == 0) return TA_OK;
+    const repack r = plan_repack(p, true);
+    if (!r.k && !r.v) return forward_fused(p, scratch);
+    float *kbuf, *vbuf;
+    repack_layout(scratch, &r, &kbuf, &vbuf);
+    if (scratch->overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", p->fn);
+    if (r.k) copy_rows(kbuf, p->K, p->B, p->Hkv, p->Lk, p->D);
+    if (r.v) copy_rows(vbuf, p->V, p->B, p->Hkv, p->Lk, p->Dv);
+    ta_sdpa_problem pp;
+    ta_tensor kt, vt;
+    repacked_problem(p, &r, &pp, &kt, &vt, kbuf, vbuf);
+    return forward_fused(&pp, scratch);
+}
+
+static ta_status forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
+{
     fused_plan f = make_plan(p);
     fused_mem m;
     layout(scratch, &m, &f);
