@@ -242,6 +242,45 @@ static void test_bitwise_across_threads(void **state)
     TA_CHECK_OK(ta_set_num_threads(saved));
 }
 
+/* Q, K, V, O, dO and the gradients as [B, H, L, D] views of [B, L, H, D] buffers (the
+ * layers' head views, varlen's packed layout), whose rows alias in L1 so that the fused
+ * backward reads Q, K and dO through contiguous copies: the same dQ, dK, dV bit for bit
+ * as the contiguous tensors of the same values. */
+static void test_bshd_layout_bitwise(void **state)
+{
+    (void)state;
+    enum { B = 2, H = 8, HKV = 4, L = 150, D = 64, N = 9 };
+    const int64_t heads[N] = {H, HKV, HKV, H, H, H, HKV, HKV, H}; /* q k v o dO dq dk dv lse */
+    ta_tensor c[N], own[N], view[N];
+    for (int t = 0; t < 8; t++) {
+        TA_CHECK_OK(ta_tensor_empty(&c[t], 4, (int64_t[]){B, heads[t], L, D}));
+        TA_CHECK_OK(ta_randn(&c[t], 40 + (uint64_t)t));
+        TA_CHECK_OK(ta_tensor_empty(&own[t], 4, (int64_t[]){B, L, heads[t], D}));
+        TA_CHECK_OK(ta_tensor_permute(&view[t], &own[t], (int[]){0, 2, 1, 3}));
+        TA_CHECK_OK(ta_tensor_copy(&view[t], &c[t]));
+    }
+    TA_CHECK_OK(ta_tensor_empty(&c[8], 3, (int64_t[]){B, H, L}));
+    ta_sdpa_opts fo = {.causal = TA_CAUSAL_TOP_LEFT, .lse = &c[8], .path = TA_SDPA_FUSED};
+    TA_CHECK_OK(ta_sdpa(&c[3], &c[0], &c[1], &c[2], &fo)); /* O and LSE of the contiguous call */
+    TA_CHECK_OK(ta_tensor_copy(&view[3], &c[3]));
+    ta_sdpa_opts bo = {.causal = TA_CAUSAL_TOP_LEFT, .path = TA_SDPA_FUSED};
+    TA_CHECK_OK(ta_sdpa_backward(&c[5], &c[6], &c[7], &c[4], &c[0], &c[1], &c[2], &c[3], &c[8], &bo));
+    TA_CHECK_OK(ta_sdpa_backward(&view[5], &view[6], &view[7], &view[4], &view[0], &view[1],
+                                 &view[2], &view[3], &c[8], &bo));
+    for (int t = 5; t < 8; t++) {
+        ta_tensor back;
+        TA_CHECK_OK(ta_tensor_empty(&back, 4, c[t].shape));
+        TA_CHECK_OK(ta_tensor_copy(&back, &view[t]));
+        assert_memory_equal(back.data, c[t].data, sizeof(float) * (size_t)ta_tensor_numel(&back));
+        ta_tensor_free(&back);
+    }
+    for (int t = 0; t < 8; t++) {
+        ta_tensor_free(&c[t]);
+        ta_tensor_free(&own[t]);
+    }
+    ta_tensor_free(&c[8]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -249,6 +288,7 @@ int main(void)
         cmocka_unit_test(test_fused_and_reference_match_float64),
         cmocka_unit_test(test_nan_propagates),
         cmocka_unit_test(test_bitwise_across_threads),
+        cmocka_unit_test(test_bshd_layout_bitwise),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -77,6 +77,13 @@ static inline int64_t ta_sdpa_kv_offset(const ta_sdpa_problem *p, bool value, in
            (j % bs) * t->stride[2];
 }
 
+/* Whether a tile of `rows` rows of t (float32, unit-stride, cols floats each) lands on
+ * so few sets of a 64-set L1 data cache that it cannot stay there while kernels reread
+ * it: a row stride that is a multiple of a large power of two, as a head's rows in a
+ * [B, L, H, D] tensor (sdpa_forward_fused.c). The fused paths read such tensors through
+ * a contiguous copy. */
+bool ta_sdpa_rows_alias(const ta_tensor *t, int64_t cols, int64_t rows);
+
 /* How many keys from key j on follow it at stride[2] in K and V: to the end of j's
  * block when paged, else to Lk. A tile of keys never reaches past it. */
 static inline int64_t ta_sdpa_kv_run(const ta_sdpa_problem *p, int64_t j)

@@ -120,14 +120,14 @@ static void plan_ws_bytes(fused_plan *f)
     f->ws_bytes = ta_arena_bytes(&one) + (size_t)(f->sweep - 1) * f->state_bytes;
 }
 
-/* Whether the key rows of t (cols floats each, unit-stride) sit at a stride that maps a
- * key tile's rows onto too few sets of a 64-set L1 data cache for the tile to stay there
+/* ta_sdpa_rows_alias (sdpa.h): whether the rows of t (cols floats each, unit-stride) sit
+ * at a stride that maps a tile of `rows` of them onto too few sets of a 64-set L1 data cache for the tile to stay there
  * while the kernels read it again (attn_pv reads a V tile once per 6 query rows; every
  * query tile of a group reads the group's keys): a row stride that is a multiple of a
  * large power of two, as in [B, L, H, D] tensors (varlen's packed [T, H, D], a KV cache)
  * where a head's rows are H D floats apart. (Zen 4: 32 KiB, 8 ways; Golden Cove: 48 KiB,
  * 12 ways; both 64 sets.) */
-static bool rows_alias(const ta_tensor *t, int64_t cols)
+bool ta_sdpa_rows_alias(const ta_tensor *t, int64_t cols, int64_t rows)
 {
     const int64_t row = cols * (int64_t)sizeof(float), ld = t->stride[2] * (int64_t)sizeof(float);
     if (t->dtype != TA_F32 || t->stride[3] != 1 || ld == row || ld % 64 != 0) return false;
@@ -140,7 +140,7 @@ static bool rows_alias(const ta_tensor *t, int64_t cols)
         g = b;
     }
     const int64_t sets = TA_MIN(64, 64 / g * lines);
-    return TA_FUSED_NK * lines > 4 * sets; /* more than a third of 12 ways, half of 8 */
+    return rows * lines > 4 * sets; /* more than a third of 12 ways, half of 8 */
 }
 
 static fused_plan make_plan(const ta_sdpa_problem *p)
@@ -243,8 +243,8 @@ static repack plan_repack(const ta_sdpa_problem *p, bool cap)
         TA_MIN(k->attn_mq, p->G * p->Lq) <= k->attn_rows_max)
         return r;
     const int64_t rows = p->B * p->Hkv * p->Lk;
-    r.k = rows_alias(p->K, p->D);
-    r.v = rows_alias(p->V, p->Dv);
+    r.k = ta_sdpa_rows_alias(p->K, p->D, TA_FUSED_NK);
+    r.v = ta_sdpa_rows_alias(p->V, p->Dv, TA_FUSED_NK);
     r.k_floats = r.k ? (size_t)(rows * p->D) : 0;
     r.v_floats = r.v ? (size_t)(rows * p->Dv) : 0;
     if (cap && repack_bytes(&r) > TA_FUSED_REPACK_MAX) r = (repack){0};
