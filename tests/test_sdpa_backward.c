@@ -264,7 +264,8 @@ static void test_bshd_layout_bitwise(void **state)
     TA_CHECK_OK(ta_sdpa(&c[3], &c[0], &c[1], &c[2], &fo)); /* O and LSE of the contiguous call */
     TA_CHECK_OK(ta_tensor_copy(&view[3], &c[3]));
     ta_sdpa_opts bo = {.causal = TA_CAUSAL_TOP_LEFT, .path = TA_SDPA_FUSED};
-    TA_CHECK_OK(ta_sdpa_backward(&c[5], &c[6], &c[7], &c[4], &c[0], &c[1], &c[2], &c[3], &c[8], &bo));
+    TA_CHECK_OK(ta_sdpa_backward(&c[5], &c[6], &c[7], &c[4], &c[0], &c[1], &c[2], &c[3], &c[8],
+                                 &bo));
     TA_CHECK_OK(ta_sdpa_backward(&view[5], &view[6], &view[7], &view[4], &view[0], &view[1],
                                  &view[2], &view[3], &c[8], &bo));
     for (int t = 5; t < 8; t++) {

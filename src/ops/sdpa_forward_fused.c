@@ -121,12 +121,12 @@ static void plan_ws_bytes(fused_plan *f)
 }
 
 /* ta_sdpa_rows_alias (sdpa.h): whether the rows of t (cols floats each, unit-stride) sit
- * at a stride that maps a tile of `rows` of them onto too few sets of a 64-set L1 data cache for the tile to stay there
- * while the kernels read it again (attn_pv reads a V tile once per 6 query rows; every
- * query tile of a group reads the group's keys): a row stride that is a multiple of a
- * large power of two, as in [B, L, H, D] tensors (varlen's packed [T, H, D], a KV cache)
- * where a head's rows are H D floats apart. (Zen 4: 32 KiB, 8 ways; Golden Cove: 48 KiB,
- * 12 ways; both 64 sets.) */
+ * at a stride that maps a tile of `rows` of them onto too few sets of a 64-set L1 data
+ * cache for the tile to stay there while the kernels read it again (attn_pv reads a V
+ * tile once per 6 query rows; every query tile of a group reads the group's keys): a
+ * row stride that is a multiple of a large power of two, as in [B, L, H, D] tensors
+ * (varlen's packed [T, H, D], a KV cache) where a head's rows are H D floats apart.
+ * (Zen 4: 32 KiB, 8 ways; Golden Cove: 48 KiB, 12 ways; both 64 sets.) */
 bool ta_sdpa_rows_alias(const ta_tensor *t, int64_t cols, int64_t rows)
 {
     const int64_t row = cols * (int64_t)sizeof(float), ld = t->stride[2] * (int64_t)sizeof(float);
@@ -203,7 +203,7 @@ static size_t plan_bytes(const fused_plan *f)
     return ta_arena_bytes(&a);
 }
 
-/* K and V whose rows alias in L1 (rows_alias) get a contiguous [B, Hkv, Lk, D] copy in
+/* K and V whose rows alias in L1 (ta_sdpa_rows_alias) get a contiguous [B, Hkv, Lk, D] copy in
  * the scratch before the tiles run, when the tiles reread them (tiles of many rows: not
  * a decode step, which reads each row once) and the copies need at most
  * TA_FUSED_REPACK_MAX bytes. One pass over K and V per call instead of misses on every
