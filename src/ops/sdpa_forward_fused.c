@@ -203,9 +203,9 @@ static size_t plan_bytes(const fused_plan *f)
     return ta_arena_bytes(&a);
 }
 
-/* K and V whose rows alias in L1 (ta_sdpa_rows_alias) get a contiguous [B, Hkv, Lk, D] copy in
- * the scratch before the tiles run, when the tiles reread them (tiles of many rows: not
- * a decode step, which reads each row once) and the copies need at most
+/* K and V whose rows alias in L1 (ta_sdpa_rows_alias) get a contiguous [B, Hkv, Lk, D]
+ * copy in the scratch before the tiles run, when the tiles reread them (tiles of many
+ * rows: not a decode step, which reads each row once) and the copies need at most
  * TA_FUSED_REPACK_MAX bytes. One pass over K and V per call instead of misses on every
  * reread; the kernels see the same values, so the results are bitwise those of the same
  * data in [B, Hkv, Lk, D] (tested). Measured on the two-port Xeon, 1 thread, causal
@@ -258,32 +258,12 @@ static void repacked_problem(const ta_sdpa_problem *p, const repack *r, ta_sdpa_
 {
     *pp = *p;
     if (r->k) {
-        *kt = *p->K;
-        kt->data = kbuf;
-        kt->owned = NULL;
-        ta_contiguous_strides(kt->stride, 4, kt->shape);
+        *kt = ta_tensor_view(kbuf, 4, p->K->shape);
         pp->K = kt;
     }
     if (r->v) {
-        *vt = *p->V;
-        vt->data = vbuf;
-        vt->owned = NULL;
-        ta_contiguous_strides(vt->stride, 4, vt->shape);
+        *vt = ta_tensor_view(vbuf, 4, p->V->shape);
         pp->V = vt;
-    }
-}
-
-/* dst [B, Hkv, Lk, cols] = the rows of t (float32, unit-stride rows). */
-static void copy_rows(float *dst, const ta_tensor *t, int64_t B, int64_t Hkv, int64_t Lk,
-                      int64_t cols)
-{
-    const float *src = (const float *)t->data;
-    const int64_t rows = B * Hkv * Lk;
-#pragma omp parallel for num_threads(ta_threads()) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        const int64_t j = r % Lk, h = r / Lk % Hkv, b = r / (Lk * Hkv);
-        memcpy(dst + r * cols, src + b * t->stride[0] + h * t->stride[1] + j * t->stride[2],
-               sizeof(float) * (size_t)cols);
     }
 }
 
@@ -356,11 +336,11 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
     float *kbuf, *vbuf;
     repack_layout(scratch, &r, &kbuf, &vbuf);
     if (scratch->overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", p->fn);
-    if (r.k) copy_rows(kbuf, p->K, p->B, p->Hkv, p->Lk, p->D);
-    if (r.v) copy_rows(vbuf, p->V, p->B, p->Hkv, p->Lk, p->Dv);
     ta_sdpa_problem pp;
     ta_tensor kt, vt;
     repacked_problem(p, &r, &pp, &kt, &vt, kbuf, vbuf);
+    if (r.k) ta_tensor_copy_rows(&kt, p->K); /* rows in parallel, one memcpy each */
+    if (r.v) ta_tensor_copy_rows(&vt, p->V);
     return forward_fused(&pp, scratch);
 }
 
