@@ -123,7 +123,7 @@ static void plan_ws_bytes(fused_plan *f)
 /* ta_sdpa_rows_alias (sdpa.h): whether the rows of t (cols floats each, unit-stride) sit
  * at a stride that maps a tile of `rows` of them onto too few sets of a 64-set L1 data
  * cache for the tile to stay there while the kernels read it again (attn_pv reads a V
- * tile once per 6 query rows; every query tile of a group reads the group's keys): a
+ * tile once per 6 query rows; the backward rereads Q, K and dO tiles likewise): a
  * row stride that is a multiple of a large power of two, as in [B, L, H, D] tensors
  * (varlen's packed [T, H, D], a KV cache) where a head's rows are H D floats apart.
  * (Zen 4: 32 KiB, 8 ways; Golden Cove: 48 KiB, 12 ways; both 64 sets.) */
@@ -157,6 +157,7 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
     f.pack_v = (p->V->stride[3] != 1 && p->Dv > 1) || p->V->dtype != TA_F32;
     f.kind_k = rows_kind(p->K, p->D, f.k->attn_vl);
     f.kind_v = rows_kind(p->V, p->Dv, f.k->attn_vl);
+    f.prefetch_o = p->O->stride[3] == 1 && p->O->stride[2] != p->Dv && p->Dv > 0;
     f.scores_var = ta_sdpa_fused_scores_needed(&p->var);
     f.tpg = ta_fused_group_tiles(&f, NULL, NULL);
     f.ngroups = p->B * p->Hkv;
@@ -203,68 +204,45 @@ static size_t plan_bytes(const fused_plan *f)
     return ta_arena_bytes(&a);
 }
 
-/* K and V whose rows alias in L1 (ta_sdpa_rows_alias) get a contiguous [B, Hkv, Lk, D]
- * copy in the scratch before the tiles run, when the tiles reread them (tiles of many
- * rows: not a decode step, which reads each row once) and the copies need at most
- * TA_FUSED_REPACK_MAX bytes. One pass over K and V per call instead of misses on every
- * reread; the kernels see the same values, so the results are bitwise those of the same
- * data in [B, Hkv, Lk, D] (tested). Measured on the two-port Xeon, 1 thread, causal
- * B1 H8 L1024 D64: [B, L, H, D] took 1.28x the time of [B, H, L, D] before
- * (docs/performance.md). */
+/* V whose rows alias in L1 (ta_sdpa_rows_alias) gets a contiguous [B, Hkv, Lk, Dv] copy
+ * in the scratch before the tiles run, when the tiles reread it (tiles of many rows: not
+ * a decode step, which reads each row once) and the copy needs at most
+ * TA_FUSED_REPACK_MAX bytes: attn_pv reads a V tile once per 6 query rows, so it must
+ * stay in L1. One pass over V per call instead of misses on every reread; the kernels
+ * see the same values, so the results are bitwise those of the same data in
+ * [B, Hkv, Lk, Dv] (tested). K needs no copy: attn_qk reads each key row of a tile once
+ * per query tile (its values are broadcast across the tile's rows), from L2 either way.
+ * Measured on the two-port Xeon, 1 thread, varlen_prefill's sequences (packed [T, H, D]):
+ * without the V copy 1.09x the time, with a K copy too 1.05x (docs/performance.md). */
 #define TA_FUSED_REPACK_MAX ((size_t)32 << 20)
 
-typedef struct repack {
-    bool k, v;
-    size_t k_floats, v_floats; /* 0 unless copied */
-} repack;
-
-/* The copies in arena a (measuring or carving: sizing and run share it). */
-static void repack_layout(ta_arena *a, const repack *r, float **kbuf, float **vbuf)
+/* The floats of V's copy (0: none). cap false: whatever the copy's size (the bound of a
+ * varlen whole, whose sequences are each checked against the cap). */
+static size_t plan_repack(const ta_sdpa_problem *p, bool cap)
 {
-    *kbuf = r->k ? TA_ARENA_TAKE(a, float, r->k_floats) : NULL;
-    *vbuf = r->v ? TA_ARENA_TAKE(a, float, r->v_floats) : NULL;
+    const ta_kernels *k = ta_kernels_active();
+    if (p->pages.table || p->D > TA_FUSED_DIM_MAX || p->Dv > TA_FUSED_DIM_MAX ||
+        TA_MIN(k->attn_mq, p->G * p->Lq) <= k->attn_rows_max ||
+        !ta_sdpa_rows_alias(p->V, p->Dv, TA_FUSED_NK))
+        return 0;
+    const size_t floats = (size_t)(p->B * p->Hkv * p->Lk * p->Dv);
+    return cap && floats > TA_FUSED_REPACK_MAX / sizeof(float) ? 0 : floats;
 }
 
-static size_t repack_bytes(const repack *r)
+static size_t repack_bytes(size_t floats)
 {
     ta_arena a = ta_arena_measure();
-    float *kb, *vb;
-    repack_layout(&a, r, &kb, &vb);
+    (void)TA_ARENA_TAKE(&a, float, floats);
     return a.overflow ? SIZE_MAX : ta_arena_bytes(&a);
 }
 
-/* cap false: whatever the copies' size (the bound of a varlen whole, whose sequences are
- * each checked against the cap). */
-static repack plan_repack(const ta_sdpa_problem *p, bool cap)
-{
-    repack r = {0};
-    const ta_kernels *k = ta_kernels_active();
-    if (p->pages.table || p->D > TA_FUSED_DIM_MAX || p->Dv > TA_FUSED_DIM_MAX ||
-        TA_MIN(k->attn_mq, p->G * p->Lq) <= k->attn_rows_max)
-        return r;
-    const int64_t rows = p->B * p->Hkv * p->Lk;
-    r.k = ta_sdpa_rows_alias(p->K, p->D, TA_FUSED_NK);
-    r.v = ta_sdpa_rows_alias(p->V, p->Dv, TA_FUSED_NK);
-    r.k_floats = r.k ? (size_t)(rows * p->D) : 0;
-    r.v_floats = r.v ? (size_t)(rows * p->Dv) : 0;
-    if (cap && repack_bytes(&r) > TA_FUSED_REPACK_MAX) r = (repack){0};
-    return r;
-}
-
-/* pp: p with the copied K and/or V as contiguous [B, Hkv, Lk, D] views of kbuf / vbuf
- * (NULL while sizing), in kt / vt. */
-static void repacked_problem(const ta_sdpa_problem *p, const repack *r, ta_sdpa_problem *pp,
-                             ta_tensor *kt, ta_tensor *vt, float *kbuf, float *vbuf)
+/* pp: p with V as the contiguous [B, Hkv, Lk, Dv] view vt of vbuf (NULL while sizing). */
+static void repacked_problem(const ta_sdpa_problem *p, ta_sdpa_problem *pp, ta_tensor *vt,
+                             float *vbuf)
 {
     *pp = *p;
-    if (r->k) {
-        *kt = ta_tensor_view(kbuf, 4, p->K->shape);
-        pp->K = kt;
-    }
-    if (r->v) {
-        *vt = ta_tensor_view(vbuf, 4, p->V->shape);
-        pp->V = vt;
-    }
+    *vt = ta_tensor_view(vbuf, 4, p->V->shape);
+    pp->V = vt;
 }
 
 static size_t fused_scratch(const ta_sdpa_problem *p)
@@ -278,12 +256,12 @@ static size_t add_bytes(size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX
 size_t ta_sdpa_forward_fused_scratch(const ta_sdpa_problem *p)
 {
     if (p->B * p->H * p->Lq == 0) return 0;
-    const repack r = plan_repack(p, true);
-    if (!r.k && !r.v) return fused_scratch(p);
+    const size_t r = plan_repack(p, true);
+    if (!r) return fused_scratch(p);
     ta_sdpa_problem pp;
-    ta_tensor kt, vt;
-    repacked_problem(p, &r, &pp, &kt, &vt, NULL, NULL);
-    return add_bytes(repack_bytes(&r), fused_scratch(&pp));
+    ta_tensor vt;
+    repacked_problem(p, &pp, &vt, NULL);
+    return add_bytes(repack_bytes(r), fused_scratch(&pp));
 }
 
 /* At least the scratch of any problem like p with Lq' <= Lq, Lk' <= Lk (the sequences of
@@ -296,14 +274,14 @@ size_t ta_sdpa_forward_fused_scratch_bound(const ta_sdpa_problem *p)
 {
     if (p->B * p->H * p->Lq == 0) return 0;
     const size_t plain = fused_scratch_bound(p);
-    /* a sequence copies its K and V when they alias and fit the cap (plan_repack): at
-     * most the whole's copies, at most the cap, beside the bound of the copied layout */
-    const repack r = plan_repack(p, false);
-    if (!r.k && !r.v) return plain;
+    /* a sequence copies its V when it aliases and fits the cap (plan_repack): at most
+     * the whole's copy, at most the cap, beside the bound of the copied layout */
+    const size_t r = plan_repack(p, false);
+    if (!r) return plain;
     ta_sdpa_problem pp;
-    ta_tensor kt, vt;
-    repacked_problem(p, &r, &pp, &kt, &vt, NULL, NULL);
-    const size_t copied = add_bytes(TA_MIN(repack_bytes(&r), TA_FUSED_REPACK_MAX),
+    ta_tensor vt;
+    repacked_problem(p, &pp, &vt, NULL);
+    const size_t copied = add_bytes(TA_MIN(repack_bytes(r), TA_FUSED_REPACK_MAX),
                                     fused_scratch_bound(&pp));
     return TA_MAX(plain, copied);
 }
@@ -331,16 +309,14 @@ static ta_status forward_fused(const ta_sdpa_problem *p, ta_arena *scratch);
 ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
 {
     if (p->B * p->H * p->Lq == 0) return TA_OK;
-    const repack r = plan_repack(p, true);
-    if (!r.k && !r.v) return forward_fused(p, scratch);
-    float *kbuf, *vbuf;
-    repack_layout(scratch, &r, &kbuf, &vbuf);
+    const size_t r = plan_repack(p, true);
+    if (!r) return forward_fused(p, scratch);
+    float *vbuf = TA_ARENA_TAKE(scratch, float, r);
     if (scratch->overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", p->fn);
     ta_sdpa_problem pp;
-    ta_tensor kt, vt;
-    repacked_problem(p, &r, &pp, &kt, &vt, kbuf, vbuf);
-    if (r.k) ta_tensor_copy_rows(&kt, p->K); /* rows in parallel, one memcpy each */
-    if (r.v) ta_tensor_copy_rows(&vt, p->V);
+    ta_tensor vt;
+    repacked_problem(p, &pp, &vt, vbuf);
+    ta_tensor_copy_rows(&vt, p->V); /* rows in parallel, one memcpy each */
     return forward_fused(&pp, scratch);
 }
 

@@ -59,6 +59,8 @@ typedef struct fused_plan {
     int kind_k, kind_v;  /* few-row tiles read K / V rows in place through
                             attn_qk_rows_kv / attn_pv_rows_kv of this kind (0 float32,
                             1 float16, 2 bfloat16), or -1: through kv_tile */
+    bool prefetch_o;     /* O's rows do not follow each other (a [B, L, H, Dv] O): request a
+                            many-row item's O rows for writing at its start (prefetch_o) */
     bool scores_var;     /* softcap or ALiBi change the scores (ta_sdpa_fused_scores) */
     int64_t mrows;       /* rows of the mask's bound table (0: none) */
     const int64_t *mt;   /* the table, once laid out (ta_fused_mask_bounds) */

@@ -137,7 +137,8 @@ void ta_fused_finish_item(const fused_plan *f, const fused_item *it, const fused
                       i * O->stride[2];
         const float *o = w->o + r * f->ldo;
         float l = w->l[r], inv = l == 0.0f ? 0.0f : 1.0f / l; /* inv NaN when l is */
-        double lse = l == 0.0f ? -INFINITY : (double)w->m[r] + log((double)l);
+        /* the log only when LSE is kept (errno keeps gcc from dropping the call) */
+        double lse = l == 0.0f || !T ? -INFINITY : (double)w->m[r] + log((double)l);
         if (p->var.sinks) { /* the sink joins the denominator: O and LSE change */
             double factor;
             ta_sdpa_sink_finish(w->m[r], l, ta_sdpa_sink(&p->var, h), &factor, &lse);

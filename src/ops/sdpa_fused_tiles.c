@@ -141,6 +141,8 @@ static const float *kv_tile(const fused_plan *f, const fused_item *it, bool valu
     for (int64_t j = 0; j < nk; j++) {
         if (widen)
             widen(buf + j * cols, (const uint16_t *)(src + j * rs), cols);
+        else if (t->dtype == TA_F32 && t->stride[3] == 1)
+            memcpy(buf + j * cols, src + j * rs, sizeof(float) * (size_t)cols);
         else
             ta_row_to_f32(buf + j * cols, src + j * rs, t->dtype, cols, t->stride[3]);
     }
@@ -406,10 +408,30 @@ static int64_t item_tile(const fused_plan *f, const fused_item *it, const fused_
     return nk;
 }
 
+/* The O rows of an item of many rows, requested for writing when the item starts, where
+ * they lie apart (a [B, L, H, Dv] O, varlen's packed [T, H, Dv]: a head's rows H Dv
+ * floats apart, each in a page of its own, out of the hardware prefetchers' reach): the
+ * item's finish then writes them without waiting on each line's read for ownership.
+ * Measured on the two-port Xeon, varlen_prefill's sequences (driver, min of 60 calls,
+ * 8 alternations): 1 thread 18.9 -> 18.3 ms, 2 threads 9.52 -> 9.40 ms. */
+static inline __attribute__((always_inline)) void prefetch_o(const fused_plan *f, const fused_item *it)
+{
+    const ta_tensor *O = f->p->O;
+    const int64_t bytes = f->p->Dv * (int64_t)sizeof(float);
+    for (int64_t r = 0; r < it->mq; r++) {
+        int64_t h, i;
+        row_hi(f, it->hkv, it->r0 + r, &h, &i);
+        const char *row = (const char *)((const float *)O->data + it->b * O->stride[0] +
+                                         h * O->stride[1] + i * O->stride[2]);
+        for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(row + c, 1, 2);
+    }
+}
+
 void ta_fused_run_item(const fused_plan *f, const fused_item *it, const fused_ws *w)
 {
     item_run ir;
     if (!item_begin(f, it, w, &ir)) return;
+    if (f->prefetch_o && !few_rows(f, it)) prefetch_o(f, it);
     for (int64_t j0 = it->jlo; j0 < it->jhi;) j0 += item_tile(f, it, w, &ir, j0);
 }
 
