@@ -153,11 +153,13 @@ static void test_threads_bitwise_identical(void **state)
 }
 
 /* K [B, Hkv, Lk, D] and V as views of [B, Lk, Hkv, D] buffers (varlen's packed layout, a
- * KV cache's), whose rows alias in L1 so that the fused forward copies them first: the
- * same O and LSE bit for bit as the contiguous tensors of the same values, through the
- * library's scratch and through a caller's workspace of exactly the queried size, on
- * 1 and 2 threads; and K alone strided (V contiguous). (A decode step reads strided
- * rows in place with other kernels than contiguous ones: the KV-cache tests cover it.) */
+ * KV cache's), whose rows alias in L1 so that the fused forward reads V through each
+ * thread's copy of its group's rows (grown item by item: causal tiles, key chunks, a
+ * window's later starts): the same O and LSE bit for bit as the contiguous tensors of
+ * the same values, through the library's scratch and through a caller's workspace of
+ * exactly the queried size, on 1 and 2 threads; and K alone strided (V contiguous). (A
+ * decode step reads strided rows in place with other kernels than contiguous ones: the
+ * KV-cache tests cover it.) */
 static void test_key_rows_in_any_layout_bitwise(void **state)
 {
     (void)state;
@@ -165,6 +167,12 @@ static void test_key_rows_in_any_layout_bitwise(void **state)
         {.B = 2, .H = 8, .Hkv = 4, .Lq = 100, .Lk = 130, .D = 64, .Dv = 32,
          .causal = TA_CAUSAL_TOP_LEFT, .seed = 9},
         {.B = 1, .H = 4, .Hkv = 4, .Lq = 70, .Lk = 300, .D = 128, .Dv = 128, .seed = 12},
+        /* few tiles and many keys: the keys split into chunks, a thread's V rows grow
+         * chunk by chunk */
+        {.B = 1, .H = 8, .Hkv = 8, .Lq = 48, .Lk = 2100, .D = 32, .Dv = 64, .seed = 14},
+        /* a sliding window (below): items start past key 0 */
+        {.B = 1, .H = 8, .Hkv = 8, .Lq = 300, .Lk = 300, .D = 64, .Dv = 64,
+         .causal = TA_CAUSAL_TOP_LEFT, .seed = 15},
     };
     int saved = ta_get_num_threads();
     for (size_t n = 0; n < sizeof cases / sizeof cases[0]; n++) {
@@ -172,6 +180,11 @@ static void test_key_rows_in_any_layout_bitwise(void **state)
         ta_sdpa_case_tensors t;
         ta_sdpa_case_make(&t, c);
         ta_sdpa_opts o = ta_sdpa_case_opts(c, &t, TA_SDPA_FUSED);
+        if (n == 3) {
+            o.has_window = 1;
+            o.window_left = 70;
+            o.window_right = -1;
+        }
         size_t no = (size_t)ta_tensor_numel(&t.o), nl = (size_t)ta_tensor_numel(&t.lse);
         float *o1 = malloc(no * sizeof(float)), *l1 = malloc(nl * sizeof(float));
         TA_CHECK_OK(ta_set_num_threads(1));

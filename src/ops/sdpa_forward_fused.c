@@ -143,6 +143,34 @@ bool ta_sdpa_rows_alias(const ta_tensor *t, int64_t cols, int64_t rows)
     return rows * lines > 4 * sets; /* more than a third of 12 ways, half of 8 */
 }
 
+/* V whose rows alias in L1 (ta_sdpa_rows_alias) is read through a contiguous copy when
+ * the tiles reread it (tiles of many rows: not a decode step, which reads each row once):
+ * attn_pv reads a V tile once per 6 query rows, so the tile must stay in L1. Each thread
+ * copies the V rows of the group it works on, as its items need them, into a buffer of
+ * its own (hold_v), which stays in its L2 while it works on the group; the kernels see
+ * the same values, so the results are bitwise those of the same data in
+ * [B, Hkv, Lk, Dv] (tested). K needs no copy: attn_qk reads each key row of a tile once
+ * per query tile (its values broadcast across the tile's rows), from L2 either way.
+ * Measured on the two-port Xeon, 1 thread, varlen_prefill's sequences (packed [T, H, D])
+ * with a copy of the whole V per call: without it 1.09x the time, with a K copy too 1.05x
+ * (docs/performance.md). A group of more than TA_FUSED_VCOPY_MAX bytes of V is read in
+ * place. */
+#define TA_FUSED_VCOPY_MAX ((size_t)32 << 20)
+
+/* The floats of a thread's V buffer (0: V is read in place). bound: of any problem with
+ * Lk' <= Lk (the sequences of a varlen whole). */
+static int64_t plan_vcopy(const ta_sdpa_problem *p, bool bound)
+{
+    const ta_kernels *k = ta_kernels_active();
+    if (p->pages.table || p->Dv > TA_FUSED_DIM_MAX ||
+        TA_MIN(k->attn_mq, p->G * p->Lq) <= k->attn_rows_max ||
+        !ta_sdpa_rows_alias(p->V, p->Dv, TA_FUSED_NK))
+        return 0;
+    const int64_t keys_max = (int64_t)(TA_FUSED_VCOPY_MAX / sizeof(float)) / p->Dv;
+    if (p->Lk > keys_max) return bound ? keys_max * p->Dv : 0;
+    return p->Lk * p->Dv;
+}
+
 static fused_plan make_plan(const ta_sdpa_problem *p)
 {
     fused_plan f = {.p = p, .k = ta_kernels_active(), .G = p->G};
@@ -169,6 +197,7 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
                            : p->Lk;
     if (f.split) f.nchunks = (p->Lk + f.chunk_keys - 1) / f.chunk_keys;
     f.sweep = sweep_heads(&f, false);
+    f.vcopy_floats = f.sweep > 1 ? 0 : plan_vcopy(p, false);
     plan_ws_bytes(&f);
     /* Partials (split only): per tile and chunk, m and l of mq_used rows, then mq_used
      * rows of Dv. */
@@ -188,6 +217,7 @@ static void layout(ta_arena *a, fused_mem *m, const fused_plan *f)
         return;
     }
     m->ws = TA_ARENA_TAKE2(a, unsigned char, (int64_t)f->ws_bytes, f->nt);
+    m->vbuf = f->vcopy_floats ? TA_ARENA_TAKE2(a, float, f->vcopy_floats, f->nt) : NULL;
     m->parts = f->split ? TA_ARENA_TAKE2(a, float, f->part_floats, f->nparts) : NULL;
     m->items = TA_ARENA_TAKE(a, fused_item, f->nitems);
     m->t_r0 = TA_ARENA_TAKE(a, int64_t, f->tpg);
@@ -204,64 +234,17 @@ static size_t plan_bytes(const fused_plan *f)
     return ta_arena_bytes(&a);
 }
 
-/* V whose rows alias in L1 (ta_sdpa_rows_alias) gets a contiguous [B, Hkv, Lk, Dv] copy
- * in the scratch before the tiles run, when the tiles reread it (tiles of many rows: not
- * a decode step, which reads each row once) and the copy needs at most
- * TA_FUSED_REPACK_MAX bytes: attn_pv reads a V tile once per 6 query rows, so it must
- * stay in L1. One pass over V per call instead of misses on every reread; the kernels
- * see the same values, so the results are bitwise those of the same data in
- * [B, Hkv, Lk, Dv] (tested). K needs no copy: attn_qk reads each key row of a tile once
- * per query tile (its values are broadcast across the tile's rows), from L2 either way.
- * Measured on the two-port Xeon, 1 thread, varlen_prefill's sequences (packed [T, H, D]):
- * without the V copy 1.09x the time, with a K copy too 1.05x (docs/performance.md). */
-#define TA_FUSED_REPACK_MAX ((size_t)32 << 20)
-
-/* The floats of V's copy (0: none). cap false: whatever the copy's size (the bound of a
- * varlen whole, whose sequences are each checked against the cap). */
-static size_t plan_repack(const ta_sdpa_problem *p, bool cap)
-{
-    const ta_kernels *k = ta_kernels_active();
-    if (p->pages.table || p->D > TA_FUSED_DIM_MAX || p->Dv > TA_FUSED_DIM_MAX ||
-        TA_MIN(k->attn_mq, p->G * p->Lq) <= k->attn_rows_max ||
-        !ta_sdpa_rows_alias(p->V, p->Dv, TA_FUSED_NK))
-        return 0;
-    const size_t floats = (size_t)(p->B * p->Hkv * p->Lk * p->Dv);
-    return cap && floats > TA_FUSED_REPACK_MAX / sizeof(float) ? 0 : floats;
-}
-
-static size_t repack_bytes(size_t floats)
-{
-    ta_arena a = ta_arena_measure();
-    (void)TA_ARENA_TAKE(&a, float, floats);
-    return a.overflow ? SIZE_MAX : ta_arena_bytes(&a);
-}
-
-/* pp: p with V as the contiguous [B, Hkv, Lk, Dv] view vt of vbuf (NULL while sizing). */
-static void repacked_problem(const ta_sdpa_problem *p, ta_sdpa_problem *pp, ta_tensor *vt,
-                             float *vbuf)
-{
-    *pp = *p;
-    *vt = ta_tensor_view(vbuf, 4, p->V->shape);
-    pp->V = vt;
-}
-
 static size_t fused_scratch(const ta_sdpa_problem *p)
 {
     fused_plan f = make_plan(p);
     return plan_bytes(&f);
 }
 
-static size_t add_bytes(size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; }
 
 size_t ta_sdpa_forward_fused_scratch(const ta_sdpa_problem *p)
 {
     if (p->B * p->H * p->Lq == 0) return 0;
-    const size_t r = plan_repack(p, true);
-    if (!r) return fused_scratch(p);
-    ta_sdpa_problem pp;
-    ta_tensor vt;
-    repacked_problem(p, &pp, &vt, NULL);
-    return add_bytes(repack_bytes(r), fused_scratch(&pp));
+    return fused_scratch(p);
 }
 
 /* At least the scratch of any problem like p with Lq' <= Lq, Lk' <= Lk (the sequences of
@@ -273,17 +256,7 @@ static size_t fused_scratch_bound(const ta_sdpa_problem *p);
 size_t ta_sdpa_forward_fused_scratch_bound(const ta_sdpa_problem *p)
 {
     if (p->B * p->H * p->Lq == 0) return 0;
-    const size_t plain = fused_scratch_bound(p);
-    /* a sequence copies its V when it aliases and fits the cap (plan_repack): at most
-     * the whole's copy, at most the cap, beside the bound of the copied layout */
-    const size_t r = plan_repack(p, false);
-    if (!r) return plain;
-    ta_sdpa_problem pp;
-    ta_tensor vt;
-    repacked_problem(p, &pp, &vt, NULL);
-    const size_t copied = add_bytes(TA_MIN(repack_bytes(r), TA_FUSED_REPACK_MAX),
-                                    fused_scratch_bound(&pp));
-    return TA_MAX(plain, copied);
+    return fused_scratch_bound(p);
 }
 
 static size_t fused_scratch_bound(const ta_sdpa_problem *p)
@@ -301,6 +274,8 @@ static size_t fused_scratch_bound(const ta_sdpa_problem *p)
         plan_ws_bytes(&f);
         f.nt = plan_threads(f.nitems);
     }
+    /* a sequence with fewer keys copies its V rows where the whole's are too many */
+    f.vcopy_floats = plan_vcopy(p, true);
     return plan_bytes(&f);
 }
 
@@ -309,15 +284,47 @@ static ta_status forward_fused(const ta_sdpa_problem *p, ta_arena *scratch);
 ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
 {
     if (p->B * p->H * p->Lq == 0) return TA_OK;
-    const size_t r = plan_repack(p, true);
-    if (!r) return forward_fused(p, scratch);
-    float *vbuf = TA_ARENA_TAKE(scratch, float, r);
-    if (scratch->overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", p->fn);
-    ta_sdpa_problem pp;
-    ta_tensor vt;
-    repacked_problem(p, &pp, &vt, vbuf);
-    ta_tensor_copy_rows(&vt, p->V); /* rows in parallel, one memcpy each */
-    return forward_fused(&pp, scratch);
+    return forward_fused(p, scratch);
+}
+
+/* The V rows [lo, hi) of group (b, hkv) that a thread's buffer holds (b = -1: none). */
+typedef struct held_v {
+    int64_t b, hkv, lo, hi;
+} held_v;
+
+/* fv: f on pv, which is f's problem with V the thread's buffer vbuf seen as
+ * [B, Hkv, Lk, Dv] with strides 0 along B and Hkv: whatever group an item names, its key
+ * j is row j of the buffer, which hold_v fills for the item. */
+static const fused_plan *vcopy_plan(const fused_plan *f, fused_plan *fv, ta_sdpa_problem *pv,
+                                    ta_tensor *vt, float *vbuf)
+{
+    *pv = *f->p;
+    *vt = ta_tensor_view(vbuf, 4, f->p->V->shape);
+    vt->stride[0] = vt->stride[1] = 0;
+    pv->V = vt;
+    *fv = *f;
+    fv->p = pv;
+    return fv;
+}
+
+/* Makes the buffer hold the V rows of the item's keys [jlo, jhi) of its group: copies
+ * the rows it lacks (a new group: all of them; the same group: the rows beyond those
+ * held, so that the held rows stay one range). */
+static void hold_v(const fused_plan *f, const fused_item *it, float *vbuf, held_v *h)
+{
+    if (it->jhi <= it->jlo) return;
+    const ta_sdpa_problem *p = f->p;
+    if (h->b != it->b || h->hkv != it->hkv) *h = (held_v){it->b, it->hkv, it->jlo, it->jlo};
+    const int64_t lo = TA_MIN(it->jlo, h->lo), hi = TA_MAX(it->jhi, h->hi), Dv = p->Dv;
+    const size_t bytes = sizeof(float) * (size_t)Dv;
+    const float *v = (const float *)p->V->data;
+    for (int64_t j = lo; j < hi; j++) {
+        if (j == h->lo) j = h->hi; /* skip the rows held */
+        if (j >= hi) break;
+        memcpy(vbuf + j * Dv, v + ta_sdpa_kv_offset(p, true, it->b, it->hkv, j), bytes);
+    }
+    h->lo = lo;
+    h->hi = hi;
 }
 
 static ta_status forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
@@ -362,12 +369,23 @@ static ta_status forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
                 }
             }
         } else {
+            /* with a V copy the items run on a plan whose V is this thread's buffer */
+            ta_sdpa_problem pv;
+            ta_tensor vt;
+            fused_plan fv;
+            held_v hv = {.b = -1};
+            const fused_plan *fp = &f;
+            if (f.vcopy_floats) {
+                fp = vcopy_plan(&f, &fv, &pv, &vt,
+                                m.vbuf + (size_t)omp_get_thread_num() * (size_t)f.vcopy_floats);
+            }
 #pragma omp for schedule(dynamic, grab)
             for (int64_t n = 0; n < nitems; n++) {
                 const fused_item *it = &m.items[n];
-                ta_fused_run_item(&f, it, &w);
-                if (f.split) ta_fused_store_partial(&f, &m, it, &w);
-                else ta_fused_finish_item(&f, it, &w);
+                if (f.vcopy_floats) hold_v(&f, it, (float *)vt.data, &hv);
+                ta_fused_run_item(fp, it, &w);
+                if (f.split) ta_fused_store_partial(fp, &m, it, &w);
+                else ta_fused_finish_item(fp, it, &w);
             }
         }
     }

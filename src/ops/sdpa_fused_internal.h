@@ -59,6 +59,8 @@ typedef struct fused_plan {
     int kind_k, kind_v;  /* few-row tiles read K / V rows in place through
                             attn_qk_rows_kv / attn_pv_rows_kv of this kind (0 float32,
                             1 float16, 2 bfloat16), or -1: through kv_tile */
+    int64_t vcopy_floats; /* > 0: V's rows alias in L1 and each thread reads them through
+                             a contiguous copy of this many floats (plan_vcopy) */
     bool prefetch_o;     /* O's rows do not follow each other (a [B, L, H, Dv] O): request a
                             many-row item's O rows for writing at its start (prefetch_o) */
     bool scores_var;     /* softcap or ALiBi change the scores (ta_sdpa_fused_scores) */
@@ -76,6 +78,7 @@ typedef struct fused_mem {
     int64_t *t_nch;    /* split: per tile, its chunks that hold keys (the first ones) */
     unsigned char *ws; /* nt per-thread workspaces of ws_bytes */
     float *parts;
+    float *vbuf;       /* nt buffers of vcopy_floats: each thread's copy of V rows */
     int64_t *mt;       /* the mask's bound table: 2 per row (ta_fused_mask_bounds) */
 } fused_mem;
 
