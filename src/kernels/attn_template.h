@@ -218,13 +218,17 @@ ATTN_INLINE void dot_key(float *s, const float *q, int64_t ldq, const float *k, 
 void NAME_QK_ROWS(float *s, const float *q, int64_t ldq, int64_t mq, const float *k,
                   int64_t ldk, int64_t nk, int64_t d)
 {
-    for (int64_t j = 0; j < nk; j++)
+    const int64_t pfd = ta_stream_prefetch_rows;
+    for (int64_t j = 0; j < nk; j++) {
+        if (pfd) /* the row pfd keys ahead, line by line (kernels.h) */
+            for (int64_t c = 0; c < d; c += 16) __builtin_prefetch(k + (j + pfd) * ldk + c, 0, 2);
         for (int64_t r0 = 0; r0 < mq; r0 += DR) {
             const int nr = (int)(mq - r0 < DR ? mq - r0 : DR);
 #define DOT_ROWS(n) if (n <= DR) dot_key(s + j * MQ + r0, q + r0 * ldq, ldq, k + j * ldk, d, n)
             ROWS_SWITCH(DOT_ROWS, nr)
 #undef DOT_ROWS
         }
+    }
 }
 
 /* One online-softmax step over a score tile s [nk, MQ], per query lane r:
@@ -279,8 +283,9 @@ void NAME_SOFTMAX(float *s, float *m, float *l, float *alpha, int64_t nk, int64_
  * constants after inlining. */
 ATTN_INLINE void pv_micro(float *o, int64_t ldo, const float *p, const float *alpha,
                           const float *v, int64_t ldv, int64_t nk, const int NR, const int NV,
-                          const int TAIL, int last)
+                          const int TAIL, int last, const int PF)
 {
+    const int64_t pfd = PF ? ta_stream_prefetch_rows : 0;
     VT acc[PV_RMAX][PV_CMAX];
 #pragma GCC unroll 16
     for (int r = 0; r < PV_RMAX; r++) {
@@ -293,6 +298,10 @@ ATTN_INLINE void pv_micro(float *o, int64_t ldo, const float *p, const float *al
     for (int64_t j = 0; j < nk; j++) {
         VT vv[PV_CMAX];
         const float *vr = v + j * ldv;
+        if (PF && pfd)
+#pragma GCC unroll 16
+            for (int c = 0; c < PV_CMAX; c++)
+                if (c < NV && (c * VL * 4) % 64 == 0) __builtin_prefetch(vr + pfd * ldv + c * VL, 0, 2);
 #pragma GCC unroll 16
         for (int c = 0; c < PV_CMAX; c++) {
             if (c >= NV) break;
@@ -324,12 +333,12 @@ ATTN_INLINE void pv_rows(float *orow, int64_t ldo, const float *p, const float *
     const int64_t W = (int64_t)PC * VL; /* columns per micro-tile */
     int64_t c0 = 0;
     for (; c0 + W <= dv; c0 += W)
-        pv_micro(orow + c0, ldo, p, alpha, v + c0, ldv, nk, NR, PC, 0, VL);
+        pv_micro(orow + c0, ldo, p, alpha, v + c0, ldv, nk, NR, PC, 0, VL, 0);
     int64_t rest = dv - c0;
     if (rest <= 0) return;
     int nv = (int)((rest + VL - 1) / VL), last = (int)(rest - (int64_t)(nv - 1) * VL);
     switch (nv) {
-#define PV_TAIL(n) case n: if (n <= PC) pv_micro(orow + c0, ldo, p, alpha, v + c0, ldv, nk, NR, n, 1, last); break;
+#define PV_TAIL(n) case n: if (n <= PC) pv_micro(orow + c0, ldo, p, alpha, v + c0, ldv, nk, NR, n, 1, last, 0); break;
     PV_TAIL(1) PV_TAIL(2) PV_TAIL(3) PV_TAIL(4) PV_TAIL(5) PV_TAIL(6) PV_TAIL(7) PV_TAIL(8)
 #undef PV_TAIL
     default: break;
@@ -346,8 +355,8 @@ ATTN_INLINE void pv_whole_rows(float *o, int64_t ldo, const float *p, const floa
 {
 #define PV_WHOLE(n)                                                                          \
     if (n <= PCW) {                                                                          \
-        if (last == VL) pv_micro(o, ldo, p, alpha, v, ldv, nk, NR, n, 0, VL);                \
-        else pv_micro(o, ldo, p, alpha, v, ldv, nk, NR, n, 1, last);                         \
+        if (last == VL) pv_micro(o, ldo, p, alpha, v, ldv, nk, NR, n, 0, VL, 1);             \
+        else pv_micro(o, ldo, p, alpha, v, ldv, nk, NR, n, 1, last, 1);                      \
     }
     ROWS_SWITCH(PV_WHOLE, nv)
 #undef PV_WHOLE

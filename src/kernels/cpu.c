@@ -4,6 +4,10 @@
 
 int ta_cpu_has_scalar(void) { return 1; }
 
+#if !defined(__x86_64__) && !defined(__i386__)
+int ta_cpu_is_intel(void) { return 0; }
+#endif
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 
@@ -44,5 +48,12 @@ int ta_cpu_has_avx512(void)
     if (!has_avx2(&xcr0, &b)) return 0;
     int f = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
     return f && dq && bw && vl && (xcr0 & 0xE6) == 0xE6;
+}
+/* cpuid leaf 0's vendor string: "GenuineIntel" (ebx, edx, ecx). */
+int ta_cpu_is_intel(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
+    return b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu;
 }
 #endif
