@@ -162,7 +162,7 @@ bool ta_sdpa_rows_alias(const ta_tensor *t, int64_t cols, int64_t rows)
 static int64_t plan_vcopy(const ta_sdpa_problem *p, bool bound)
 {
     const ta_kernels *k = ta_kernels_active();
-    if (p->pages.table || p->Dv > TA_FUSED_DIM_MAX ||
+    if (p->pages.table || p->Dv < 1 || p->Dv > TA_FUSED_DIM_MAX ||
         TA_MIN(k->attn_mq, p->G * p->Lq) <= k->attn_rows_max ||
         !ta_sdpa_rows_alias(p->V, p->Dv, TA_FUSED_NK))
         return 0;
@@ -239,7 +239,6 @@ static size_t fused_scratch(const ta_sdpa_problem *p)
     fused_plan f = make_plan(p);
     return plan_bytes(&f);
 }
-
 
 size_t ta_sdpa_forward_fused_scratch(const ta_sdpa_problem *p)
 {
