@@ -229,6 +229,55 @@ static void test_key_rows_in_any_layout_bitwise(void **state)
     TA_CHECK_OK(ta_set_num_threads(saved));
 }
 
+/* An O of 16 MiB and more is written with non-temporal stores (the fused plan's
+ * stream_o): the same bits as each head computed on its own (an O of 512 KiB, plain
+ * stores), on 1 and 2 threads, and as an O whose rows are not 16-byte aligned (stream_o
+ * planned, every row stored plainly). */
+static void test_large_output_bitwise(void **state)
+{
+    (void)state;
+    const int64_t H = 32, Lq = 4096, Lk = 64, D = 32;
+    const int64_t sq[4] = {1, H, Lq, D}, sk[4] = {1, H, Lk, D};
+    ta_tensor q, k, v, o, oh, ou;
+    TA_CHECK_OK(ta_tensor_empty(&q, 4, sq)); TA_CHECK_OK(ta_randn(&q, 91));
+    TA_CHECK_OK(ta_tensor_empty(&k, 4, sk)); TA_CHECK_OK(ta_randn(&k, 92));
+    TA_CHECK_OK(ta_tensor_empty(&v, 4, sk)); TA_CHECK_OK(ta_randn(&v, 93));
+    TA_CHECK_OK(ta_tensor_empty(&o, 4, sq));
+    TA_CHECK_OK(ta_tensor_empty(&oh, 4, sq));
+    const size_t n = (size_t)(H * Lq * D);
+    float *ubuf = malloc((n + 1) * sizeof(float));
+    assert_non_null(ubuf);
+    TA_CHECK_OK(ta_tensor_from_buffer(&ou, ubuf + 1, 4, sq, o.stride));
+    ta_sdpa_opts opts = {.causal = TA_CAUSAL_TOP_LEFT, .path = TA_SDPA_FUSED};
+    int saved = ta_get_num_threads();
+    TA_CHECK_OK(ta_set_num_threads(1));
+    for (int64_t h = 0; h < H; h++) { /* one head a call: O 512 KiB */
+        const int64_t s1q[4] = {1, 1, Lq, D}, s1k[4] = {1, 1, Lk, D};
+        ta_tensor qh, kh, vh, ohh;
+        TA_CHECK_OK(ta_tensor_from_buffer(&qh, (float *)q.data + h * Lq * D, 4, s1q, q.stride));
+        TA_CHECK_OK(ta_tensor_from_buffer(&kh, (float *)k.data + h * Lk * D, 4, s1k, k.stride));
+        TA_CHECK_OK(ta_tensor_from_buffer(&vh, (float *)v.data + h * Lk * D, 4, s1k, v.stride));
+        TA_CHECK_OK(ta_tensor_from_buffer(&ohh, (float *)oh.data + h * Lq * D, 4, s1q, oh.stride));
+        TA_CHECK_OK(ta_sdpa(&ohh, &qh, &kh, &vh, &opts));
+    }
+    for (int th = 1; th <= 2; th++) {
+        TA_CHECK_OK(ta_set_num_threads(th));
+        memset(o.data, 0xff, n * sizeof(float));
+        TA_CHECK_OK(ta_sdpa(&o, &q, &k, &v, &opts));
+        if (memcmp(o.data, oh.data, n * sizeof(float))) fail_msg("streamed O, threads %d", th);
+        memset(ubuf, 0xff, (n + 1) * sizeof(float));
+        TA_CHECK_OK(ta_sdpa(&ou, &q, &k, &v, &opts));
+        if (memcmp(ou.data, oh.data, n * sizeof(float))) fail_msg("unaligned O, threads %d", th);
+    }
+    TA_CHECK_OK(ta_set_num_threads(saved));
+    free(ubuf);
+    ta_tensor_free(&q);
+    ta_tensor_free(&k);
+    ta_tensor_free(&v);
+    ta_tensor_free(&o);
+    ta_tensor_free(&oh);
+}
+
 /* Weights need Lq x Lk, which the fused path never forms: refused before anything is
  * written, with a message naming the paths that give them. */
 static void test_weights_are_refused(void **state)
@@ -295,6 +344,7 @@ int main(void)
         cmocka_unit_test(test_nan_propagates_and_blocked_nan_is_discarded),
         cmocka_unit_test(test_threads_bitwise_identical),
         cmocka_unit_test(test_key_rows_in_any_layout_bitwise),
+        cmocka_unit_test(test_large_output_bitwise),
         cmocka_unit_test(test_weights_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

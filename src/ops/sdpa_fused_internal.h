@@ -61,6 +61,8 @@ typedef struct fused_plan {
                             1 float16, 2 bfloat16), or -1: through kv_tile */
     int64_t vcopy_floats; /* > 0: V's rows alias in L1 and each thread reads them through
                              a contiguous copy of this many floats (plan_vcopy) */
+    bool stream_o;       /* O is large: finish_item writes its rows with non-temporal
+                            stores (no read for ownership; plan in make_plan) */
     bool prefetch_o;     /* O's rows do not follow each other (a [B, L, H, Dv] O): request a
                             many-row item's O rows for writing at its start (prefetch_o) */
     bool scores_var;     /* softcap or ALiBi change the scores (ta_sdpa_fused_scores) */
@@ -122,6 +124,10 @@ void ta_fused_store_partial(const fused_plan *f, const fused_mem *m, const fused
 /* Every row of a split problem from its chunks' partials: the chunks that hold keys (a
  * chunk past a tile's last key would add an exact zero). */
 void ta_fused_merge_partials(const fused_plan *f, const fused_mem *m);
+
+/* After a thread's last ta_fused_finish_item of a call: orders its non-temporal stores
+ * (stream_o) before whatever follows the parallel region. */
+void ta_fused_finish_fence(const fused_plan *f);
 
 /* The unsplit case of finish_row for the rows of a work item, in float: O = o * (1/l),
  * LSE = m + log l (l = 0: O = 0, LSE = -inf; a NaN l gives NaN in both). */

@@ -16,6 +16,7 @@
 #include "ops/sdpa_fused_variants.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 /* A keep or block mask tensor that is broadcast over the batch, the heads or the query
@@ -125,6 +126,37 @@ static void finish_row(const fused_plan *f, int64_t b, int64_t hkv, int64_t r,
     }
 }
 
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
+
+/* O row = o * inv (0 when l = 0) with non-temporal stores, 4 floats each (the fused plan
+ * asks for them, stream_o, only where SSE is, O rows are unit-stride and Dv a multiple of
+ * 4); false when the row is not 16-byte aligned (the caller stores it plainly). The
+ * products are those of the plain loop (one float multiply each). */
+static bool store_row_nt(float *orow, const float *o, float inv, bool empty, int64_t Dv)
+{
+#if defined(__SSE2__)
+    if (((uintptr_t)orow & 15) != 0) return false;
+    const __m128 vi = _mm_set1_ps(inv);
+    for (int64_t d = 0; d < Dv; d += 4)
+        _mm_stream_ps(orow + d, empty ? _mm_setzero_ps() : _mm_mul_ps(_mm_loadu_ps(o + d), vi));
+    return true;
+#else
+    (void)orow, (void)o, (void)inv, (void)empty, (void)Dv;
+    return false;
+#endif
+}
+
+void ta_fused_finish_fence(const fused_plan *f)
+{
+#if defined(__SSE2__)
+    if (f->stream_o) _mm_sfence();
+#else
+    (void)f;
+#endif
+}
+
 void ta_fused_finish_item(const fused_plan *f, const fused_item *it, const fused_ws *w)
 {
     const ta_sdpa_problem *p = f->p;
@@ -144,7 +176,9 @@ void ta_fused_finish_item(const fused_plan *f, const fused_item *it, const fused
             ta_sdpa_sink_finish(w->m[r], l, ta_sdpa_sink(&p->var, h), &factor, &lse);
             inv = (float)factor;
         }
-        if (os == 1)
+        if (f->stream_o && store_row_nt(orow, o, inv, l == 0.0f, Dv))
+            ;
+        else if (os == 1)
             for (int64_t d = 0; d < Dv; d++) orow[d] = l == 0.0f ? 0.0f : o[d] * inv;
         else
             for (int64_t d = 0; d < Dv; d++) orow[d * os] = l == 0.0f ? 0.0f : o[d] * inv;
