@@ -282,6 +282,59 @@ static void test_bshd_layout_bitwise(void **state)
     ta_tensor_free(&c[8]);
 }
 
+/* Gradients of 16 MiB and more are written with non-temporal stores: the same bits as
+ * the same call into gradients whose rows are not 16-byte aligned (stored plainly), for
+ * a large dQ (Lq 4096) and a large dK and dV (Lk 4096), on 1 and 2 threads. */
+static void test_large_gradients_bitwise(void **state)
+{
+    (void)state;
+    const int64_t H = 32, D = 32, lens[2][2] = {{4096, 64}, {64, 4096}};
+    int saved = ta_get_num_threads();
+    for (int c = 0; c < 2; c++) {
+        const int64_t Lq = lens[c][0], Lk = lens[c][1];
+        const int64_t sq[4] = {1, H, Lq, D}, sk[4] = {1, H, Lk, D}, sl[3] = {1, H, Lq};
+        ta_tensor q, k, v, o, lse, dout, g[3], u[3];
+        TA_CHECK_OK(ta_tensor_empty(&q, 4, sq)); TA_CHECK_OK(ta_randn(&q, 61));
+        TA_CHECK_OK(ta_tensor_empty(&k, 4, sk)); TA_CHECK_OK(ta_randn(&k, 62));
+        TA_CHECK_OK(ta_tensor_empty(&v, 4, sk)); TA_CHECK_OK(ta_randn(&v, 63));
+        TA_CHECK_OK(ta_tensor_empty(&dout, 4, sq)); TA_CHECK_OK(ta_randn(&dout, 64));
+        TA_CHECK_OK(ta_tensor_empty(&o, 4, sq));
+        TA_CHECK_OK(ta_tensor_empty(&lse, 3, sl));
+        ta_sdpa_opts fwd = {.causal = TA_CAUSAL_TOP_LEFT, .path = TA_SDPA_FUSED, .lse = &lse};
+        TA_CHECK_OK(ta_sdpa(&o, &q, &k, &v, &fwd));
+        ta_sdpa_opts bwd = fwd;
+        bwd.lse = NULL;
+        float *ubuf[3];
+        for (int t = 0; t < 3; t++) {
+            const int64_t *sh = t == 0 ? sq : sk;
+            TA_CHECK_OK(ta_tensor_empty(&g[t], 4, sh));
+            const size_t n = (size_t)ta_tensor_numel(&g[t]);
+            ubuf[t] = malloc((n + 1) * sizeof(float));
+            assert_non_null(ubuf[t]);
+            TA_CHECK_OK(ta_tensor_from_buffer(&u[t], ubuf[t] + 1, 4, sh, g[t].stride));
+        }
+        for (int th = 1; th <= 2; th++) {
+            TA_CHECK_OK(ta_set_num_threads(th));
+            TA_CHECK_OK(ta_sdpa_backward(&g[0], &g[1], &g[2], &dout, &q, &k, &v, &o, &lse, &bwd));
+            TA_CHECK_OK(ta_sdpa_backward(&u[0], &u[1], &u[2], &dout, &q, &k, &v, &o, &lse, &bwd));
+            for (int t = 0; t < 3; t++)
+                if (memcmp(g[t].data, u[t].data, (size_t)ta_tensor_numel(&g[t]) * sizeof(float)))
+                    fail_msg("case %d gradient %d threads %d", c, t, th);
+        }
+        for (int t = 0; t < 3; t++) {
+            ta_tensor_free(&g[t]);
+            free(ubuf[t]);
+        }
+        ta_tensor_free(&q);
+        ta_tensor_free(&k);
+        ta_tensor_free(&v);
+        ta_tensor_free(&o);
+        ta_tensor_free(&lse);
+        ta_tensor_free(&dout);
+    }
+    TA_CHECK_OK(ta_set_num_threads(saved));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -290,6 +343,7 @@ int main(void)
         cmocka_unit_test(test_nan_propagates),
         cmocka_unit_test(test_bitwise_across_threads),
         cmocka_unit_test(test_bshd_layout_bitwise),
+        cmocka_unit_test(test_large_gradients_bitwise),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -171,26 +171,6 @@ static int64_t plan_vcopy(const ta_sdpa_problem *p, bool bound)
     return p->Lk * p->Dv;
 }
 
-/* O of at least this many bytes is written with non-temporal stores (stream_o): far
- * larger than the L2 of a core, it would be evicted before anyone reads it, and each of
- * its lines would first be read for ownership. Measured on the two-port Xeon (driver,
- * medians, alternated): causal B512 H8 L128 D64 (O 128 MiB) 161 -> 152 ms on 1 thread,
- * 84.2 -> 79.1 on 2; the seed's causal case (32 MiB) 89.1 -> 85.9 and 44.8 -> 43.7.
- * Below it O stays in the caches for the next operation. */
-#define TA_FUSED_STREAM_O_MIN ((int64_t)16 << 20)
-
-static bool plan_stream_o(const ta_sdpa_problem *p)
-{
-#if defined(__SSE2__)
-    const ta_tensor *O = p->O;
-    return O->dtype == TA_F32 && O->stride[3] == 1 && p->Dv % 4 == 0 && p->Dv > 0 &&
-           p->B * p->H * p->Lq >= TA_FUSED_STREAM_O_MIN / (int64_t)sizeof(float) / p->Dv;
-#else
-    (void)p;
-    return false;
-#endif
-}
-
 static fused_plan make_plan(const ta_sdpa_problem *p)
 {
     fused_plan f = {.p = p, .k = ta_kernels_active(), .G = p->G};
@@ -206,7 +186,11 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
     f.kind_k = rows_kind(p->K, p->D, f.k->attn_vl);
     f.kind_v = rows_kind(p->V, p->Dv, f.k->attn_vl);
     f.prefetch_o = p->O->stride[3] == 1 && p->O->stride[2] != p->Dv && p->Dv > 0;
-    f.stream_o = plan_stream_o(p);
+    /* a large O with non-temporal stores (ta_sdpa_stream_rows). Measured on the two-port
+     * Xeon (driver, medians, alternated): causal B512 H8 L128 D64 (O 128 MiB) 161 -> 152
+     * ms on 1 thread, 84.2 -> 79.1 on 2; the seed's causal case (32 MiB) 89.1 -> 85.9 and
+     * 44.8 -> 43.7. Below the bound O stays in the caches for the next operation. */
+    f.stream_o = ta_sdpa_stream_rows(p->O, p->Dv);
     f.scores_var = ta_sdpa_fused_scores_needed(&p->var);
     f.tpg = ta_fused_group_tiles(&f, NULL, NULL);
     f.ngroups = p->B * p->Hkv;

@@ -130,31 +130,41 @@ static void finish_row(const fused_plan *f, int64_t b, int64_t hkv, int64_t r,
 #include <xmmintrin.h>
 #endif
 
-/* O row = o * inv (0 when l = 0) with non-temporal stores, 4 floats each (the fused plan
- * asks for them, stream_o, only where SSE is, O rows are unit-stride and Dv a multiple of
- * 4); false when the row is not 16-byte aligned (the caller stores it plainly). The
- * products are those of the plain loop (one float multiply each). */
-static bool store_row_nt(float *orow, const float *o, float inv, bool empty, int64_t Dv)
+bool ta_sdpa_stream_rows(const ta_tensor *t, int64_t cols)
 {
 #if defined(__SSE2__)
-    if (((uintptr_t)orow & 15) != 0) return false;
-    const __m128 vi = _mm_set1_ps(inv);
-    for (int64_t d = 0; d < Dv; d += 4)
-        _mm_stream_ps(orow + d, empty ? _mm_setzero_ps() : _mm_mul_ps(_mm_loadu_ps(o + d), vi));
+    return t->dtype == TA_F32 && t->stride[3] == 1 && cols > 0 && cols % 4 == 0 &&
+           ta_tensor_numel(t) >= TA_SDPA_STREAM_MIN / (int64_t)sizeof(float);
+#else
+    (void)t, (void)cols;
+    return false;
+#endif
+}
+
+bool ta_sdpa_store_row_nt(float *dst, const float *src, float alpha, bool zero, int64_t cols)
+{
+#if defined(__SSE2__)
+    if (((uintptr_t)dst & 15) != 0) return false;
+    const __m128 a = _mm_set1_ps(alpha);
+    for (int64_t d = 0; d < cols; d += 4)
+        _mm_stream_ps(dst + d, zero ? _mm_setzero_ps() : _mm_mul_ps(_mm_loadu_ps(src + d), a));
     return true;
 #else
-    (void)orow, (void)o, (void)inv, (void)empty, (void)Dv;
+    (void)dst, (void)src, (void)alpha, (void)zero, (void)cols;
     return false;
+#endif
+}
+
+void ta_sdpa_stream_fence(void)
+{
+#if defined(__SSE2__)
+    _mm_sfence();
 #endif
 }
 
 void ta_fused_finish_fence(const fused_plan *f)
 {
-#if defined(__SSE2__)
-    if (f->stream_o) _mm_sfence();
-#else
-    (void)f;
-#endif
+    if (f->stream_o) ta_sdpa_stream_fence();
 }
 
 void ta_fused_finish_item(const fused_plan *f, const fused_item *it, const fused_ws *w)
@@ -176,7 +186,7 @@ void ta_fused_finish_item(const fused_plan *f, const fused_item *it, const fused
             ta_sdpa_sink_finish(w->m[r], l, ta_sdpa_sink(&p->var, h), &factor, &lse);
             inv = (float)factor;
         }
-        if (f->stream_o && store_row_nt(orow, o, inv, l == 0.0f, Dv))
+        if (f->stream_o && ta_sdpa_store_row_nt(orow, o, inv, l == 0.0f, Dv))
             ;
         else if (os == 1)
             for (int64_t d = 0; d < Dv; d++) orow[d] = l == 0.0f ? 0.0f : o[d] * inv;
