@@ -239,32 +239,20 @@ static size_t plan_bytes(const fused_plan *f)
     return ta_arena_bytes(&a);
 }
 
-static size_t fused_scratch(const ta_sdpa_problem *p)
-{
-    fused_plan f = make_plan(p);
-    return plan_bytes(&f);
-}
-
 size_t ta_sdpa_forward_fused_scratch(const ta_sdpa_problem *p)
 {
     if (p->B * p->H * p->Lq == 0) return 0;
-    return fused_scratch(p);
+    fused_plan f = make_plan(p);
+    return plan_bytes(&f);
 }
 
 /* At least the scratch of any problem like p with Lq' <= Lq, Lk' <= Lk (the sequences of
  * a variable-length batch whose whole is p). All but the key split grows with Lq and Lk;
  * a shorter problem may split where p does not (below TA_FUSED_FEW_TILES tiles), into at
  * most min(TA_FUSED_MAX_CHUNKS, ceil(Lk / TA_FUSED_SPLIT)) chunks. */
-static size_t fused_scratch_bound(const ta_sdpa_problem *p);
-
 size_t ta_sdpa_forward_fused_scratch_bound(const ta_sdpa_problem *p)
 {
     if (p->B * p->H * p->Lq == 0) return 0;
-    return fused_scratch_bound(p);
-}
-
-static size_t fused_scratch_bound(const ta_sdpa_problem *p)
-{
     fused_plan f = make_plan(p);
     if (p->Lk >= 2 * TA_FUSED_SPLIT) {
         int64_t chunks = TA_MIN(TA_FUSED_MAX_CHUNKS, (p->Lk + TA_FUSED_SPLIT - 1) / TA_FUSED_SPLIT);
@@ -281,14 +269,6 @@ static size_t fused_scratch_bound(const ta_sdpa_problem *p)
     /* a sequence with fewer keys copies its V rows where the whole's are too many */
     f.vcopy_floats = plan_vcopy(p, true);
     return plan_bytes(&f);
-}
-
-static ta_status forward_fused(const ta_sdpa_problem *p, ta_arena *scratch);
-
-ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
-{
-    if (p->B * p->H * p->Lq == 0) return TA_OK;
-    return forward_fused(p, scratch);
 }
 
 /* The V rows [lo, hi) of group (b, hkv) that a thread's buffer holds (b = -1: none). */
@@ -311,28 +291,33 @@ static const fused_plan *vcopy_plan(const fused_plan *f, fused_plan *fv, ta_sdpa
     return fv;
 }
 
+/* V rows [a, b) of group (bi, hkv) into rows a .. b - 1 of vbuf. */
+static void copy_v_rows(const ta_sdpa_problem *p, int64_t bi, int64_t hkv, int64_t a, int64_t b,
+                        float *vbuf)
+{
+    const float *v = (const float *)p->V->data;
+    for (int64_t j = a; j < b; j++)
+        memcpy(vbuf + j * p->Dv, v + ta_sdpa_kv_offset(p, true, bi, hkv, j),
+               sizeof(float) * (size_t)p->Dv);
+}
+
 /* Makes the buffer hold the V rows of the item's keys [jlo, jhi) of its group: copies
- * the rows it lacks (a new group: all of them; the same group: the rows beyond those
- * held, so that the held rows stay one range). */
+ * the rows it lacks (a new group: all of them; the same group: those below and above the
+ * rows held, so that the held rows stay one range). */
 static void hold_v(const fused_plan *f, const fused_item *it, float *vbuf, held_v *h)
 {
     if (it->jhi <= it->jlo) return;
-    const ta_sdpa_problem *p = f->p;
     if (h->b != it->b || h->hkv != it->hkv) *h = (held_v){it->b, it->hkv, it->jlo, it->jlo};
-    const int64_t lo = TA_MIN(it->jlo, h->lo), hi = TA_MAX(it->jhi, h->hi), Dv = p->Dv;
-    const size_t bytes = sizeof(float) * (size_t)Dv;
-    const float *v = (const float *)p->V->data;
-    for (int64_t j = lo; j < hi; j++) {
-        if (j == h->lo) j = h->hi; /* skip the rows held */
-        if (j >= hi) break;
-        memcpy(vbuf + j * Dv, v + ta_sdpa_kv_offset(p, true, it->b, it->hkv, j), bytes);
-    }
+    const int64_t lo = TA_MIN(it->jlo, h->lo), hi = TA_MAX(it->jhi, h->hi);
+    copy_v_rows(f->p, it->b, it->hkv, lo, h->lo, vbuf);
+    copy_v_rows(f->p, it->b, it->hkv, h->hi, hi, vbuf);
     h->lo = lo;
     h->hi = hi;
 }
 
-static ta_status forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
+ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
 {
+    if (p->B * p->H * p->Lq == 0) return TA_OK;
     fused_plan f = make_plan(p);
     fused_mem m;
     layout(scratch, &m, &f);
@@ -392,7 +377,7 @@ static ta_status forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
                 else ta_fused_finish_item(fp, it, &w);
             }
         }
-        ta_fused_finish_fence(&f); /* before the region's closing barrier */
+        if (f.stream_o) ta_sdpa_stream_fence(); /* before the region's closing barrier */
     }
     if (f.split) ta_fused_merge_partials(&f, &m);
     return TA_OK;

@@ -92,6 +92,13 @@ static inline void row_hi(const fused_plan *f, int64_t hkv, int64_t r, int64_t *
     *i = r % Lq;
 }
 
+/* O's row (b, h, i). */
+static inline float *o_row(const ta_sdpa_problem *p, int64_t b, int64_t h, int64_t i)
+{
+    const ta_tensor *O = p->O;
+    return (float *)O->data + b * O->stride[0] + h * O->stride[1] + i * O->stride[2];
+}
+
 /* ------------------------------------------------- sdpa_fused_items.c */
 
 /* The rows of a keep or block mask's bound table (0: no table: no such mask, or one
@@ -124,10 +131,6 @@ void ta_fused_store_partial(const fused_plan *f, const fused_mem *m, const fused
 /* Every row of a split problem from its chunks' partials: the chunks that hold keys (a
  * chunk past a tile's last key would add an exact zero). */
 void ta_fused_merge_partials(const fused_plan *f, const fused_mem *m);
-
-/* After a thread's last ta_fused_finish_item of a call: orders its non-temporal stores
- * (stream_o) before whatever follows the parallel region. */
-void ta_fused_finish_fence(const fused_plan *f);
 
 /* The unsplit case of finish_row for the rows of a work item, in float: O = o * (1/l),
  * LSE = m + log l (l = 0: O = 0, LSE = -inf; a NaN l gives NaN in both). */

@@ -101,7 +101,7 @@ static void finish_row(const fused_plan *f, int64_t b, int64_t hkv, int64_t r,
         L += (double)l[c][0] * fc[c];
     }
     const ta_tensor *O = p->O;
-    float *orow = (float *)O->data + b * O->stride[0] + h * O->stride[1] + i * O->stride[2];
+    float *orow = o_row(p, b, h, i);
     double lse = L == 0.0 ? -INFINITY : u + log(L);
     if (p->var.sinks) { /* O = sum o_c e^(m_c - u) * factor */
         double factor;
@@ -162,11 +162,6 @@ void ta_sdpa_stream_fence(void)
 #endif
 }
 
-void ta_fused_finish_fence(const fused_plan *f)
-{
-    if (f->stream_o) ta_sdpa_stream_fence();
-}
-
 void ta_fused_finish_item(const fused_plan *f, const fused_item *it, const fused_ws *w)
 {
     const ta_sdpa_problem *p = f->p;
@@ -175,8 +170,7 @@ void ta_fused_finish_item(const fused_plan *f, const fused_item *it, const fused
     for (int64_t r = 0; r < it->mq; r++) {
         int64_t h, i;
         row_hi(f, it->hkv, it->r0 + r, &h, &i);
-        float *orow = (float *)O->data + it->b * O->stride[0] + h * O->stride[1] +
-                      i * O->stride[2];
+        float *orow = o_row(p, it->b, h, i);
         const float *o = w->o + r * f->ldo;
         float l = w->l[r], inv = l == 0.0f ? 0.0f : 1.0f / l; /* inv NaN when l is */
         /* the log only when LSE is kept (errno keeps gcc from dropping the call) */
@@ -186,11 +180,10 @@ void ta_fused_finish_item(const fused_plan *f, const fused_item *it, const fused
             ta_sdpa_sink_finish(w->m[r], l, ta_sdpa_sink(&p->var, h), &factor, &lse);
             inv = (float)factor;
         }
-        if (f->stream_o && ta_sdpa_store_row_nt(orow, o, inv, l == 0.0f, Dv))
-            ;
-        else if (os == 1)
+        const bool streamed = f->stream_o && ta_sdpa_store_row_nt(orow, o, inv, l == 0.0f, Dv);
+        if (!streamed && os == 1)
             for (int64_t d = 0; d < Dv; d++) orow[d] = l == 0.0f ? 0.0f : o[d] * inv;
-        else
+        else if (!streamed)
             for (int64_t d = 0; d < Dv; d++) orow[d * os] = l == 0.0f ? 0.0f : o[d] * inv;
         if (T)
             ((float *)T->data)[it->b * T->stride[0] + h * T->stride[1] + i * T->stride[2]] =

@@ -81,6 +81,14 @@ static const char *kv_rows(const fused_plan *f, const fused_item *it, bool value
            ta_dtype_size(t->dtype) * (size_t)ta_sdpa_kv_offset(f->p, value, it->b, it->hkv, j0);
 }
 
+/* Whether K's (value false) or V's key rows follow each other in memory, unpaged: a
+ * head's keys are one stream, which the hardware prefetcher follows. */
+static inline bool rows_stream(const ta_sdpa_problem *p, bool value)
+{
+    const ta_tensor *t = value ? p->V : p->K;
+    return !p->pages.table && t->stride[2] == (value ? p->Dv : p->D);
+}
+
 /* The table of K's (value false) or V's rows for keys j0 .. j0 + nk - 1 of the item's
  * group, in rows (TA_FUSED_NK + TA_ROWS_AHEAD entries), then the next keys of the item
  * for the kernels to prefetch (up to TA_ROWS_AHEAD), except when the rows follow each
@@ -92,7 +100,7 @@ static int64_t row_table(const fused_plan *f, const fused_item *it, bool value, 
 {
     const ta_sdpa_problem *p = f->p;
     const ta_tensor *t = value ? p->V : p->K;
-    const bool stream = !p->pages.table && t->stride[2] == (value ? p->Dv : p->D);
+    const bool stream = rows_stream(p, value);
     const int64_t n = stream ? nk : TA_MIN(nk + TA_ROWS_AHEAD, it->jhi - j0);
     const size_t es = ta_dtype_size(t->dtype);
     const char *base = (const char *)t->data;
@@ -141,8 +149,6 @@ static const float *kv_tile(const fused_plan *f, const fused_item *it, bool valu
     for (int64_t j = 0; j < nk; j++) {
         if (widen)
             widen(buf + j * cols, (const uint16_t *)(src + j * rs), cols);
-        else if (t->dtype == TA_F32 && t->stride[3] == 1)
-            memcpy(buf + j * cols, src + j * rs, sizeof(float) * (size_t)cols);
         else
             ta_row_to_f32(buf + j * cols, src + j * rs, t->dtype, cols, t->stride[3]);
     }
@@ -256,7 +262,7 @@ static inline __attribute__((always_inline)) void prefetch_run(const fused_plan 
     const ta_sdpa_problem *p = f->p;
     const ta_tensor *t = value ? p->V : p->K;
     if (!few_rows(f, it) || j >= it->jhi || t->stride[3] != 1) return;
-    if (!p->pages.table && t->stride[2] == (value ? p->Dv : p->D)) return; /* one stream */
+    if (rows_stream(p, value)) return;
     const int64_t es = (int64_t)ta_dtype_size(t->dtype), bytes = (value ? p->Dv : p->D) * es;
     const int64_t n = TA_MIN(TA_MIN(ta_sdpa_kv_run(p, j), it->jhi - j), TA_FUSED_PREFETCH_ROWS);
     const char *row = (const char *)t->data + es * ta_sdpa_kv_offset(p, value, it->b, it->hkv, j);
@@ -420,13 +426,11 @@ static int64_t item_tile(const fused_plan *f, const fused_item *it, const fused_
  * 8 alternations): 1 thread 18.9 -> 18.3 ms, 2 threads 9.52 -> 9.40 ms. */
 static inline __attribute__((always_inline)) void prefetch_o(const fused_plan *f, const fused_item *it)
 {
-    const ta_tensor *O = f->p->O;
     const int64_t bytes = f->p->Dv * (int64_t)sizeof(float);
     for (int64_t r = 0; r < it->mq; r++) {
         int64_t h, i;
         row_hi(f, it->hkv, it->r0 + r, &h, &i);
-        const char *row = (const char *)((const float *)O->data + it->b * O->stride[0] +
-                                         h * O->stride[1] + i * O->stride[2]);
+        const char *row = (const char *)o_row(f->p, it->b, h, i);
         for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(row + c, 1, 2);
     }
 }
