@@ -57,6 +57,7 @@ typedef struct bench_config {
     double peak_seconds;  /* per FMA peak measurement */
     int64_t read_bytes;   /* the read-bandwidth buffer: far larger than the caches */
     int read_runs;        /* passes over it (the median is kept) */
+    int64_t latency_steps; /* loads of the latency chase in that buffer */
 } bench_config;
 
 typedef struct bench_case bench_case;
@@ -145,6 +146,7 @@ typedef struct bench_state {
     double peak_spread; /* largest relative change of a peak between its two measurements */
     double read_gbs, read_gbs_1thread; /* read bandwidth, bench threads and 1 (0: unknown) */
     double read_spread; /* largest relative change of a bandwidth between its two measurements */
+    double read_latency_ns; /* a load that misses every cache, 1 thread (0: unknown) */
     bench_case cases[BENCH_MAX_CASES];
     int ncases;
     double *times; /* BENCH_MAX_RUNS timings, allocated once */

@@ -51,8 +51,11 @@ int bench_peak_for(bench_state *s, ta_isa isa, int threads, double *gflops)
  * ISA's vector loads) of a buffer far larger than the caches (1 GiB; --quick: 256 MiB)
  * from the library allocator (huge pages advised, as the cases' buffers), touched
  * before timing. Measured before and after the cases, like the peaks: the larger value
- * is kept, the change goes to read_spread. Without the memory the bandwidth stays
- * unknown (0: reported as null) and the run goes on. */
+ * is kept, the change goes to read_spread. Then, in the same buffer, the latency of a
+ * load that misses the caches (bench_read_latency, 1 thread; the smaller value is kept):
+ * with the bandwidth it gives the lines a core keeps in flight (bandwidth x latency / 64
+ * bytes), the limit a decode step's reads meet (docs/performance.md, "Session 9").
+ * Without the memory both stay unknown (0: reported as null) and the run goes on. */
 static void measure_bandwidth(bench_state *s)
 {
     const int64_t n = s->cfg.read_bytes / (int64_t)sizeof(float);
@@ -70,6 +73,17 @@ static void measure_bandwidth(bench_state *s)
                        *have[k] > 0.0 ? " again" : "", counts[k], counts[k] == 1 ? "" : "s");
         why = bench_read_bandwidth(&got[k], ta_active_isa(), counts[k], buf.data, n,
                                    s->cfg.read_runs);
+    }
+    double lat = 0.0;
+    if (!why) {
+        bench_progress(s, "measuring the read latency: 1 thread ...");
+        const char *lwhy = bench_read_latency(&lat, buf.data, n, s->cfg.latency_steps);
+        if (lwhy) {
+            bench_progress_clear(s);
+            fprintf(stderr, "bench: warning: the read latency is not measured: %s\n", lwhy);
+        } else if (s->read_latency_ns == 0.0 || lat < s->read_latency_ns) {
+            s->read_latency_ns = lat;
+        }
     }
     ta_tensor_free(&buf);
     if (why) {

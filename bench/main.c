@@ -137,6 +137,7 @@ static int configure(bench_config *cfg)
     cfg->peak_seconds = cfg->quick ? 0.1 : 0.3;
     cfg->read_bytes = (int64_t)(cfg->quick ? 256 : 1024) << 20;
     cfg->read_runs = cfg->quick ? 3 : 5;
+    cfg->latency_steps = cfg->quick ? 100000 : 1000000;
     return 0;
 }
 

@@ -7,6 +7,8 @@
 
 #include <omp.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /* The loops, one per row of the library's ISA table (src/kernels/isa_table.def: a list
@@ -106,5 +108,41 @@ const char *bench_read_bandwidth(double *gbs, ta_isa isa, int threads, const flo
     double median = runs % 2 ? t[runs / 2] : 0.5 * (t[runs / 2 - 1] + t[runs / 2]);
     if (!(median > 0.0)) return "the clock did not advance";
     *gbs = (double)n * sizeof(float) / median * 1e-9;
+    return NULL;
+}
+
+const char *bench_read_latency(double *ns, float *p, int64_t n, int64_t steps)
+{
+    if (!ns || !p) return "ns or p is NULL";
+    if (n < 16384) return "n must be at least 16384";
+    if (steps < 1000) return "steps must be at least 1000";
+    const int64_t lines = n / 16, m = lines < BENCH_LATENCY_LINES ? lines : BENCH_LATENCY_LINES;
+    const int64_t gap = lines / m * 16; /* floats between the lines visited */
+    int64_t *next = malloc(sizeof *next * (size_t)m);
+    if (!next) return "out of memory for the chase order";
+    for (int64_t i = 0; i < m; i++) next[i] = i;
+    uint64_t x = 0x9e3779b97f4a7c15u; /* xorshift64 */
+    for (int64_t i = m - 1; i > 0; i--) { /* Sattolo: next[] is one cycle through all m */
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        const int64_t j = (int64_t)(x % (uint64_t)i), t = next[i];
+        next[i] = next[j];
+        next[j] = t;
+    }
+    for (int64_t i = 0; i < m; i++) {
+        const int64_t to = next[i] * gap;
+        memcpy(p + i * gap, &to, sizeof to);
+    }
+    free(next);
+    int64_t at = 0;
+    for (int64_t s = 0; s < m; s++) memcpy(&at, p + at, sizeof at); /* the TLB and page tables */
+    const double t0 = seconds_now();
+    for (int64_t s = 0; s < steps; s++) memcpy(&at, p + at, sizeof at);
+    const double dt = seconds_now() - t0;
+    volatile int64_t sink = at;
+    (void)sink;
+    if (!(dt > 0.0)) return "the clock did not advance";
+    *ns = dt / (double)steps * 1e9;
     return NULL;
 }

@@ -26,4 +26,18 @@ const char *bench_fma_peak(double *gflops, ta_isa isa, int threads, double secon
 const char *bench_read_bandwidth(double *gbs, ta_isa isa, int threads, const float *p, int64_t n,
                                  int runs);
 
+/* The lines a latency chase visits at most (bench_read_latency): spread over the buffer,
+ * one every n / 16 / BENCH_LATENCY_LINES lines. */
+#define BENCH_LATENCY_LINES ((int64_t)1 << 20)
+
+/* The latency in ns of a load that misses every cache, on the calling thread: a chase
+ * through `steps` (>= 1000) loads, each reading the index of the next from a 64-byte line
+ * of the n floats at p (n >= 16384), over up to BENCH_LATENCY_LINES lines spread across
+ * the buffer in a random cyclic order (Sattolo's shuffle, fixed seed), so that no
+ * prefetcher can predict the next line; timed after a first pass over the cycle. The
+ * caller makes p far larger than the caches and touches it (huge pages advised keep the
+ * TLB out of it). Writes the first 8 bytes of each visited line. Returns NULL, or why
+ * nothing was measured (*ns untouched). */
+const char *bench_read_latency(double *ns, float *p, int64_t n, int64_t steps);
+
 #endif

@@ -83,6 +83,8 @@ static void machine_json(const bench_state *s, cJSON *m)
         cJSON_AddNumberToObject(m, "read_bandwidth_gbs_1thread", s->read_gbs_1thread);
     else cJSON_AddNullToObject(m, "read_bandwidth_gbs_1thread");
     cJSON_AddNumberToObject(m, "read_bandwidth_spread", s->read_spread);
+    if (s->read_latency_ns > 0.0) cJSON_AddNumberToObject(m, "read_latency_ns", s->read_latency_ns);
+    else cJSON_AddNullToObject(m, "read_latency_ns");
     cJSON *peaks = cJSON_AddObjectToObject(m, "peaks");
     cJSON *peaks1 = cJSON_AddObjectToObject(m, "peaks_1thread");
     for (int i = 0; i < TA_ISA_COUNT && peaks && peaks1; i++) {

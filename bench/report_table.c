@@ -89,6 +89,14 @@ void bench_print_machine(const bench_state *s)
         printf(", %9.1f on %d threads", s->read_gbs, s->cfg.threads);
     printf("   <- %%bw of memory-bound cases (decoding) uses this\n");
     printf("  (best of two measurements, before and after the cases; they differed by up to "
-           "%.0f%%)\n\n", 100.0 * s->read_spread);
+           "%.0f%%)\n", 100.0 * s->read_spread);
+    if (s->read_latency_ns > 0.0 && s->read_gbs_1thread > 0.0)
+        printf("read latency: %.0f ns a load that misses the caches (1 thread): %.0f lines of 64 "
+               "bytes in flight at the 1-thread bandwidth\n\n",
+               s->read_latency_ns, s->read_gbs_1thread * s->read_latency_ns / 64.0);
+    else if (s->read_latency_ns > 0.0)
+        printf("read latency: %.0f ns a load that misses the caches (1 thread)\n\n", s->read_latency_ns);
+    else
+        printf("read latency: not measured\n\n");
     fflush(stdout);
 }

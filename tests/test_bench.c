@@ -102,6 +102,10 @@ static void test_json_report_is_whole_and_consistent(void **state)
     assert_true(bw > 0.0 && bw1 > 0.0);
     assert_close(bw, bw1, 1e-12);
     assert_true(num(m, "read_bandwidth_spread") >= 0.0);
+    /* The latency of a load that misses the caches: measured, and slower than an L1 hit
+     * and than a second (a miss takes 50 - 200 ns; 1 ns is 4 cycles at 4 GHz). */
+    const double lat = num(m, "read_latency_ns");
+    assert_true(lat > 1.0 && lat < 1e9);
 
     const cJSON *cases = cJSON_GetObjectItemCaseSensitive(root, "cases");
     assert_true(cJSON_IsArray(cases));
