@@ -1,12 +1,13 @@
 /* How fast one core reads rows that the hardware prefetchers cannot follow, the case of a
  * decode step's K and V rows in a KV cache [B, L, Hkv, D] (docs/performance.md,
- * "Session 9"). Built with the project (build/prefetch_ceiling); no library code.
+ * "Session 9"). Built with the project (build/prefetch_ceiling), with the bench's
+ * bench/peak.c for the latency.
  *
  *   build/prefetch_ceiling [MiB]        (default 1024; huge pages advised)
  *
  * Prints, on the calling thread:
- *   - the latency of a load that misses the caches (a chase through the buffer's lines in
- *     a random cyclic order, as bench_read_latency);
+ *   - the latency of a load that misses the caches (bench_read_latency, in the same
+ *     buffer);
  *   - the rate of a sequential read of 256-byte rows (what the hardware streamer gives);
  *   - the rate of reading the same rows in a random order with a software prefetch
  *     (__builtin_prefetch, into L2) of every line of the row D rows ahead, for several D,
@@ -17,6 +18,8 @@
  * it): on the two-port Xeon of session 9 it levels off at about 28 lines in flight
  * (10.6 GB/s at 170 ns) against 46 for the sequential read (16 GB/s). */
 #define _GNU_SOURCE
+#include "peak.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,25 +78,13 @@ int main(int argc, char **argv)
 #endif
     memset(buf, 1, bytes);
 
-    /* Latency: a random cycle through the rows (Sattolo's shuffle), each row's first 8
-     * bytes the offset of the next. */
-    for (size_t i = 0; i < rows; i++) order[i] = (uint32_t)i;
-    for (size_t i = rows - 1; i > 0; i--) {
-        const size_t j = (size_t)(next_random() % i);
-        const uint32_t t = order[i];
-        order[i] = order[j];
-        order[j] = t;
+    double lat = 0.0;
+    const char *why = bench_read_latency(&lat, (float *)(void *)buf,
+                                         (int64_t)(bytes / sizeof(float)), 2000000);
+    if (why) {
+        fprintf(stderr, "prefetch_ceiling: the latency is not measured: %s\n", why);
+        return 1;
     }
-    for (size_t i = 0; i < rows; i++) {
-        const uint64_t to = (uint64_t)order[i] * ROW;
-        memcpy(buf + (size_t)i * ROW, &to, sizeof to);
-    }
-    uint64_t at = 0;
-    const size_t steps = rows < 2000000 ? rows : 2000000;
-    for (size_t s = 0; s < steps; s++) memcpy(&at, buf + at, sizeof at); /* TLB warm */
-    double t0 = now();
-    for (size_t s = 0; s < steps; s++) memcpy(&at, buf + at, sizeof at);
-    const double lat = (now() - t0) / (double)steps * 1e9;
     printf("latency of a load that misses the caches: %.0f ns\n", lat);
 
     /* A random permutation of the rows for the prefetched reads (Fisher-Yates). */
@@ -104,9 +95,9 @@ int main(int argc, char **argv)
         order[i] = order[j];
         order[j] = t;
     }
-    uint64_t sink = at;
+    uint64_t sink = 0;
     const size_t n = rows / 2; /* rows read per measurement */
-    t0 = now();
+    double t0 = now();
     for (size_t i = 0; i < n; i++) sink += row_sum(buf + i * ROW);
     double dt = now() - t0;
     printf("sequential rows:                       %5.1f GB/s (%3.0f lines in flight)\n",
