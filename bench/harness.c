@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "bench_internal.h"
+#include "peak.h"
 
 #include <float.h>
 #include <math.h>
@@ -11,19 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define BENCH_SAMPLES 64 /* random output elements checked per call ... */
 #define BENCH_RUN 4096   /* ... plus a run of consecutive ones, the first and the last */
 
 /* ------------------------------------------------------------ small tools */
-
-static double bench_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int bench_fail(bench_case *c, const char *fmt, ...)
 {
@@ -242,9 +235,9 @@ static int time_case(bench_state *s, bench_case *c)
      * case's own scratch, whatever case ran before. */
     bench_install_counting_allocator();
     size_t base = bench_mem_mark();
-    double t0 = bench_now();
+    double t0 = bench_seconds_now();
     if (c->kind->run(c)) return -1;
-    c->cold_s = bench_now() - t0;
+    c->cold_s = bench_seconds_now() - t0;
     c->extra_bytes_cold = bench_mem_extra_since(base);
     if (check_case(c)) return -1;
     /* A slow case (the reference path at the big sizes takes seconds) gets fewer runs
@@ -257,13 +250,13 @@ static int time_case(bench_state *s, bench_case *c)
         warmup = 1, min_runs = 3, min_seconds = 0.0;
     for (int i = 0; i < warmup; i++)
         if (c->kind->run(c)) return -1;
-    double start = bench_now(), extra = 0.0;
+    double start = bench_seconds_now(), extra = 0.0;
     int n = 0;
-    while (n < BENCH_MAX_RUNS && (n < min_runs || bench_now() - start < min_seconds)) {
+    while (n < BENCH_MAX_RUNS && (n < min_runs || bench_seconds_now() - start < min_seconds)) {
         base = bench_mem_mark();
-        t0 = bench_now();
+        t0 = bench_seconds_now();
         if (c->kind->run(c)) return -1;
-        s->times[n++] = bench_now() - t0;
+        s->times[n++] = bench_seconds_now() - t0;
         double e = bench_mem_extra_since(base);
         extra = e < 0.0 || extra < 0.0 ? -1.0 : fmax(extra, e);
     }

@@ -34,11 +34,20 @@ static double (*const read_loops[TA_ISA_COUNT])(const float *p, int64_t n) = {
 #undef TA_ISA
 };
 
-static double seconds_now(void)
+double bench_seconds_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+uint64_t bench_xorshift64(uint64_t *state)
+{
+    uint64_t x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *state = x;
 }
 
 const char *bench_fma_peak(double *gflops, ta_isa isa, int threads, double seconds)
@@ -53,20 +62,20 @@ const char *bench_fma_peak(double *gflops, ta_isa isa, int threads, double secon
     /* Calibrate: grow the iteration count until one run takes >= 20 ms. */
     int64_t iters = 1 << 16;
     for (;;) {
-        double t0 = seconds_now();
+        double t0 = bench_seconds_now();
         loop(iters);
-        if (seconds_now() - t0 >= 0.02 || iters > ((int64_t)1 << 40)) break;
+        if (bench_seconds_now() - t0 >= 0.02 || iters > ((int64_t)1 << 40)) break;
         iters *= 2;
     }
     /* Best of repeated parallel runs: the peak is what the hardware can do. */
-    double best = 0.0, end = seconds_now() + seconds;
+    double best = 0.0, end = bench_seconds_now() + seconds;
     do {
-        double flops = 0.0, t0 = seconds_now();
+        double flops = 0.0, t0 = bench_seconds_now();
 #pragma omp parallel num_threads(nt) reduction(+ : flops)
         flops += loop(iters);
-        double dt = seconds_now() - t0;
+        double dt = bench_seconds_now() - t0;
         if (flops / dt > best) best = flops / dt;
-    } while (seconds_now() < end);
+    } while (bench_seconds_now() < end);
     *gflops = best * 1e-9;
     return NULL;
 }
@@ -85,7 +94,7 @@ const char *bench_read_bandwidth(double *gbs, ta_isa isa, int threads, const flo
     double t[BENCH_READ_MAX_RUNS];
     volatile double sink = 0.0;
     for (int r = 0; r < runs; r++) {
-        double sum = 0.0, t0 = seconds_now();
+        double sum = 0.0, t0 = bench_seconds_now();
         /* Each thread reads one contiguous share, cut at 64-float (256-byte) bounds. */
 #pragma omp parallel num_threads(nt) reduction(+ : sum)
         {
@@ -94,7 +103,7 @@ const char *bench_read_bandwidth(double *gbs, ta_isa isa, int threads, const flo
             int64_t hi = id + 1 < k ? n * (id + 1) / k / 64 * 64 : n;
             if (hi > lo) sum += loop(p + lo, hi - lo);
         }
-        t[r] = seconds_now() - t0;
+        t[r] = bench_seconds_now() - t0;
         sink += sum;
     }
     (void)sink;
@@ -121,12 +130,9 @@ const char *bench_read_latency(double *ns, float *p, int64_t n, int64_t steps)
     int64_t *next = malloc(sizeof *next * (size_t)m);
     if (!next) return "out of memory for the chase order";
     for (int64_t i = 0; i < m; i++) next[i] = i;
-    uint64_t x = 0x9e3779b97f4a7c15u; /* xorshift64 */
+    uint64_t x = 0x9e3779b97f4a7c15u;
     for (int64_t i = m - 1; i > 0; i--) { /* Sattolo: next[] is one cycle through all m */
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        const int64_t j = (int64_t)(x % (uint64_t)i), t = next[i];
+        const int64_t j = (int64_t)(bench_xorshift64(&x) % (uint64_t)i), t = next[i];
         next[i] = next[j];
         next[j] = t;
     }
@@ -137,9 +143,9 @@ const char *bench_read_latency(double *ns, float *p, int64_t n, int64_t steps)
     free(next);
     int64_t at = 0;
     for (int64_t s = 0; s < m; s++) memcpy(&at, p + at, sizeof at); /* the TLB and page tables */
-    const double t0 = seconds_now();
+    const double t0 = bench_seconds_now();
     for (int64_t s = 0; s < steps; s++) memcpy(&at, p + at, sizeof at);
-    const double dt = seconds_now() - t0;
+    const double dt = bench_seconds_now() - t0;
     volatile int64_t sink = at;
     (void)sink;
     if (!(dt > 0.0)) return "the clock did not advance";

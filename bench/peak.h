@@ -10,6 +10,13 @@
 
 #define BENCH_READ_MAX_RUNS 32
 
+/* Seconds on the monotonic clock: the bench's one timer. */
+double bench_seconds_now(void);
+
+/* One step of xorshift64 (13, 7, 17) on *state (nonzero): the fixed-seed random orders
+ * of the bench and its tools. */
+uint64_t bench_xorshift64(uint64_t *state);
+
 /* This machine's float32 FMA peak in GFLOP/s with the given ISA's widest FMA
  * (independent chains, no memory traffic) on `threads` threads (0 = the library's
  * thread count), running for about `seconds` (0 < seconds <= 60): the best rate of

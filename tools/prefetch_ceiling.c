@@ -25,25 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 
 #define ROW 256 /* bytes: a bfloat16 row of 128, a float32 row of 64 */
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static uint64_t rng = 0x9e3779b97f4a7c15u;
-static uint64_t next_random(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
 
 /* The sum of the first word of each of a row's lines: every line is loaded, with as
  * little work as can be (the fewer instructions per row, the more rows the core's
@@ -88,24 +71,25 @@ int main(int argc, char **argv)
     printf("latency of a load that misses the caches: %.0f ns\n", lat);
 
     /* A random permutation of the rows for the prefetched reads (Fisher-Yates). */
+    uint64_t rng = 0x9e3779b97f4a7c15u;
     for (size_t i = 0; i < rows; i++) order[i] = (uint32_t)i;
     for (size_t i = rows - 1; i > 0; i--) {
-        const size_t j = (size_t)(next_random() % (i + 1));
+        const size_t j = (size_t)(bench_xorshift64(&rng) % (i + 1));
         const uint32_t t = order[i];
         order[i] = order[j];
         order[j] = t;
     }
     uint64_t sink = 0;
     const size_t n = rows / 2; /* rows read per measurement */
-    double t0 = now();
+    double t0 = bench_seconds_now();
     for (size_t i = 0; i < n; i++) sink += row_sum(buf + i * ROW);
-    double dt = now() - t0;
+    double dt = bench_seconds_now() - t0;
     printf("sequential rows:                       %5.1f GB/s (%3.0f lines in flight)\n",
            (double)n * ROW / dt * 1e-9, (double)n * ROW / dt * lat * 1e-9 / 64.0);
     static const int ahead[] = {0, 2, 4, 8, 16, 32, 64};
     for (size_t a = 0; a < sizeof ahead / sizeof ahead[0]; a++) {
         const size_t d = (size_t)ahead[a];
-        t0 = now();
+        t0 = bench_seconds_now();
         for (size_t i = 0; i < n; i++) {
             if (d) {
                 const unsigned char *p = buf + (size_t)order[i + d] * ROW;
@@ -113,7 +97,7 @@ int main(int argc, char **argv)
             }
             sink += row_sum(buf + (size_t)order[i] * ROW);
         }
-        dt = now() - t0;
+        dt = bench_seconds_now() - t0;
         printf("random rows, prefetch %2zu rows ahead:   %5.1f GB/s (%3.0f lines in flight)\n", d,
                (double)n * ROW / dt * 1e-9, (double)n * ROW / dt * lat * 1e-9 / 64.0);
     }
