@@ -38,8 +38,9 @@
 
 /* One thread's workspace laid out in arena a (measuring or carving: the plan sizes it
  * with the same code). */
-/* The state of one work item in a thread's scratch (Q rows, O rows, m, l and the rows'
- * bounds), for `rows` rows of Q and O (a sweep's further heads: attn_rows_max). */
+/* The state of one work item in a thread's scratch (Q rows, O rows, m, l, the rows' bounds,
+ * its tile's scores and row tables), for `rows` rows of Q and O (a sweep's further heads:
+ * attn_rows_max). */
 static void ws_state_layout(ta_arena *a, fused_ws *w, const fused_plan *f, int64_t rows)
 {
     const ta_sdpa_problem *p = f->p;
@@ -54,6 +55,11 @@ static void ws_state_layout(ta_arena *a, fused_ws *w, const fused_plan *f, int64
     w->lo = TA_ARENA_TAKE(a, int64_t, mq);
     w->slope = TA_ARENA_TAKE(a, float, mq);
     w->pos = TA_ARENA_TAKE(a, float, mq);
+    /* a sweep's heads keep their tiles' scores and row tables until the tile ends */
+    w->s = TA_ARENA_TAKE2(a, float, mq, TA_FUSED_NK);
+    w->rowk = TA_ARENA_TAKE(a, int32_t, mq);
+    w->krows = (const void **)TA_ARENA_TAKE(a, void *, TA_FUSED_NK + TA_ROWS_AHEAD);
+    w->vrows = (const void **)TA_ARENA_TAKE(a, void *, TA_FUSED_NK + TA_ROWS_AHEAD);
 }
 
 /* A thread's scratch: one item's state, then what the steps of any item share. */
@@ -62,12 +68,8 @@ static void ws_layout(ta_arena *a, fused_ws *w, const fused_plan *f)
     const ta_sdpa_problem *p = f->p;
     const int64_t mq = f->mq_max;
     ws_state_layout(a, w, f, mq);
-    w->s = TA_ARENA_TAKE2(a, float, mq, TA_FUSED_NK);
-    w->rowk = TA_ARENA_TAKE(a, int32_t, mq);
     w->ones = TA_ARENA_TAKE(a, float, mq);
     w->rowk_run = TA_ARENA_TAKE(a, int32_t, mq);
-    w->krows = (const void **)TA_ARENA_TAKE(a, void *, TA_FUSED_NK + TA_ROWS_AHEAD);
-    w->vrows = (const void **)TA_ARENA_TAKE(a, void *, TA_FUSED_NK + TA_ROWS_AHEAD);
     w->kp = f->pack_k ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK, p->D) : NULL;
     w->vp = f->pack_v ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK, p->Dv) : NULL;
 }
@@ -347,6 +349,7 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
             for (int64_t h = 1; h < f.sweep; h++) {
                 ws[h] = w;
                 ws_state_layout(&mine, &ws[h], &f, f.k->attn_rows_max);
+                memset(ws[h].s, 0, sizeof(float) * (size_t)(f.mq_max * TA_FUSED_NK));
             }
 #pragma omp for schedule(dynamic, 1)
             for (int64_t u = 0; u < nitems / f.sweep; u++) {
