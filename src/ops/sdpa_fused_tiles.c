@@ -476,8 +476,9 @@ void ta_fused_run_item(const fused_plan *f, const fused_item *it, const fused_ws
  * are read. Per head and key the same operations as item_tile's: the same results.
  * Measured on one Zen 4 core, B1 H32 Hkv8 D128 bfloat16, 32k keys from memory (driver,
  * medians of 9 alternations): 11.0 ms tile by tile, 8.6 ms in rounds of 16 keys
- * (rounds of 32: 10.5; of 8: 10.5); with the cache in L3 (4096 keys) 0.91 against
- * 0.95 ms (docs/inference.md, "Decode order"). */
+ * (rounds of 32: 10.5; of 8: 10.5). With the cache warm in L3 (4096 keys) the four
+ * calls per head and tile cost a little: 0.91 against 0.95 ms in the driver, 4 - 7% on
+ * 2 threads in the bench (docs/inference.md, "Decode order"). */
 void ta_fused_run_sweep(const fused_plan *f, const fused_item *its, int64_t n, const fused_ws *ws)
 {
     const ta_sdpa_problem *p = f->p;
