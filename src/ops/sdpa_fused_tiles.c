@@ -270,6 +270,30 @@ static inline __attribute__((always_inline)) void prefetch_run(const fused_plan 
         for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(row + c, 0, 2);
 }
 
+/* The row tables of keys [j0, j0 + nk) for a tile whose K rows the few-row kernels read
+ * in place (typed_rows): K's in w->krows (returns its entries, the kernels' avail) and,
+ * when V's rows are read in place too, V's in w->vrows (*vn entries, else -1). */
+static int64_t tile_tables(const fused_plan *f, const fused_item *it, const fused_ws *w,
+                           int64_t j0, int64_t nk, int64_t *vn)
+{
+    const int64_t kn = row_table(f, it, false, j0, nk, w->krows);
+    *vn = typed_rows(f, it, true) ? row_table(f, it, true, j0, nk, w->vrows) : -1;
+    if (kn == nk) prefetch_run(f, it, false, j0 + nk); /* a stream: the next tile */
+    return kn;
+}
+
+/* The scores of the tile's keys [a, a + n) from the tables tile_tables filled (kn and vn
+ * entries), prefetching V's rows with K's when V has a table. */
+static void tile_scores_rows(const fused_plan *f, const fused_item *it, const fused_ws *w,
+                             int64_t a, int64_t n, int64_t kn, int64_t vn)
+{
+    const ta_sdpa_problem *p = f->p;
+    f->k->attn_qk_rows_kv[f->kind_k](w->s + a * f->mq_max, f->mq_max, w->qp, p->D, it->mq,
+                                     w->krows + a, n, p->D, kn - a,
+                                     vn >= 0 ? w->vrows + a : NULL,
+                                     p->Dv * (int64_t)ta_dtype_size(p->V->dtype));
+}
+
 /* The scores of keys [j0, j0 + nk), s = (scale Q) K^T, run by run into the tile's
  * columns: a paged cache's tile spans blocks (its softmax and rescale stay per tile).
  * Returns the entries of V's row table when it filled w->vrows for tile_pv, else -1. */
@@ -278,13 +302,9 @@ static int64_t tile_scores(const fused_plan *f, const fused_item *it, const fuse
 {
     const ta_sdpa_problem *p = f->p;
     if (typed_rows(f, it, false)) { /* K rows in place, through a table (any run) */
-        const int64_t avail = row_table(f, it, false, j0, nk, w->krows);
-        const bool v_too = typed_rows(f, it, true);
-        const int64_t vn = v_too ? row_table(f, it, true, j0, nk, w->vrows) : -1;
-        if (avail == nk) prefetch_run(f, it, false, j0 + nk); /* a stream: the next tile */
-        f->k->attn_qk_rows_kv[f->kind_k](w->s, f->mq_max, w->qp, p->D, it->mq, w->krows, nk,
-                                         p->D, avail, v_too ? w->vrows : NULL,
-                                         p->Dv * (int64_t)ta_dtype_size(p->V->dtype));
+        int64_t vn;
+        const int64_t kn = tile_tables(f, it, w, j0, nk, &vn);
+        tile_scores_rows(f, it, w, 0, nk, kn, vn);
         return vn;
     }
     int64_t n, ld;
@@ -481,13 +501,11 @@ void ta_fused_run_item(const fused_plan *f, const fused_item *it, const fused_ws
  * 2 threads in the bench (docs/inference.md, "Decode order"). */
 void ta_fused_run_sweep(const fused_plan *f, const fused_item *its, int64_t n, const fused_ws *ws)
 {
-    const ta_sdpa_problem *p = f->p;
     item_run ir[TA_FUSED_SWEEP_MAX];
     int64_t j0[TA_FUSED_SWEEP_MAX], nk[TA_FUSED_SWEEP_MAX], kn[TA_FUSED_SWEEP_MAX];
     int64_t vn[TA_FUSED_SWEEP_MAX];
     const int32_t *rowk[TA_FUSED_SWEEP_MAX];
     bool live[TA_FUSED_SWEEP_MAX], rounds[TA_FUSED_SWEEP_MAX];
-    const int64_t vbytes = p->Dv * (int64_t)ta_dtype_size(p->V->dtype);
     bool more = false;
     for (int64_t h = 0; h < n; h++) {
         j0[h] = item_begin(f, &its[h], &ws[h], &ir[h]) ? its[h].jlo : its[h].jhi;
@@ -505,21 +523,14 @@ void ta_fused_run_sweep(const fused_plan *f, const fused_item *its, int64_t n, c
                 if (live[h]) vn[h] = tile_scores(f, it, &ws[h], j0[h], nk[h], rowk[h]);
                 continue;
             }
-            kn[h] = row_table(f, it, false, j0[h], nk[h], ws[h].krows);
-            vn[h] = typed_rows(f, it, true) ? row_table(f, it, true, j0[h], nk[h], ws[h].vrows) : -1;
-            if (kn[h] == nk[h]) prefetch_run(f, it, false, j0[h] + nk[h]);
+            kn[h] = tile_tables(f, it, &ws[h], j0[h], nk[h], &vn[h]);
             most = TA_MAX(most, nk[h]);
         }
         for (int64_t a = 0; a < most; a += TA_FUSED_SWEEP_KEYS)
-            for (int64_t h = 0; h < n; h++) {
-                if (!rounds[h] || a >= nk[h]) continue;
-                const fused_ws *w = &ws[h];
-                f->k->attn_qk_rows_kv[f->kind_k](w->s + a * f->mq_max, f->mq_max, w->qp, p->D,
-                                                 its[h].mq, w->krows + a,
-                                                 TA_MIN(TA_FUSED_SWEEP_KEYS, nk[h] - a), p->D,
-                                                 kn[h] - a, vn[h] >= 0 ? w->vrows + a : NULL,
-                                                 vbytes);
-            }
+            for (int64_t h = 0; h < n; h++)
+                if (rounds[h] && a < nk[h])
+                    tile_scores_rows(f, &its[h], &ws[h], a, TA_MIN(TA_FUSED_SWEEP_KEYS, nk[h] - a),
+                                     kn[h], vn[h]);
         more = false;
         for (int64_t h = 0; h < n; h++) {
             if (j0[h] >= its[h].jhi) continue;
