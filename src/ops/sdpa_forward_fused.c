@@ -375,7 +375,9 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
             for (int64_t n = 0; n < nitems; n++) {
                 const fused_item *it = &m.items[n];
                 if (f.vcopy_floats) hold_v(&f, it, (float *)vt.data, &hv);
-                ta_fused_run_item(fp, it, &w);
+                /* the next item of this thread's chunk (chunks start at multiples of
+                 * grab), whose Q rows it prefetches meanwhile */
+                ta_fused_run_item(fp, it, &w, (n + 1) % grab && n + 1 < nitems ? it + 1 : NULL);
                 if (f.split) ta_fused_store_partial(fp, &m, it, &w);
                 else ta_fused_finish_item(fp, it, &w);
             }

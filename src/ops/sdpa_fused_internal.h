@@ -140,8 +140,12 @@ void ta_fused_finish_item(const fused_plan *f, const fused_item *it, const fused
 /* ------------------------------------------------- sdpa_fused_tiles.c */
 
 /* The online softmax of one work item: leaves the unnormalised O, m and l of its rows
- * in the workspace. */
-void ta_fused_run_item(const fused_plan *f, const fused_item *it, const fused_ws *w);
+ * in the workspace. next: NULL, or the item this thread runs next, whose Q rows (and O
+ * rows, unless O is streamed) it requests into L2 meanwhile, a share after each key
+ * tile: a tile of many rows reads Q once (attn_pack_t) and writes O once (the finish),
+ * in rows of a few lines each, too short for the hardware prefetchers. */
+void ta_fused_run_item(const fused_plan *f, const fused_item *it, const fused_ws *w,
+                       const fused_item *next);
 
 /* The items of one sweep unit (the kv heads of a batch and key chunk, in a KV cache
  * whose key rows hold every head side by side), each with its own workspace state,

@@ -21,13 +21,21 @@
 #include <math.h>
 #include <string.h>
 
-/* The offset (elements) of Q's row r of a tile. */
-static int64_t q_offset(const fused_plan *f, const fused_item *it, int64_t r)
+/* Q's row offsets (elements) of rows [r0, r1) of a tile into off: one row_hi for the
+ * first, then step by step (a tile's rows run along one head, or on to the next). */
+static void q_offsets(const fused_plan *f, const fused_item *it, int64_t r0, int64_t r1,
+                      int64_t *off)
 {
     const ta_tensor *Q = f->p->Q;
     int64_t h, i;
-    row_hi(f, it->hkv, it->r0 + r, &h, &i);
-    return it->b * Q->stride[0] + h * Q->stride[1] + i * Q->stride[2];
+    row_hi(f, it->hkv, it->r0 + r0, &h, &i);
+    for (int64_t r = r0; r < r1; r++) {
+        off[r - r0] = it->b * Q->stride[0] + h * Q->stride[1] + i * Q->stride[2];
+        if (++i == f->p->Lq) {
+            i = 0;
+            h++;
+        }
+    }
 }
 
 /* Whether a tile has so few rows that attn_qk_rows computes its scores (a decode step:
@@ -45,7 +53,7 @@ static void pack_q(const fused_plan *f, const fused_item *it, float *qp, int64_t
     const ta_sdpa_problem *p = f->p;
     const float *q = (const float *)p->Q->data;
     const int64_t D = p->D, s3 = p->Q->stride[3];
-    for (int64_t r = 0; r < it->mq; r++) qoff[r] = q_offset(f, it, r);
+    q_offsets(f, it, 0, it->mq, qoff);
     if (!few_rows(f, it)) {
         f->k->attn_pack_t(qp, f->mq_max, q, qoff, s3, it->mq, D, p->scale);
         return;
@@ -480,12 +488,53 @@ static inline __attribute__((always_inline)) void prefetch_o(const fused_plan *f
     }
 }
 
-void ta_fused_run_item(const fused_plan *f, const fused_item *it, const fused_ws *w)
+/* Rows [r0, r1) of an item's Q, and of its O when o, requested into L2 (O for writing);
+ * f's Q and O are the call's own (a V copy's plan changes only V). */
+static inline __attribute__((always_inline)) void prefetch_item_rows(const fused_plan *f,
+                                                                     const fused_item *it,
+                                                                     int64_t r0, int64_t r1, bool o)
+{
+    const ta_sdpa_problem *p = f->p;
+    const int64_t qb = p->D * (int64_t)sizeof(float), ob = p->Dv * (int64_t)sizeof(float);
+    int64_t h, i;
+    row_hi(f, it->hkv, it->r0 + r0, &h, &i);
+    for (int64_t r = r0; r < r1; r++) {
+        const ta_tensor *Q = p->Q;
+        const char *qr = (const char *)((const float *)Q->data + it->b * Q->stride[0] +
+                                        h * Q->stride[1] + i * Q->stride[2]);
+        for (int64_t c = 0; c < qb; c += 64) __builtin_prefetch(qr + c, 0, 2);
+        const char *orow = (const char *)o_row(p, it->b, h, i);
+        for (int64_t c = 0; o && c < ob; c += 64) __builtin_prefetch(orow + c, 1, 2);
+        if (++i == p->Lq) {
+            i = 0;
+            h++;
+        }
+    }
+}
+
+void ta_fused_run_item(const fused_plan *f, const fused_item *it, const fused_ws *w,
+                       const fused_item *next)
 {
     item_run ir;
     if (!item_begin(f, it, w, &ir)) return;
     if (f->prefetch_o && !few_rows(f, it)) prefetch_o(f, it);
-    for (int64_t j0 = it->jlo; j0 < it->jhi;) j0 += item_tile(f, it, w, &ir, j0);
+    /* the next item's rows (Q unit-stride along D only); O's too unless it is streamed
+     * (non-temporal stores need no line) or prefetch_o requests it when that item
+     * starts. Measured on the Zen 5, 1 thread, the seed's causal case (driver, medians
+     * of 11 alternations): 160 -> 167 GFLOP/s; non-causal 191 -> 195. */
+    if (next && (few_rows(f, next) || next->jhi <= next->jlo || f->p->Q->stride[3] != 1))
+        next = NULL;
+    const bool o = !f->stream_o && !f->prefetch_o;
+    const int64_t tiles = (it->jhi - it->jlo + TA_FUSED_NK - 1) / TA_FUSED_NK + 1;
+    const int64_t share = next ? (next->mq + tiles - 1) / tiles : 0;
+    int64_t r = 0;
+    for (int64_t j0 = it->jlo; j0 < it->jhi;) {
+        j0 += item_tile(f, it, w, &ir, j0);
+        if (next && r < next->mq) {
+            prefetch_item_rows(f, next, r, TA_MIN(r + share, next->mq), o);
+            r += share;
+        }
+    }
 }
 
 /* A sweep's steps: one key tile of every head, their scores computed in rounds of
