@@ -18,7 +18,8 @@
  *   V_MAX(s, m) (m when s is NaN) V_NEGINF_TO_ZERO(v) V_EXP(v) V_REDUCE_ADD(v) (a float:
  *   the lanes' sum in a fixed order);
  *   V_TRANSPOSE8_SCALED(dst, ld, rows, p0, scale) (optional: dst[i * ld + r] =
- *   scale * rows[r][p0 + i] for an 8 x 8 block);
+ *   scale * rows[r][p0 + i] for an 8 x 8 block), V_TRANSPOSE16_SCALED (optional: the
+ *   same for a 16 x 16 block);
  *   NAME_QK, NAME_QK_ROWS, NAME_SOFTMAX, NAME_PV, NAME_EXP, NAME_PACKQ, FILL_FN: the
  *   exported names.
  *
@@ -462,12 +463,24 @@ void NAME_EXP(float *y, const float *x, int64_t n)
 
 /* qp[p * ld + r] = scale * q[qoff[r] + p * s3] for p < d and r < mq; 0 for mq <= r < ld
  * (one rounding per element, the same in every ISA; scale 1 copies exactly). x86 vocabularies define
- * V_TRANSPOSE8_SCALED (an 8 x 8 block through registers) for unit-stride rows; every
+ * V_TRANSPOSE8_SCALED (an 8 x 8 block through registers) for unit-stride rows, and
+ * AVX-512's V_TRANSPOSE16_SCALED (16 x 16, first: blocks of 16 rows, then of 8); every
  * element the blocks leave is copied one by one. */
 void NAME_PACKQ(float *qp, int64_t ld, const float *q, const int64_t *qoff, int64_t s3,
                 int64_t mq, int64_t d, float scale)
 {
     int64_t r0 = 0, p0 = 0;
+#ifdef V_TRANSPOSE16_SCALED
+    if (s3 == 1) {
+        for (; r0 + 16 <= mq; r0 += 16) {
+            const float *rows[16];
+            for (int r = 0; r < 16; r++) rows[r] = q + qoff[r0 + r];
+            for (p0 = 0; p0 + 16 <= d; p0 += 16) V_TRANSPOSE16_SCALED(qp + p0 * ld + r0, ld, rows, p0, scale);
+            for (int64_t p = p0; p < d; p++)
+                for (int r = 0; r < 16; r++) qp[p * ld + r0 + r] = rows[r][p] * scale;
+        }
+    }
+#endif
 #ifdef V_TRANSPOSE8_SCALED
     if (s3 == 1) {
         for (; r0 + 8 <= mq; r0 += 8) {
