@@ -206,10 +206,14 @@ static void mask_tile(const fused_plan *f, const fused_item *it, const fused_ws 
         }
         return; /* ta_mask_apply applied the row bounds too */
     }
-    /* the bound of each row */
-    for (int64_t r = 0; r < it->mq; r++) {
-        int64_t t = w->end[r] - j0;
-        for (t = t < 0 ? 0 : t; t < nk; t++) s[t * MQ + r] = -INFINITY;
+    /* the bound of each row: key t of the tile blocked where t >= rowk[r] (tile_begin's
+     * counts, the same keys as end[r] - j0 in [0, nk]: a tile the bounds cut has them),
+     * column by column, which vectorises (a row at a time stored one score per line) */
+    const int32_t *rk = w->rowk;
+    const int mq = (int)it->mq;
+    for (int32_t t = 0; t < (int32_t)nk; t++) {
+        float *col = s + t * MQ;
+        for (int r = 0; r < mq; r++) col[r] = t >= rk[r] ? -INFINITY : col[r];
     }
 }
 
