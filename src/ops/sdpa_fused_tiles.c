@@ -186,9 +186,10 @@ static void mask_tile_shared_row(const ta_mask_plan *mp, const float *m, int64_t
 }
 
 /* use_mask false: only the row bounds in w->end (the causal limit, key lengths, or a
- * mask tensor's that the table turned into bounds) block keys of the tile. */
-static void mask_tile(const fused_plan *f, const fused_item *it, const fused_ws *w, float *s,
-                      int64_t j0, int64_t nk, bool use_mask)
+ * mask tensor's that the table turned into bounds) block keys of the tile; rowk: the
+ * tile's per-row key counts (tile_begin), NULL when no row bound cuts it. */
+static void mask_tile(const fused_plan *f, const fused_item *it, float *s, int64_t j0,
+                      int64_t nk, bool use_mask, const int32_t *rowk)
 {
     const ta_mask_plan *mp = &f->p->mask;
     int64_t MQ = f->mq_max;
@@ -206,14 +207,15 @@ static void mask_tile(const fused_plan *f, const fused_item *it, const fused_ws 
         }
         return; /* ta_mask_apply applied the row bounds too */
     }
-    /* the bound of each row: key t of the tile blocked where t >= rowk[r] (tile_begin's
-     * counts, the same keys as end[r] - j0 in [0, nk]: a tile the bounds cut has them),
-     * column by column, which vectorises (a row at a time stored one score per line) */
-    const int32_t *rk = w->rowk;
+    /* the bound of each row: key t of the tile blocked where t >= rowk[r] (end[r] - j0
+     * in [0, nk], or 0 for a row whose window starts past the tile, all of whose keys the
+     * window blocks anyway), column by column, which vectorises (row by row stored one
+     * score per line); without rowk every row sees the whole tile */
+    if (!rowk) return;
     const int mq = (int)it->mq;
     for (int32_t t = 0; t < (int32_t)nk; t++) {
         float *col = s + t * MQ;
-        for (int r = 0; r < mq; r++) col[r] = t >= rk[r] ? -INFINITY : col[r];
+        for (int r = 0; r < mq; r++) col[r] = t >= rowk[r] ? -INFINITY : col[r];
     }
 }
 
@@ -454,7 +456,7 @@ static void tile_end(const fused_plan *f, const fused_item *it, const fused_ws *
     const int64_t MQ = f->mq_max;
     const bool left_cut = j0 < ir->clean_lo;
     if (f->scores_var) ta_sdpa_fused_scores(k, v, w->s, MQ, it->mq, j0, nk, w->slope, w->pos);
-    if (ir->use_mask || j0 + nk > ir->clean_end) mask_tile(f, it, w, w->s, j0, nk, ir->use_mask);
+    if (ir->use_mask || j0 + nk > ir->clean_end) mask_tile(f, it, w->s, j0, nk, ir->use_mask, rowk);
     if (v->window && (left_cut || ir->use_mask))
         ta_sdpa_fused_window_mask(w->s, MQ, it->mq, j0, nk, w->lo, w->end);
     if (few_rows(f, it)) k->attn_softmax_rows(w->s, MQ, w->m, w->l, w->alpha, nk, it->mq);
