@@ -444,7 +444,7 @@ static void softmax_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk,
     float *s, *m, *l, *alpha;
     softmax_inputs(&ar, MQ, nk, &s, &m, &l, &alpha);
     float *s0 = copy_of(s, nk * MQ), *m0 = copy_of(m, MQ), *l0 = copy_of(l, MQ);
-    k->attn_softmax(s, m, l, alpha, nk, mq);
+    k->attn_softmax(s, m, l, alpha, nk, mq, NULL);
     float rsb[64 * 16], rm[16], rl[16], ra[16];
     assert_true(RQ <= 16 && nk <= 64);
     for (int64_t r = cover; r < MQ; r++) { /* past the vectors of rows < mq: as they were */
@@ -460,7 +460,7 @@ static void softmax_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk,
             for (int64_t r = 0; r < RQ; r++) rsb[j * RQ + r] = s0[j * MQ + b0 + r];
         memcpy(rm, m0 + b0, sizeof(float) * (size_t)RQ);
         memcpy(rl, l0 + b0, sizeof(float) * (size_t)RQ);
-        ref->attn_softmax(rsb, rm, rl, ra, nk, RQ);
+        ref->attn_softmax(rsb, rm, rl, ra, nk, RQ, NULL);
         for (int64_t r = 0; r < n; r++) {
             EXPECT_SCALAR("m", b0 + r, m[b0 + r], rm[r], 0.0);
             EXPECT_SCALAR("alpha", b0 + r, alpha[b0 + r], ra[r], 6 * U * fabs(ra[r]) + DENORMAL_SLACK);
@@ -477,6 +477,53 @@ static void softmax_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk,
     arena_release(&ar);
 }
 
+/* attn_softmax with per-row key counts against the same kernel without them on the
+ * scores with the keys past each row's count set to -inf first: the same bits in the
+ * vectors that hold a row < mq (counts 0, nk, in between, one vector's all equal, one
+ * vector's all 0; whatever the blocked scores held, NaN included). */
+static void softmax_rowk_case(const ta_kernels *k, int64_t nk, int64_t mq, int pattern)
+{
+    const int64_t MQ = k->attn_mq, VL = k->attn_vl, cover = (mq + VL - 1) / VL * VL;
+    snprintf(where, sizeof where, "%s attn_softmax rowk nk=%lld mq=%lld pattern %d", k->name,
+             (long long)nk, (long long)mq, pattern);
+    arena ar = {0};
+    float *s, *m, *l, *alpha;
+    softmax_inputs(&ar, MQ, nk, &s, &m, &l, &alpha);
+    int32_t rowk[64];
+    assert_true(MQ <= 64);
+    for (int64_t r = 0; r < MQ; r++) {
+        rowk[r] = pattern == 0 ? irand(nk + 1) : pattern == 1 ? (int32_t)(r % 3 == 0 ? nk : 0)
+                  : pattern == 2 ? (int32_t)((r / VL) % 2 ? 0 : nk / 2)
+                                 : (int32_t)(r * nk / MQ); /* a causal diagonal */
+        if (r >= mq) rowk[r] = 0; /* the driver's padding rows */
+    }
+    float *sb = copy_of(s, nk * MQ), *mb = copy_of(m, MQ), *lb = copy_of(l, MQ),
+          *ab = copy_of(alpha, MQ);
+    for (int64_t j = 0; j < nk; j++)
+        for (int64_t r = 0; r < MQ; r++) {
+            if (j >= rowk[r]) sb[j * MQ + r] = -INFINITY;
+            if (j >= rowk[r] && (j + r) % 5 == 0) s[j * MQ + r] = NAN; /* ignored */
+        }
+    k->attn_softmax(s, m, l, alpha, nk, mq, rowk);
+    k->attn_softmax(sb, mb, lb, ab, nk, mq, NULL);
+    for (int64_t r = 0; r < cover; r++) {
+        EXPECT_SCALAR("m", r, m[r], mb[r], 0.0);
+        EXPECT_SCALAR("l", r, l[r], lb[r], 0.0);
+        EXPECT_SCALAR("alpha", r, alpha[r], ab[r], 0.0);
+        for (int64_t j = 0; j < nk; j++) {
+            EXPECT_SCALAR("s", j * MQ + r, s[j * MQ + r], sb[j * MQ + r], 0.0);
+            if (j >= rowk[r] && !(s[j * MQ + r] == 0.0f && !signbit(s[j * MQ + r])))
+                fail_msg("%s: s[%lld] = %g past the row's count, not +0", where,
+                         (long long)(j * MQ + r), (double)s[j * MQ + r]);
+        }
+    }
+    free(sb);
+    free(mb);
+    free(lb);
+    free(ab);
+    arena_release(&ar);
+}
+
 static void test_attn_softmax(void **state)
 {
     (void)state;
@@ -488,6 +535,11 @@ static void test_attn_softmax(void **state)
     for (size_t i = 0; i < sizeof mqs / sizeof mqs[0]; i++)
         for (int64_t nk = 1; nk <= 64; nk += nk < 3 ? 1 : 30)
             if (mqs[i] >= 1 && mqs[i] <= MQ) softmax_case(k, ref, nk, mqs[i]);
+    for (int pattern = 0; pattern < 4; pattern++)
+        for (int64_t nk = 1; nk <= 64; nk += nk < 8 ? 1 : 7) {
+            softmax_rowk_case(k, nk, MQ, pattern);
+            softmax_rowk_case(k, nk, MQ - VL + 1, pattern);
+        }
 }
 
 /* --------------------------------------------------------------- attn_pv */
@@ -751,6 +803,47 @@ static void test_attn_pack_t(void **state)
                 for (int64_t s3 = 1; s3 <= 2; s3++) pack_t_case(k, lds[l], mq, ds[i], s3);
 }
 
+/* ------------------------------------------------------- attn_scale_row */
+
+/* dst = src * alpha (0 when zero) for n floats at offset floats into a buffer of n + 20
+ * (so rows start aligned to the vector or not; offset 20 ends dst at a guard page), src
+ * holding NaN and inf here and there: bitwise the plain products, streamed or not, and
+ * the buffer's other floats untouched. (A thread reads its own streamed stores without a
+ * fence.) */
+static void scale_row_case(const ta_kernels *k, int64_t n, int64_t offset, int zero, int stream)
+{
+    snprintf(where, sizeof where, "%s attn_scale_row n=%lld offset=%lld zero=%d stream=%d",
+             k->name, (long long)n, (long long)offset, zero, stream);
+    arena ar = {0};
+    float *src = gfloats(&ar, n, NAN), *buf = gfloats(&ar, n + 20, SENTINEL);
+    float *dst = buf + offset;
+    for (int64_t c = 0; c < n; c++)
+        if (c % 11 == 5) src[c] = c % 2 ? INFINITY : NAN;
+    const float alpha = 0.3f + (float)n;
+    k->attn_scale_row(dst, src, alpha, zero, n, stream);
+    for (int64_t c = 0; c < n + 20; c++)
+        if ((c < offset || c >= offset + n) && buf[c] != SENTINEL)
+            fail_msg("%s: buffer float %lld outside dst written", where, (long long)c);
+    for (int64_t c = 0; c < n; c++) {
+        const float want = zero ? 0.0f : src[c] * alpha;
+        if (memcmp(&dst[c], &want, sizeof want) != 0 && !(isnan(want) && isnan(dst[c])))
+            fail_msg("%s: dst[%lld] = %g, want %g", where, (long long)c, (double)dst[c],
+                     (double)want);
+    }
+    arena_release(&ar);
+}
+
+static void test_attn_scale_row(void **state)
+{
+    (void)state;
+    const ta_kernels *ref, *k = tested(&ref);
+    (void)ref;
+    for (int64_t n = 1; n <= 70; n += n < 20 ? 1 : 7)
+        for (int64_t offset = 0; offset <= 20; offset += offset < 4 ? 1 : 8)
+            for (int zero = 0; zero < 2; zero++)
+                for (int stream = 0; stream < 2; stream++) scale_row_case(k, n, offset, zero, stream);
+}
+
 /* ---------------------------------------- few-row kernels on typed rows */
 
 static const char *const kind_names[3] = {"f32", "f16", "bf16"};
@@ -923,7 +1016,7 @@ static void softmax_rows_case(const ta_kernels *k, int64_t nk, int64_t mq)
     float *s0 = copy_of(s, nk * MQ), *m0 = copy_of(m, MQ), *l0 = copy_of(l, MQ);
     float *sw = copy_of(s, nk * MQ), *mw = copy_of(m, MQ), *lw = copy_of(l, MQ), *aw = copy_of(alpha, MQ);
     k->attn_softmax_rows(s, MQ, m, l, alpha, nk, mq);
-    k->attn_softmax(sw, mw, lw, aw, nk, mq);
+    k->attn_softmax(sw, mw, lw, aw, nk, mq, NULL);
     for (int64_t r = 0; r < MQ; r++) {
         if (r >= mq) {
             EXPECT_ORACLE("untouched m", r, m[r], m0[r], 0.0);
@@ -970,6 +1063,7 @@ int main(void)
         cmocka_unit_test(test_attn_pv),
         cmocka_unit_test(test_attn_exp),
         cmocka_unit_test(test_attn_pack_t),
+        cmocka_unit_test(test_attn_scale_row),
         cmocka_unit_test(test_attn_qk_rows_kv),
         cmocka_unit_test(test_attn_pv_rows_kv),
         cmocka_unit_test(test_attn_softmax_rows),

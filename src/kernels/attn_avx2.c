@@ -23,6 +23,7 @@
 #define NAME_PV ta_attn_pv_avx2_6x16
 #define NAME_EXP ta_expf_avx2
 #define NAME_PACKQ ta_attn_pack_t_avx2
+#define NAME_SCALE_ROW ta_attn_scale_row_avx2
 #define FILL_FN ta_attn_fill_avx2
 
 #include "kernels/attn_template.h"

@@ -22,6 +22,7 @@
 #define NAME_PV ta_attn_pv_scalar_4x4
 #define NAME_EXP ta_expf_scalar
 #define NAME_PACKQ ta_attn_pack_t_scalar
+#define NAME_SCALE_ROW ta_attn_scale_row_scalar
 #define FILL_FN ta_attn_fill_scalar
 
 #include "kernels/attn_template.h"

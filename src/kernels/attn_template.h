@@ -20,8 +20,8 @@
  *   V_TRANSPOSE8_SCALED(dst, ld, rows, p0, scale) (optional: dst[i * ld + r] =
  *   scale * rows[r][p0 + i] for an 8 x 8 block), V_TRANSPOSE16_SCALED (optional: the
  *   same for a 16 x 16 block);
- *   NAME_QK, NAME_QK_ROWS, NAME_SOFTMAX, NAME_PV, NAME_EXP, NAME_PACKQ, FILL_FN: the
- *   exported names.
+ *   NAME_QK, NAME_QK_ROWS, NAME_SOFTMAX, NAME_PV, NAME_EXP, NAME_PACKQ, NAME_SCALE_ROW,
+ *   FILL_FN: the exported names.
  *
  * Layout (lanes are queries, so the online softmax is vertical, never a horizontal
  * reduction): the query tile is packed transposed, qp[p * MQ + r] = Q[row r, p] * scale;
@@ -236,38 +236,59 @@ void NAME_QK_ROWS(float *s, const float *q, int64_t ldq, int64_t mq, const float
  *   m' = max(m, max_j s[j]) (NaN scores do not enter the max; they reach l below),
  *   u  = m' unless m' = -inf (then 0, so that -inf - -inf never makes a NaN),
  *   alpha = exp(m - u), s[j] = exp(s[j] - u), l = l * alpha + sum_j s[j], m = m'.
- * The sum runs over j in order: the result depends only on the tile. Only the vectors
- * that hold a row < mq are computed (a decode tile of one row: one vector of QV). */
-void NAME_SOFTMAX(float *s, float *m, float *l, float *alpha, int64_t nk, int64_t mq)
+ * The sum runs over j in order (key j into chain j mod 2): the result depends only on
+ * the tile. Only the vectors that hold a row < mq are computed (a decode tile of one
+ * row: one vector of QV). rowk NULL: every key counts; else lane r sees keys j <
+ * rowk[r] only (rowk holds MQ counts), the others as if s[j] were -inf (p = 0): the
+ * same bits as blocking them first. Keys past every lane's count of a vector need no
+ * exp (their p is 0) and no max: a vector on the causal diagonal computes only the
+ * keys its rows see. */
+void NAME_SOFTMAX(float *s, float *m, float *l, float *alpha, int64_t nk, int64_t mq,
+                  const int32_t *rowk)
 {
     for (int q = 0; q < QV && (int64_t)q * VL < mq; q++) {
+        /* keys [0, full) every lane sees, [need, nk) none */
+        int32_t cnt[VL];
+        int64_t full = nk, need = 0;
+        for (int r = 0; r < VL; r++) {
+            const int64_t c = rowk ? (rowk[q * VL + r] < nk ? rowk[q * VL + r] : nk) : nk;
+            cnt[r] = (int32_t)c;
+            full = c < full ? c : full;
+            need = c > need ? c : need;
+        }
+        const VI rk = V_LOADI(cnt);
+#define SM_LOAD(j) ((j) < full ? V_LOADU(s + (j) * MQ + q * VL) \
+                               : V_KEEP_KEYS(V_LOADU(s + (j) * MQ + q * VL), rk, (int32_t)(j)))
         VT mo = V_LOADU(m + q * VL), mx = mo, m1 = mo, m2 = mo, m3 = mo;
         int64_t i = 0;
-        for (; i + 4 <= nk; i += 4) { /* four chains: the vmaxps latency */
-            mx = V_MAX(V_LOADU(s + i * MQ + q * VL), mx);
-            m1 = V_MAX(V_LOADU(s + (i + 1) * MQ + q * VL), m1);
-            m2 = V_MAX(V_LOADU(s + (i + 2) * MQ + q * VL), m2);
-            m3 = V_MAX(V_LOADU(s + (i + 3) * MQ + q * VL), m3);
+        for (; i + 4 <= need; i += 4) { /* four chains: the vmaxps latency */
+            mx = V_MAX(SM_LOAD(i), mx);
+            m1 = V_MAX(SM_LOAD(i + 1), m1);
+            m2 = V_MAX(SM_LOAD(i + 2), m2);
+            m3 = V_MAX(SM_LOAD(i + 3), m3);
         }
-        for (; i < nk; i++) mx = V_MAX(V_LOADU(s + i * MQ + q * VL), mx);
+        for (; i < need; i++) mx = V_MAX(SM_LOAD(i), mx);
         mx = V_MAX(V_MAX(m1, mx), V_MAX(m3, m2));
         VT u = V_NEGINF_TO_ZERO(mx);
         VT a = V_EXP(V_SUB(mo, u));
         VT sum0 = V_ZERO(), sum1 = V_ZERO();
         int64_t j = 0;
-        for (; j + 2 <= nk; j += 2) { /* two chains: the add latency, not the exp, bounds one */
-            VT p0 = V_EXP(V_SUB(V_LOADU(s + j * MQ + q * VL), u));
-            VT p1 = V_EXP(V_SUB(V_LOADU(s + (j + 1) * MQ + q * VL), u));
+        for (; j + 2 <= need; j += 2) { /* two chains: the add latency, not the exp, bounds one */
+            VT p0 = V_EXP(V_SUB(SM_LOAD(j), u));
+            VT p1 = V_EXP(V_SUB(SM_LOAD(j + 1), u));
             V_STOREU(s + j * MQ + q * VL, p0);
             V_STOREU(s + (j + 1) * MQ + q * VL, p1);
             sum0 = V_ADD(sum0, p0);
             sum1 = V_ADD(sum1, p1);
         }
-        if (j < nk) {
-            VT p0 = V_EXP(V_SUB(V_LOADU(s + j * MQ + q * VL), u));
+        if (j < need) { /* j even: chain 0 */
+            VT p0 = V_EXP(V_SUB(SM_LOAD(j), u));
             V_STOREU(s + j * MQ + q * VL, p0);
             sum0 = V_ADD(sum0, p0);
+            j++;
         }
+#undef SM_LOAD
+        for (; j < nk; j++) V_STOREU(s + j * MQ + q * VL, V_ZERO()); /* exp(-inf) */
         V_STOREU(l + q * VL, V_FMA(V_LOADU(l + q * VL), a, V_ADD(sum0, sum1)));
         V_STOREU(m + q * VL, mx);
         V_STOREU(alpha + q * VL, a);
@@ -500,6 +521,25 @@ void NAME_PACKQ(float *qp, int64_t ld, const float *q, const int64_t *qoff, int6
     }
 }
 
+/* dst[c] = src[c] * alpha for c < n (zero: 0 whatever src holds); stream: dst's whole
+ * vectors from an address aligned to the vector with non-temporal stores (an output far
+ * larger than the caches; the caller fences), the rest plainly. The same products either
+ * way. */
+void NAME_SCALE_ROW(float *dst, const float *src, float alpha, int zero, int64_t n, int stream)
+{
+    const VT a = V_SET1(alpha);
+    int64_t c = 0;
+#define SCALED(c) (zero ? V_ZERO() : V_MUL(V_LOADU(src + (c)), a))
+    if (stream && ((uintptr_t)dst % (VL * sizeof(float))) == 0)
+        for (; c + VL <= n; c += VL) V_STREAM(dst + c, SCALED(c));
+    for (; c + VL <= n; c += VL) V_STOREU(dst + c, SCALED(c));
+    if (c < n) {
+        const int t = (int)(n - c);
+        V_STOREN(dst + c, zero ? V_ZERO() : V_MUL(V_LOADN(src + c, t), a), t);
+    }
+#undef SCALED
+}
+
 void FILL_FN(ta_kernels *k)
 {
     k->attn_mq = MQ;
@@ -512,4 +552,5 @@ void FILL_FN(ta_kernels *k)
     k->attn_pv = NAME_PV;
     k->attn_exp = NAME_EXP;
     k->attn_pack_t = NAME_PACKQ;
+    k->attn_scale_row = NAME_SCALE_ROW;
 }

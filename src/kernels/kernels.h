@@ -51,8 +51,11 @@ typedef struct ta_kernels {
     int attn_rows_max; /* the driver uses attn_qk_rows on tiles of at most this many rows */
     /* Online softmax step over s [nk, attn_mq] with running max m, sum l (per row), for
      * the vectors of attn_vl rows that hold a row < mq (the others are not touched):
-     * s <- exp(s - m'), alpha <- exp(m - m'), l <- l * alpha + sum, m <- m'. */
-    void (*attn_softmax)(float *s, float *m, float *l, float *alpha, int64_t nk, int64_t mq);
+     * s <- exp(s - m'), alpha <- exp(m - m'), l <- l * alpha + sum, m <- m'. rowk NULL,
+     * or per row the keys it sees (attn_mq counts): keys j >= rowk[r] count as -inf
+     * scores whatever s holds there (p = 0), bitwise as if blocked before the call. */
+    void (*attn_softmax)(float *s, float *m, float *l, float *alpha, int64_t nk, int64_t mq,
+                         const int32_t *rowk);
     /* o [mq rows, ldo] = o * alpha + p^T V for the rows < mq (rows >= mq not touched),
      * columns < dv (v: nk rows of dv, stride ldv). rowk as in attn_qk (p must be 0 past
      * each row's need). */
@@ -66,6 +69,11 @@ typedef struct ta_kernels {
      * for p < d, r < n (<= ld); dst[p * ld + r] = 0 for n <= r < ld. */
     void (*attn_pack_t)(float *dst, int64_t ld, const float *src, const int64_t *off,
                         int64_t s3, int64_t n, int64_t d, float scale);
+    /* An output row: dst[c] = src[c] * alpha for c < n (zero: 0 whatever src holds); stream:
+     * non-temporal stores where dst is aligned to the vector (the caller fences: an output
+     * far larger than the caches); the same products either way. */
+    void (*attn_scale_row)(float *dst, const float *src, float alpha, int zero, int64_t n,
+                           int stream);
 
     /* ---- attention backward (FlashAttention-2 backward, src/ops/sdpa_backward_fused.c;
      * filled by ta_attn_bwd_fill_<isa> in src/kernels/attn_bwd_<isa>.c; docs/kernels.md,

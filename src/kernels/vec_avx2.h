@@ -93,6 +93,7 @@ static inline float reduce_add_avx2(__m256 v)
 #define V_BCAST(p) _mm256_broadcast_ss(p) /* *p in every lane, read straight from memory */
 #define V_LOADU(p) _mm256_loadu_ps(p)
 #define V_STOREU(p, v) _mm256_storeu_ps(p, v)
+#define V_STREAM(p, v) _mm256_stream_ps(p, v) /* vec_avx512.h */
 #define V_LOADN(p, n) _mm256_maskload_ps(p, lanes_mask(n))
 #define V_STOREN(p, v, n) _mm256_maskstore_ps(p, lanes_mask(n), v)
 #define V_ADD(a, b) _mm256_add_ps(a, b)
@@ -103,6 +104,12 @@ static inline float reduce_add_avx2(__m256 v)
 #define V_NEGINF_TO_ZERO(v) \
     _mm256_andnot_ps(_mm256_cmp_ps(v, _mm256_set1_ps(-__builtin_inff()), _CMP_EQ_OQ), v)
 #define V_EXP(v) exp_avx2(v)
+/* Key counts per lane (vec_avx512.h) */
+#define VI __m256i
+#define V_LOADI(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
+#define V_KEEP_KEYS(v, rk, j)                                                                \
+    _mm256_blendv_ps(_mm256_set1_ps(-__builtin_inff()), v,                                   \
+                     _mm256_castsi256_ps(_mm256_cmpgt_epi32(rk, _mm256_set1_epi32(j))))
 #define V_SOFTCAP(v, c, ic) softcap_avx2(v, c, ic)
 #define V_TANH(v) softcap_avx2(v, V_SET1(1.0f), V_SET1(1.0f))
 #define V_REDUCE_ADD(v) reduce_add_avx2(v) /* float: the sum of the lanes, fixed order */

@@ -82,6 +82,7 @@ static inline __m512 softcap_avx512(__m512 x, __m512 c, __m512 ic)
 #define V_BCAST(p) _mm512_set1_ps(*(p)) /* *p in every lane, read straight from memory */
 #define V_LOADU(p) _mm512_loadu_ps(p)
 #define V_STOREU(p, v) _mm512_storeu_ps(p, v)
+#define V_STREAM(p, v) _mm512_stream_ps(p, v) /* non-temporal; p aligned to the vector size */
 #define V_LOADN(p, n) _mm512_maskz_loadu_ps(lanes_mask(n), p)
 #define V_STOREN(p, v, n) _mm512_mask_storeu_ps(p, lanes_mask(n), v)
 #define V_ADD(a, b) _mm512_add_ps(a, b)
@@ -92,6 +93,12 @@ static inline __m512 softcap_avx512(__m512 x, __m512 c, __m512 ic)
 #define V_NEGINF_TO_ZERO(v) \
     _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_set1_ps(-__builtin_inff()), _CMP_EQ_OQ), v, _mm512_setzero_ps())
 #define V_EXP(v) exp_avx512(v)
+/* Key counts per lane: VI holds VL int32 counts; V_KEEP_KEYS(v, rk, j) keeps v in the
+ * lanes whose count exceeds key j and gives -inf in the others. */
+#define VI __m512i
+#define V_LOADI(p) _mm512_loadu_si512((const void *)(p))
+#define V_KEEP_KEYS(v, rk, j) \
+    _mm512_mask_blend_ps(_mm512_cmpgt_epi32_mask(rk, _mm512_set1_epi32(j)), _mm512_set1_ps(-__builtin_inff()), v)
 
 /* dst[i * ld + r] = scale * rows[r][p0 + i], i, r < 16: a 16 x 16 transpose in zmm
  * registers (unpack, shuffle, then two rounds of 128-bit lane shuffles: 64 shuffles per

@@ -63,6 +63,7 @@ static inline float softcap_scalar(float x, float c, float ic)
 #define V_BCAST(p) (*(p)) /* *p in every lane, read straight from memory */
 #define V_LOADU(p) (*(p))
 #define V_STOREU(p, v) (*(p) = (v))
+#define V_STREAM(p, v) (void)(*(p) = (v)) /* vec_avx512.h */
 #define V_LOADN(p, n) ((n) > 0 ? *(p) : 0.0f)
 #define V_STOREN(p, v, n) ((n) > 0 ? (void)(*(p) = (v)) : (void)0)
 #define V_ADD(a, b) ((a) + (b))
@@ -72,6 +73,10 @@ static inline float softcap_scalar(float x, float c, float ic)
 #define V_MAX(s, m) ((s) > (m) ? (s) : (m))
 #define V_NEGINF_TO_ZERO(v) ((v) == -__builtin_inff() ? 0.0f : (v))
 #define V_EXP(v) exp_scalar(v)
+/* Key counts per lane (vec_avx512.h): one lane */
+#define VI int32_t
+#define V_LOADI(p) (*(p))
+#define V_KEEP_KEYS(v, rk, j) ((rk) > (j) ? (v) : -__builtin_inff())
 #define V_SOFTCAP(v, c, ic) softcap_scalar(v, c, ic)
 #define V_TANH(v) softcap_scalar(v, 1.0f, 1.0f)
 #define V_REDUCE_ADD(v) (v) /* float: the sum of the lanes */

@@ -87,13 +87,10 @@ bool ta_sdpa_rows_alias(const ta_tensor *t, int64_t cols, int64_t rows);
 /* Output rows written with non-temporal stores (sdpa_fused_items.c): whether the fused
  * paths stream t's rows (float32, unit-stride, cols a multiple of 4, where SSE is, and t
  * at least TA_SDPA_STREAM_MIN bytes: far larger than a core's L2, each line would be read
- * for ownership and evicted before anyone reads it); the store of one row, dst = src *
- * alpha (0 when zero), the products those of a plain loop (false, nothing written: dst
- * not 16-byte aligned; store it plainly); and the fence each thread that streamed runs
- * before its parallel region ends. */
+ * for ownership and evicted before anyone reads it; the kernels' attn_scale_row stores
+ * them), and the fence each thread that streamed runs before its parallel region ends. */
 #define TA_SDPA_STREAM_MIN ((int64_t)16 << 20)
 bool ta_sdpa_stream_rows(const ta_tensor *t, int64_t cols);
-bool ta_sdpa_store_row_nt(float *dst, const float *src, float alpha, bool zero, int64_t cols);
 void ta_sdpa_stream_fence(void);
 
 /* How many keys from key j on follow it at stride[2] in K and V: to the end of j's

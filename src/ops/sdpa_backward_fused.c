@@ -226,19 +226,18 @@ static void run_block(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, int64_
 }
 
 /* Rows [0, n) of a [n][cols] buffer times alpha into rows [r0, r0 + n) of t[b, h]; nt:
- * with non-temporal stores where a row is 16-byte aligned (ta_sdpa_store_row_nt: the same
- * products). */
-static void store_rows(ta_tensor *t, int64_t b, int64_t h, int64_t r0, int64_t n, int64_t cols,
-                       const float *src, float alpha, bool nt)
+ * with non-temporal stores where a row is aligned to the kernels' vector (attn_scale_row:
+ * the same products). */
+static void store_rows(const ta_kernels *k, ta_tensor *t, int64_t b, int64_t h, int64_t r0,
+                       int64_t n, int64_t cols, const float *src, float alpha, bool nt)
 {
     float *dst = (float *)t->data + b * t->stride[0] + h * t->stride[1] + r0 * t->stride[2];
-    int64_t done = 0; /* rows streamed */
-    while (nt && done < n &&
-           ta_sdpa_store_row_nt(dst + done * t->stride[2], src + done * cols, alpha, false, cols))
-        done++;
-    for (int64_t r = done; r < n; r++)
-        for (int64_t c = 0; c < cols; c++)
-            dst[r * t->stride[2] + c * t->stride[3]] = src[r * cols + c] * alpha;
+    for (int64_t r = 0; r < n; r++)
+        if (t->stride[3] == 1)
+            k->attn_scale_row(dst + r * t->stride[2], src + r * cols, alpha, 0, cols, nt);
+        else
+            for (int64_t c = 0; c < cols; c++)
+                dst[r * t->stride[2] + c * t->stride[3]] = src[r * cols + c] * alpha;
 }
 
 /* dK and dV of keys [j0, j0 + nk) of group (b, hkv), from every query tile of the group's
@@ -275,8 +274,8 @@ static void run_key_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, i
             }
         }
     }
-    store_rows(p->dK, b, hkv, j0, nk, f->D, w->dk, p->scale, f->nt_dk);
-    store_rows(p->dV, b, hkv, j0, nk, f->Dv, w->dv, 1.0f, f->nt_dv);
+    store_rows(f->k, p->dK, b, hkv, j0, nk, f->D, w->dk, p->scale, f->nt_dk);
+    store_rows(f->k, p->dV, b, hkv, j0, nk, f->Dv, w->dv, 1.0f, f->nt_dv);
 }
 
 /* Plan "group": everything of group (b, hkv). */
@@ -286,7 +285,7 @@ static void run_group(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv)
     for (int64_t j0 = 0; j0 < f->Lk; j0 += BWD_NK)
         run_key_tile(f, w, b, hkv, j0, TA_MIN(BWD_NK, f->Lk - j0), w->dq);
     for (int64_t gi = 0; gi < f->G; gi++)
-        store_rows(f->p->dQ, b, hkv * f->G + gi, 0, f->Lq, f->D, w->dq + gi * f->Lq * f->D,
+        store_rows(f->k, f->p->dQ, b, hkv * f->G + gi, 0, f->Lq, f->D, w->dq + gi * f->Lq * f->D,
                    f->p->scale, f->nt_dq);
 }
 
@@ -302,7 +301,7 @@ static void run_query_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, i
         pack_kv(f, w, b, h / f->G, j0, nk);
         run_block(f, w, b, h, i0, mq, j0, 0, nk, false, w->dq);
     }
-    store_rows(f->p->dQ, b, h, i0, mq, f->D, w->dq, f->p->scale, f->nt_dq);
+    store_rows(f->k, f->p->dQ, b, h, i0, mq, f->D, w->dq, f->p->scale, f->nt_dq);
 }
 
 /* Whether t is read through a unit-stride copy: its last dim is strided, or its rows

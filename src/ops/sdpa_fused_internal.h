@@ -5,6 +5,7 @@
 #ifndef TA_OPS_SDPA_FUSED_INTERNAL_H
 #define TA_OPS_SDPA_FUSED_INTERNAL_H
 
+#include "core/core.h"
 #include "kernels/kernels.h"
 #include "ops/sdpa.h"
 
@@ -93,6 +94,15 @@ static inline void row_hi(const fused_plan *f, int64_t hkv, int64_t r, int64_t *
     *i = r % Lq;
 }
 
+/* The row after (h, i) of a group: on along the head, or the next head's first. */
+static inline void row_next(const fused_plan *f, int64_t *h, int64_t *i)
+{
+    if (++*i == f->p->Lq) {
+        *i = 0;
+        ++*h;
+    }
+}
+
 /* O's row (b, h, i). */
 static inline float *o_row(const ta_sdpa_problem *p, int64_t b, int64_t h, int64_t i)
 {
@@ -100,21 +110,53 @@ static inline float *o_row(const ta_sdpa_problem *p, int64_t b, int64_t h, int64
     return (float *)O->data + b * O->stride[0] + h * O->stride[1] + i * O->stride[2];
 }
 
+/* The row of a keep or block mask's bound table for row (b, h, i) (the table is
+ * described in sdpa_fused_items.c, above ta_fused_mask_table_rows). */
+static inline int64_t mask_row_index(const ta_mask_plan *mp, int64_t b, int64_t h, int64_t i)
+{
+    const int64_t nh = mp->mstride[1] ? mp->H : 1, nl = mp->mstride[2] ? mp->Lq : 1;
+    return ((mp->mstride[0] ? b : 0) * nh + (mp->mstride[1] ? h : 0)) * nl +
+           (mp->mstride[2] ? i : 0);
+}
+
+/* The keys row (b, h, i) may see: the causal and key-length bound, tightened by the
+ * mask's table; *exact: no mask tensor decides anything for the row below it. */
+static inline int64_t row_bound(const fused_plan *f, int64_t b, int64_t h, int64_t i, bool *exact)
+{
+    const ta_mask_plan *mp = &f->p->mask;
+    int64_t end = ta_mask_row_end(mp, b, i);
+    *exact = !mp->mask;
+    if (f->mt) {
+        const int64_t *t = f->mt + 2 * mask_row_index(mp, b, h, i);
+        if (t[1] >= end) {
+            *exact = true;
+            if (t[0] < end) end = t[0];
+        }
+    }
+    return end;
+}
+
+/* The keys [*lo, end) row (b, h, i) may see: row_bound tightened by the window (an empty
+ * range has *lo >= end). */
+static inline int64_t ta_fused_row_keys(const fused_plan *f, int64_t b, int64_t h, int64_t i,
+                                        int64_t *lo, bool *exact)
+{
+    int64_t end = row_bound(f, b, h, i, exact), wl, wh;
+    ta_sdpa_window_keys(&f->p->var, f->p->var.delta, f->p->Lk, i, &wl, &wh);
+    *lo = wl;
+    return TA_MIN(end, wh);
+}
+
 /* ------------------------------------------------- sdpa_fused_items.c */
 
 /* The rows of a keep or block mask's bound table (0: no table: no such mask, or one
  * that varies along every dim, read once anyway); the table is described in
- * sdpa_fused_items.c, at mask_row_index. */
+ * sdpa_fused_items.c, above this function. */
 int64_t ta_fused_mask_table_rows(const ta_mask_plan *mp);
 
 /* Fills the table mt (2 per row: the first blocked key, then the first allowed key at or
  * after it) for the rows of the mask, on nt threads. */
 void ta_fused_mask_bounds(const ta_mask_plan *mp, int64_t *mt, int64_t rows, int nt);
-
-/* The keys [*lo, end) row (b, h, i) may see: row_bound tightened by the window (an empty
- * range has *lo >= end). */
-int64_t ta_fused_row_keys(const fused_plan *f, int64_t b, int64_t h, int64_t i, int64_t *lo,
-                          bool *exact);
 
 /* The tiles of a group: per head when Lq fills a tile, across heads otherwise. Returns
  * the number of tiles; fills starts/sizes when given. */

@@ -25,13 +25,6 @@
  * start P of its first blocked key and the first allowed key N at or after P (Lk if
  * none): a query row whose bound `end` has N >= end sees exactly the keys below
  * min(end, P), so its tiles need no mask at all. */
-static int64_t mask_row_index(const ta_mask_plan *mp, int64_t b, int64_t h, int64_t i)
-{
-    const int64_t nh = mp->mstride[1] ? mp->H : 1, nl = mp->mstride[2] ? mp->Lq : 1;
-    return ((mp->mstride[0] ? b : 0) * nh + (mp->mstride[1] ? h : 0)) * nl +
-           (mp->mstride[2] ? i : 0);
-}
-
 int64_t ta_fused_mask_table_rows(const ta_mask_plan *mp)
 {
     if (!mp->has_mask || mp->mode == TA_MASK_ADDITIVE) return 0;
@@ -54,32 +47,6 @@ void ta_fused_mask_bounds(const ta_mask_plan *mp, int64_t *mt, int64_t rows, int
         while (j < Lk && ta_mask_value_blocks(mp->mode, row[j * ms])) j++;
         mt[2 * m + 1] = j;
     }
-}
-
-/* The keys row (b, h, i) may see: the causal and key-length bound, tightened by the
- * mask's table; *exact: no mask tensor decides anything for the row below it. */
-static int64_t row_bound(const fused_plan *f, int64_t b, int64_t h, int64_t i, bool *exact)
-{
-    const ta_mask_plan *mp = &f->p->mask;
-    int64_t end = ta_mask_row_end(mp, b, i);
-    *exact = !mp->mask;
-    if (f->mt) {
-        const int64_t *t = f->mt + 2 * mask_row_index(mp, b, h, i);
-        if (t[1] >= end) {
-            *exact = true;
-            if (t[0] < end) end = t[0];
-        }
-    }
-    return end;
-}
-
-int64_t ta_fused_row_keys(const fused_plan *f, int64_t b, int64_t h, int64_t i, int64_t *lo,
-                          bool *exact)
-{
-    int64_t end = row_bound(f, b, h, i, exact), wl, wh;
-    ta_sdpa_window_keys(&f->p->var, f->p->var.delta, f->p->Lk, i, &wl, &wh);
-    *lo = wl;
-    return TA_MIN(end, wh);
 }
 
 /* O row and LSE of row r of a tile from nch partial (m, l, o) triples, merged in chunk
@@ -141,20 +108,6 @@ bool ta_sdpa_stream_rows(const ta_tensor *t, int64_t cols)
 #endif
 }
 
-bool ta_sdpa_store_row_nt(float *dst, const float *src, float alpha, bool zero, int64_t cols)
-{
-#if defined(__SSE2__)
-    if (((uintptr_t)dst & 15) != 0) return false;
-    const __m128 a = _mm_set1_ps(alpha);
-    for (int64_t d = 0; d < cols; d += 4)
-        _mm_stream_ps(dst + d, zero ? _mm_setzero_ps() : _mm_mul_ps(_mm_loadu_ps(src + d), a));
-    return true;
-#else
-    (void)dst, (void)src, (void)alpha, (void)zero, (void)cols;
-    return false;
-#endif
-}
-
 void ta_sdpa_stream_fence(void)
 {
 #if defined(__SSE2__)
@@ -166,10 +119,10 @@ void ta_fused_finish_item(const fused_plan *f, const fused_item *it, const fused
 {
     const ta_sdpa_problem *p = f->p;
     const ta_tensor *O = p->O, *T = p->lse;
-    int64_t os = O->stride[3], Dv = p->Dv;
+    const int64_t os = O->stride[3], Dv = p->Dv;
+    int64_t h, i;
+    row_hi(f, it->hkv, it->r0, &h, &i);
     for (int64_t r = 0; r < it->mq; r++) {
-        int64_t h, i;
-        row_hi(f, it->hkv, it->r0 + r, &h, &i);
         float *orow = o_row(p, it->b, h, i);
         const float *o = w->o + r * f->ldo;
         float l = w->l[r], inv = l == 0.0f ? 0.0f : 1.0f / l; /* inv NaN when l is */
@@ -180,14 +133,14 @@ void ta_fused_finish_item(const fused_plan *f, const fused_item *it, const fused
             ta_sdpa_sink_finish(w->m[r], l, ta_sdpa_sink(&p->var, h), &factor, &lse);
             inv = (float)factor;
         }
-        const bool streamed = f->stream_o && ta_sdpa_store_row_nt(orow, o, inv, l == 0.0f, Dv);
-        if (!streamed && os == 1)
-            for (int64_t d = 0; d < Dv; d++) orow[d] = l == 0.0f ? 0.0f : o[d] * inv;
-        else if (!streamed)
+        if (os == 1)
+            f->k->attn_scale_row(orow, o, inv, l == 0.0f, Dv, f->stream_o);
+        else
             for (int64_t d = 0; d < Dv; d++) orow[d * os] = l == 0.0f ? 0.0f : o[d] * inv;
         if (T)
             ((float *)T->data)[it->b * T->stride[0] + h * T->stride[1] + i * T->stride[2]] =
                 (float)lse;
+        row_next(f, &h, &i);
     }
 }
 
@@ -226,11 +179,11 @@ static int64_t tile_in_order(const fused_plan *f, int64_t k)
  * rounded down to 16 keys) to the largest row bound; 0, 0 when no row sees a key. */
 static void tile_keys(const fused_plan *f, const fused_item *base, int64_t *jlo, int64_t *jhi)
 {
-    int64_t jmin = f->p->Lk, jmax = 0;
-    for (int64_t r = 0; r < base->mq; r++) {
-        int64_t h, i, lo;
+    int64_t jmin = f->p->Lk, jmax = 0, h, i;
+    row_hi(f, base->hkv, base->r0, &h, &i);
+    for (int64_t r = 0; r < base->mq; r++, row_next(f, &h, &i)) {
+        int64_t lo;
         bool exact;
-        row_hi(f, base->hkv, base->r0 + r, &h, &i);
         const int64_t e = ta_fused_row_keys(f, base->b, h, i, &lo, &exact);
         if (lo >= e) continue; /* sees no key */
         if (e > jmax) jmax = e;

@@ -29,13 +29,8 @@ static void q_offsets(const fused_plan *f, const fused_item *it, int64_t r0, int
     const ta_tensor *Q = f->p->Q;
     int64_t h, i;
     row_hi(f, it->hkv, it->r0 + r0, &h, &i);
-    for (int64_t r = r0; r < r1; r++) {
+    for (int64_t r = r0; r < r1; r++, row_next(f, &h, &i))
         off[r - r0] = it->b * Q->stride[0] + h * Q->stride[1] + i * Q->stride[2];
-        if (++i == f->p->Lq) {
-            i = 0;
-            h++;
-        }
-    }
 }
 
 /* Whether a tile has so few rows that attn_qk_rows computes its scores (a decode step:
@@ -391,10 +386,10 @@ static bool item_begin(const fused_plan *f, const fused_item *it, const fused_ws
     const ta_sdpa_variants *v = &p->var;
     int64_t clean_end = p->Lk, clean_lo = 0;
     bool exact_all = true;
-    for (int64_t r = 0; r < it->mq; r++) {
-        int64_t h, i;
+    int64_t h, i;
+    row_hi(f, it->hkv, it->r0, &h, &i);
+    for (int64_t r = 0; r < it->mq; r++, row_next(f, &h, &i)) {
         bool exact;
-        row_hi(f, it->hkv, it->r0 + r, &h, &i);
         w->end[r] = ta_fused_row_keys(f, it->b, h, i, &w->lo[r], &exact);
         exact_all &= exact;
         if (w->end[r] < clean_end) clean_end = w->end[r];
@@ -455,12 +450,15 @@ static void tile_end(const fused_plan *f, const fused_item *it, const fused_ws *
     const ta_sdpa_variants *v = &p->var;
     const int64_t MQ = f->mq_max;
     const bool left_cut = j0 < ir->clean_lo;
+    const bool few = few_rows(f, it);
     if (f->scores_var) ta_sdpa_fused_scores(k, v, w->s, MQ, it->mq, j0, nk, w->slope, w->pos);
-    if (ir->use_mask || j0 + nk > ir->clean_end) mask_tile(f, it, w->s, j0, nk, ir->use_mask, rowk);
+    /* the row bounds alone: attn_softmax blocks the keys past each row's count itself */
+    if (ir->use_mask || (few && j0 + nk > ir->clean_end))
+        mask_tile(f, it, w->s, j0, nk, ir->use_mask, rowk);
     if (v->window && (left_cut || ir->use_mask))
         ta_sdpa_fused_window_mask(w->s, MQ, it->mq, j0, nk, w->lo, w->end);
-    if (few_rows(f, it)) k->attn_softmax_rows(w->s, MQ, w->m, w->l, w->alpha, nk, it->mq);
-    else k->attn_softmax(w->s, w->m, w->l, w->alpha, nk, it->mq);
+    if (few) k->attn_softmax_rows(w->s, MQ, w->m, w->l, w->alpha, nk, it->mq);
+    else k->attn_softmax(w->s, w->m, w->l, w->alpha, nk, it->mq, rowk);
     if (p->Dv > 0) tile_pv(f, it, w, j0, nk, rowk, vfilled);
 }
 
@@ -486,9 +484,9 @@ static int64_t item_tile(const fused_plan *f, const fused_item *it, const fused_
 static inline __attribute__((always_inline)) void prefetch_o(const fused_plan *f, const fused_item *it)
 {
     const int64_t bytes = f->p->Dv * (int64_t)sizeof(float);
-    for (int64_t r = 0; r < it->mq; r++) {
-        int64_t h, i;
-        row_hi(f, it->hkv, it->r0 + r, &h, &i);
+    int64_t h, i;
+    row_hi(f, it->hkv, it->r0, &h, &i);
+    for (int64_t r = 0; r < it->mq; r++, row_next(f, &h, &i)) {
         const char *row = (const char *)o_row(f->p, it->b, h, i);
         for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(row + c, 1, 2);
     }
@@ -511,10 +509,7 @@ static inline __attribute__((always_inline)) void prefetch_item_rows(const fused
         for (int64_t c = 0; c < qb; c += 64) __builtin_prefetch(qr + c, 0, 2);
         const char *orow = (const char *)o_row(p, it->b, h, i);
         for (int64_t c = 0; o && c < ob; c += 64) __builtin_prefetch(orow + c, 1, 2);
-        if (++i == p->Lq) {
-            i = 0;
-            h++;
-        }
+        row_next(f, &h, &i);
     }
 }
 
