@@ -276,13 +276,23 @@ static void qk_case(const ta_kernels *k, const ta_kernels *ref, int64_t d, int64
         assert_non_null(rowk);
         for (int64_t r = 0; r < MQ; r++) rowk[r] = irand(nk + 1);
     }
-    k->attn_qk(s, qp, kk, ldk, nk, d, rowk);
+    /* with a prefetch stream over the inputs (every case): the same bits as without */
+    ta_pf pf;
+    ta_pf_clear(&pf);
+    ta_pf_add(&pf, qp, 64, 200, d * MQ / 16, 0);
+    ta_pf_add(&pf, kk, ldk * (int64_t)sizeof(float), d * (int64_t)sizeof(float), nk, 1);
+    k->attn_qk(s, qp, kk, ldk, nk, d, rowk, &pf);
+    float *s2 = copy_of(s, nk * MQ);
+    k->attn_qk(s2, qp, kk, ldk, nk, d, rowk, NULL);
+    if (memcmp(s, s2, sizeof(float) * (size_t)(nk * MQ)) != 0)
+        fail_msg("%s: the scores with a prefetch stream differ from those without", where);
+    free(s2);
     float *rq = malloc(sizeof(float) * (size_t)(d * RQ + 1)), *rs = malloc(sizeof(float) * (size_t)(nk * RQ + 1));
     assert_true(rq && rs);
     for (int64_t b0 = 0; b0 < MQ; b0 += RQ) {
         for (int64_t p = 0; p < d; p++)
             for (int64_t r = 0; r < RQ; r++) rq[p * RQ + r] = qp[p * MQ + b0 + r];
-        ref->attn_qk(rs, rq, kk, ldk, nk, d, rowk ? rowk + b0 : NULL);
+        ref->attn_qk(rs, rq, kk, ldk, nk, d, rowk ? rowk + b0 : NULL, NULL);
         for (int64_t j = 0; j < nk; j++)
             for (int64_t r = 0; r < RQ; r++) {
                 const int64_t i = j * MQ + b0 + r;
@@ -344,7 +354,7 @@ static void qk_rows_case(const ta_kernels *k, const ta_kernels *ref, int64_t d, 
         ref->attn_qk_rows(rs, q + b0 * ldq, ldq, n, kk, ldk, nk, d);
         for (int64_t p = 0; p < d; p++)
             for (int64_t r = 0; r < RQ; r++) rq[p * RQ + r] = r < n ? q[(b0 + r) * ldq + p] : 0.0f;
-        ref->attn_qk(rt, rq, kk, ldk, nk, d, NULL);
+        ref->attn_qk(rt, rq, kk, ldk, nk, d, NULL, NULL);
         for (int64_t j = 0; j < nk; j++)
             for (int64_t r = 0; r < n; r++) {
                 const int64_t i = j * MQ + b0 + r;
@@ -564,7 +574,19 @@ static void pv_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk, int6
         for (int64_t j = 0; j < nk; j++) p[j * MQ + r] = j < rowk[r] ? fabsf(p[j * MQ + r]) : 0.0f;
     }
     float *o0 = copy_of(o, rows * ldo);
-    k->attn_pv(o, ldo, p, alpha, v, ldv, nk, dv, mq, with_rowk ? rowk : NULL);
+    /* with a prefetch stream over the inputs: the same bits as without */
+    ta_pf pf;
+    ta_pf_clear(&pf);
+    ta_pf_add(&pf, v, ldv * (int64_t)sizeof(float), dv * (int64_t)sizeof(float), nk, 0);
+    ta_pf_add(&pf, p, 64, 64, nk * MQ / 16, 1);
+    k->attn_pv(o, ldo, p, alpha, v, ldv, nk, dv, mq, with_rowk ? rowk : NULL, &pf);
+    float *o2 = copy_of(o0, rows * ldo);
+    k->attn_pv(o2, ldo, p, alpha, v, ldv, nk, dv, mq, with_rowk ? rowk : NULL, NULL);
+    for (int64_t r = 0; r < rows; r++)
+        if (memcmp(o + r * ldo, o2 + r * ldo, sizeof(float) * (size_t)dv) != 0)
+            fail_msg("%s: O row %lld with a prefetch stream differs from O without", where,
+                     (long long)r);
+    free(o2);
     float *ro = malloc(sizeof(float) * (size_t)(RQ * dv)), *rp = malloc(sizeof(float) * (size_t)(nk * RQ + 1));
     assert_true(ro && rp);
     for (int64_t b0 = 0; b0 < mq; b0 += RQ) {
@@ -573,7 +595,7 @@ static void pv_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk, int6
             for (int64_t c = 0; c < dv; c++) ro[r * dv + c] = r < n ? o0[(b0 + r) * ldo + c] : 0.0f;
             for (int64_t j = 0; j < nk; j++) rp[j * RQ + r] = p[j * MQ + b0 + r];
         }
-        ref->attn_pv(ro, dv, rp, alpha + b0, v, ldv, nk, dv, n, with_rowk ? rowk + b0 : NULL);
+        ref->attn_pv(ro, dv, rp, alpha + b0, v, ldv, nk, dv, n, with_rowk ? rowk + b0 : NULL, NULL);
         for (int64_t r = 0; r < n; r++)
             for (int64_t c = 0; c < dv; c++) {
                 const int64_t i = (b0 + r) * ldo + c;
@@ -803,6 +825,39 @@ static void test_attn_pack_t(void **state)
                 for (int64_t s3 = 1; s3 <= 2; s3++) pack_t_case(k, lds[l], mq, ds[i], s3);
 }
 
+/* ------------------------------------------------------ prefetch streams */
+
+/* ta_pf_step's walk through a stream's ranges (kernels.h): row by row, line by line,
+ * range by range, then nothing; ta_pf_add ignores empty ranges and those past
+ * TA_PF_RANGES. */
+static void test_prefetch_stream(void **state)
+{
+    (void)state;
+    static char buf[4096];
+    ta_pf pf;
+    ta_pf_clear(&pf);
+    ta_pf_add(&pf, buf, 1000, 130, 2, 0); /* 2 rows of 3 lines, 1000 bytes apart */
+    ta_pf_add(&pf, buf + 3000, 64, 64, 0, 0); /* empty: ignored */
+    ta_pf_add(&pf, buf + 3000, 64, 0, 5, 0);  /* empty: ignored */
+    ta_pf_add(&pf, buf + 2500, 64, 1, 1, 1);  /* 1 row of 1 line, for writing */
+    for (int i = 0; i < 5; i++) ta_pf_add(&pf, buf, 64, 64, 1, 0); /* 2 fit, 3 past the end */
+    assert_int_equal(pf.n, TA_PF_RANGES);
+    /* the lines in order: (range, row base, line) */
+    const struct { int i; long base; long c; } want[] = {
+        {0, 0, 0}, {0, 0, 1}, {0, 0, 2}, {0, 1000, 0}, {0, 1000, 1}, {0, 1000, 2},
+        {1, 2500, 0}, {2, 0, 0}, {3, 0, 0}};
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+        assert_int_equal(pf.i, want[k].i);
+        assert_int_equal(pf.r[pf.i].base - buf, want[k].base);
+        assert_int_equal(pf.c, want[k].c);
+        ta_pf_step(&pf);
+    }
+    assert_int_equal(pf.i, pf.n); /* drained: further steps do nothing */
+    ta_pf_step(&pf);
+    assert_int_equal(pf.i, pf.n);
+    assert_int_equal(pf.c, 0);
+}
+
 /* ------------------------------------------------------- attn_scale_row */
 
 /* dst = src * alpha (0 when zero) for n floats at offset floats into a buffer of n + 20
@@ -969,7 +1024,7 @@ static void pv_rows_kv_case(const ta_kernels *k, int kind, int64_t nk, int64_t d
         rows[j] = (const char *)v + es * ldv * (nk ? nk - 1 - j % nk : 0);
     for (int64_t j = 0; j < nk; j++) memcpy(vr + j * ldv, vw + (nk - 1 - j) * ldv, sizeof(float) * (size_t)dv);
     k->attn_pv_rows_kv[kind](o, ldo, p, MQ, alpha, rows, nk, dv, mq, nk + TA_ROWS_AHEAD);
-    k->attn_pv(ow, ldo, p, alpha, vr, ldv, nk, dv, mq, NULL);
+    k->attn_pv(ow, ldo, p, alpha, vr, ldv, nk, dv, mq, NULL, NULL);
     for (int64_t r = 0; r < mq; r++)
         for (int64_t c = 0; c < dv; c++) {
             const int64_t i = r * ldo + c;
@@ -1064,6 +1119,7 @@ int main(void)
         cmocka_unit_test(test_attn_exp),
         cmocka_unit_test(test_attn_pack_t),
         cmocka_unit_test(test_attn_scale_row),
+        cmocka_unit_test(test_prefetch_stream),
         cmocka_unit_test(test_attn_qk_rows_kv),
         cmocka_unit_test(test_attn_pv_rows_kv),
         cmocka_unit_test(test_attn_softmax_rows),

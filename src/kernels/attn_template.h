@@ -52,7 +52,7 @@ _Static_assert(RP >= 1 && RP <= 16 && PCW >= 1 && PCW <= 16,
 /* s[j, q * VL ..] = qp^T k_j for nj keys and the NQ query vectors from q0 (nj and NQ
  * constants after inlining; q0 any): NQ * KJ accumulators held across the d loop. */
 ATTN_INLINE void qk_micro(float *s, const float *qp, const float *k, int64_t ldk, int64_t d,
-                          const int nj, const int NQ)
+                          const int nj, const int NQ, ta_pf *pf)
 {
     VT acc[KJ][QV];
     const float *kr[KJ];
@@ -63,6 +63,7 @@ ATTN_INLINE void qk_micro(float *s, const float *qp, const float *k, int64_t ldk
         for (int q = 0; q < QV; q++) acc[j][q] = V_ZERO();
     }
     for (int64_t p = 0; p < d; p++) {
+        if (pf && (p & 1)) ta_pf_step(pf); /* the caller's stream, a line every other step */
         if ((p & 15) == 0) /* the next micro-tile's keys, one line ahead per row */
 #pragma GCC unroll 16
             for (int j = 0; j < KJ; j++) __builtin_prefetch(kr[j] + KJ * ldk + p);
@@ -99,11 +100,11 @@ ATTN_INLINE void qk_micro(float *s, const float *qp, const float *k, int64_t ldk
 
 /* nj keys (<= KJ) for the query vectors q0 .. q0 + nq - 1 (nq <= QV). */
 ATTN_INLINE void qk_block(float *s, const float *qp, const float *k, int64_t ldk, int64_t d,
-                          int nj, int q0, int nq)
+                          int nj, int q0, int nq, ta_pf *pf)
 {
     float *sq = s + q0 * VL;
     const float *qq = qp + q0 * VL;
-#define QK_NQ(nq_, n) if (n <= KJ && nq_ <= QV) qk_micro(sq, qq, k, ldk, d, n, nq_)
+#define QK_NQ(nq_, n) if (n <= KJ && nq_ <= QV) qk_micro(sq, qq, k, ldk, d, n, nq_, pf)
 #define QK_NQ1(n) QK_NQ(1, n)
 #define QK_NQ2(n) QK_NQ(2, n)
 #define QK_NQ3(n) QK_NQ(3, n)
@@ -129,7 +130,7 @@ ATTN_INLINE void qk_block(float *s, const float *qp, const float *k, int64_t ldk
  * caller masks them; a vector in that range that needs none of the block gets scores it
  * will mask). */
 void NAME_QK(float *s, const float *qp, const float *k, int64_t ldk, int64_t nk, int64_t d,
-             const int32_t *rowk)
+             const int32_t *rowk, ta_pf *pf)
 {
     int32_t need[QV];
     for (int q = 0; q < QV; q++) {
@@ -144,7 +145,7 @@ void NAME_QK(float *s, const float *qp, const float *k, int64_t ldk, int64_t nk,
                 if (q < q0) q0 = q;
                 q1 = q;
             }
-        if (q1 >= q0) qk_block(s + j * MQ, qp, k + j * ldk, ldk, d, nj, q0, q1 - q0 + 1);
+        if (q1 >= q0) qk_block(s + j * MQ, qp, k + j * ldk, ldk, d, nj, q0, q1 - q0 + 1, pf);
     }
 }
 
@@ -305,7 +306,7 @@ void NAME_SOFTMAX(float *s, float *m, float *l, float *alpha, int64_t nk, int64_
  * constants after inlining. */
 ATTN_INLINE void pv_micro(float *o, int64_t ldo, const float *p, const float *alpha,
                           const float *v, int64_t ldv, int64_t nk, const int NR, const int NV,
-                          const int TAIL, int last, const int PF)
+                          const int TAIL, int last, const int PF, ta_pf *pf)
 {
     const int64_t pfd = PF ? ta_stream_prefetch_rows : 0;
     VT acc[PV_RMAX][PV_CMAX];
@@ -320,6 +321,7 @@ ATTN_INLINE void pv_micro(float *o, int64_t ldo, const float *p, const float *al
     for (int64_t j = 0; j < nk; j++) {
         VT vv[PV_CMAX];
         const float *vr = v + j * ldv;
+        if (pf) ta_pf_step(pf); /* the caller's stream, a line a key */
         if (PF && pfd)
 #pragma GCC unroll 16
             for (int c = 0; c < PV_CMAX; c++)
@@ -350,17 +352,18 @@ ATTN_INLINE void pv_micro(float *o, int64_t ldo, const float *p, const float *al
 /* pv_micro over all dv columns of NR rows (a constant): whole micro-tiles, then one
  * instance per count of leftover vectors, the last one masked. */
 ATTN_INLINE void pv_rows(float *orow, int64_t ldo, const float *p, const float *alpha,
-                         const float *v, int64_t ldv, int64_t nk, int64_t dv, const int NR)
+                         const float *v, int64_t ldv, int64_t nk, int64_t dv, const int NR,
+                         ta_pf *pf)
 {
     const int64_t W = (int64_t)PC * VL; /* columns per micro-tile */
     int64_t c0 = 0;
     for (; c0 + W <= dv; c0 += W)
-        pv_micro(orow + c0, ldo, p, alpha, v + c0, ldv, nk, NR, PC, 0, VL, 0);
+        pv_micro(orow + c0, ldo, p, alpha, v + c0, ldv, nk, NR, PC, 0, VL, 0, pf);
     int64_t rest = dv - c0;
     if (rest <= 0) return;
     int nv = (int)((rest + VL - 1) / VL), last = (int)(rest - (int64_t)(nv - 1) * VL);
     switch (nv) {
-#define PV_TAIL(n) case n: if (n <= PC) pv_micro(orow + c0, ldo, p, alpha, v + c0, ldv, nk, NR, n, 1, last, 0); break;
+#define PV_TAIL(n) case n: if (n <= PC) pv_micro(orow + c0, ldo, p, alpha, v + c0, ldv, nk, NR, n, 1, last, 0, pf); break;
     PV_TAIL(1) PV_TAIL(2) PV_TAIL(3) PV_TAIL(4) PV_TAIL(5) PV_TAIL(6) PV_TAIL(7) PV_TAIL(8)
 #undef PV_TAIL
     default: break;
@@ -377,8 +380,8 @@ ATTN_INLINE void pv_whole_rows(float *o, int64_t ldo, const float *p, const floa
 {
 #define PV_WHOLE(n)                                                                          \
     if (n <= PCW) {                                                                          \
-        if (last == VL) pv_micro(o, ldo, p, alpha, v, ldv, nk, NR, n, 0, VL, 1);             \
-        else pv_micro(o, ldo, p, alpha, v, ldv, nk, NR, n, 1, last, 1);                      \
+        if (last == VL) pv_micro(o, ldo, p, alpha, v, ldv, nk, NR, n, 0, VL, 1, NULL);       \
+        else pv_micro(o, ldo, p, alpha, v, ldv, nk, NR, n, 1, last, 1, NULL);                \
     }
     ROWS_SWITCH(PV_WHOLE, nv)
 #undef PV_WHOLE
@@ -442,7 +445,8 @@ ATTN_INLINE void pv_stream(float *o, int64_t ldo, const float *p, const float *a
  * up to ldo, a multiple of VL) get finite junk or NaN, never a read of v past dv; rows
  * >= mq are not touched. */
 PV_ATTR void NAME_PV(float *o, int64_t ldo, const float *p, const float *alpha, const float *v,
-                     int64_t ldv, int64_t nk_all, int64_t dv, int64_t mq, const int32_t *rowk)
+                     int64_t ldv, int64_t nk_all, int64_t dv, int64_t mq, const int32_t *rowk,
+                     ta_pf *pf)
 {
     if (mq <= ROWS_MAX) { /* a decode tile: V streamed once, key by key */
         int64_t nk = rowk ? 0 : nk_all;
@@ -468,7 +472,7 @@ PV_ATTR void NAME_PV(float *o, int64_t ldo, const float *p, const float *alpha, 
         int64_t nk = rowk ? 0 : nk_all; /* keys past every row's need hold p = 0: skip */
         for (int r = 0; rowk && r < nr; r++)
             if (rowk[r0 + r] > nk) nk = rowk[r0 + r];
-#define PV_ROWS(n) if (n <= PR) pv_rows(o + r0 * ldo, ldo, p + r0, alpha + r0, v, ldv, nk, dv, n)
+#define PV_ROWS(n) if (n <= PR) pv_rows(o + r0 * ldo, ldo, p + r0, alpha + r0, v, ldv, nk, dv, n, pf)
         ROWS_SWITCH(PV_ROWS, nr)
 #undef PV_ROWS
     }

@@ -15,6 +15,50 @@
  * asserts it at compile time and every table is checked against it when it is built. */
 #define TA_SGEMM_TILE_MAX 512
 
+/* Rows a kernel requests into the caches while it computes: a prefetch stream, one
+ * 64-byte line per step of its inner loop, spread over the call (bursts of software
+ * prefetches are mostly dropped: on the Zen 5, 32 lines requested at once arrived little
+ * sooner than none; docs/kernels.md, "Prefetch streams"). Up to TA_PF_RANGES ranges, in
+ * order: range k is rows [0, rows) of `lines` lines each at base + r * ld bytes. The
+ * kernel advances the stream (ta_pf_step) and leaves what it did not reach for the
+ * caller's next call, which may drop it. Prefetches change no result. */
+#define TA_PF_RANGES 4
+typedef struct ta_pf_range {
+    const char *base;
+    int64_t ld, lines, rows;
+    int write; /* requested for writing (rows the caller is about to store) */
+} ta_pf_range;
+typedef struct ta_pf {
+    ta_pf_range r[TA_PF_RANGES];
+    int n, i;  /* ranges, the current one */
+    int64_t c; /* the next line of the current range's first row */
+} ta_pf;
+
+/* Empties the stream. */
+static inline void ta_pf_clear(ta_pf *pf) { pf->n = pf->i = 0, pf->c = 0; }
+
+/* Appends rows [0, rows) of `bytes` bytes each at base + r * ld, for writing when write
+ * (nothing when the stream is full or there is nothing to request). */
+static inline void ta_pf_add(ta_pf *pf, const void *base, int64_t ld, int64_t bytes, int64_t rows,
+                             int write)
+{
+    if (pf->n >= TA_PF_RANGES || rows <= 0 || bytes <= 0) return;
+    pf->r[pf->n++] = (ta_pf_range){(const char *)base, ld, (bytes + 63) / 64, rows, write};
+}
+
+/* One line of the stream into L1 (and L2), if any is left. */
+static inline __attribute__((always_inline)) void ta_pf_step(ta_pf *pf)
+{
+    if (pf->i >= pf->n) return;
+    ta_pf_range *g = &pf->r[pf->i];
+    if (g->write) __builtin_prefetch(g->base + 64 * pf->c, 1, 3);
+    else __builtin_prefetch(g->base + 64 * pf->c, 0, 3);
+    if (++pf->c < g->lines) return;
+    pf->c = 0;
+    g->base += g->ld;
+    if (--g->rows == 0) pf->i++;
+}
+
 typedef struct ta_kernels {
     ta_isa isa;       /* set by dispatch.c from the table row, after the fills */
     const char *name; /* the row's name, as ta_isa_name */
@@ -39,9 +83,10 @@ typedef struct ta_kernels {
     int attn_pr; /* rows per P.V micro-tile */
     int attn_vl; /* vector lanes of the attention kernels: attn_pv's ldo is a multiple */
     /* s [nk, mq] = qp^T K^T for nk keys, key j at k[j * ldk + 0 .. d-1]. rowk: NULL, or
-     * per row the keys it needs (may skip computing scores past them). */
+     * per row the keys it needs (may skip computing scores past them). pf: NULL, or a
+     * prefetch stream it advances a line every other step along d. */
     void (*attn_qk)(float *s, const float *qp, const float *k, int64_t ldk, int64_t nk,
-                    int64_t d, const int32_t *rowk);
+                    int64_t d, const int32_t *rowk, ta_pf *pf);
     /* The same scores for the rows r < mq (<= attn_mq) only, from q rows untransposed
      * (q[r * ldq + p], scaled) by dot products along d: for tiles of few real rows
      * (decode), where attn_qk's lanes would be mostly empty. Rows >= mq of s are not
@@ -58,10 +103,11 @@ typedef struct ta_kernels {
                          const int32_t *rowk);
     /* o [mq rows, ldo] = o * alpha + p^T V for the rows < mq (rows >= mq not touched),
      * columns < dv (v: nk rows of dv, stride ldv). rowk as in attn_qk (p must be 0 past
-     * each row's need). */
+     * each row's need). pf: NULL, or a prefetch stream it advances a line a key of its
+     * tiles of many rows (mq > attn_rows_max). */
     void (*attn_pv)(float *o, int64_t ldo, const float *p, const float *alpha,
                     const float *v, int64_t ldv, int64_t nk, int64_t dv, int64_t mq,
-                    const int32_t *rowk);
+                    const int32_t *rowk, ta_pf *pf);
     /* y[i] = expf(x[i]), i < n (the exp the softmax step uses; accuracy in docs). */
     void (*attn_exp)(float *y, const float *x, int64_t n);
     /* A transposed, scaled copy of n rows (the query tile for attn_qk with ld = attn_mq;

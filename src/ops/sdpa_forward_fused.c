@@ -317,6 +317,16 @@ static void hold_v(const fused_plan *f, const fused_item *it, float *vbuf, held_
     h->hi = hi;
 }
 
+/* One work item of a call that is not a sweep: its tiles, then its rows of O and LSE (or
+ * its partial of a key split). next: as ta_fused_run_item takes it. */
+static void run_one(const fused_plan *fp, const fused_mem *m, const fused_item *it,
+                    const fused_ws *w, const fused_item *next)
+{
+    ta_fused_run_item(fp, it, w, next);
+    if (fp->split) ta_fused_store_partial(fp, m, it, w);
+    else ta_fused_finish_item(fp, it, w);
+}
+
 ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
 {
     if (p->B * p->H * p->Lq == 0) return TA_OK;
@@ -334,11 +344,14 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
     /* Threads take whole groups while there are plenty (each core keeps one group's K
      * and V in its own L2), single tiles otherwise (to balance few large groups). */
     const int64_t grab = !f.split && f.ngroups >= 8 * (int64_t)f.nt ? f.tpg : 1;
+    int64_t next_chunk = 0; /* the next chunk of grab items a thread claims (grab > 1) */
 #pragma omp parallel num_threads(f.nt)
     {
         fused_ws w;
+        fused_pf pfs = {.next = NULL, .b = -1};
         ta_arena mine = ta_arena_over(m.ws + (size_t)omp_get_thread_num() * f.ws_bytes, f.ws_bytes);
         ws_layout(&mine, &w, &f);
+        w.pfs = &pfs;
         /* Scores a kernel skips stay as they were (the caller masks those of real rows):
          * the padding lanes hold a previous item's values, finite or not, after this. */
         memset(w.s, 0, sizeof(float) * (size_t)(f.mq_max * TA_FUSED_NK));
@@ -371,15 +384,32 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
                 fp = vcopy_plan(&f, &fv, &pv, &vt,
                                 m.vbuf + (size_t)omp_get_thread_num() * (size_t)f.vcopy_floats);
             }
-#pragma omp for schedule(dynamic, grab)
-            for (int64_t n = 0; n < nitems; n++) {
-                const fused_item *it = &m.items[n];
-                if (f.vcopy_floats) hold_v(&f, it, (float *)vt.data, &hv);
-                /* the next item of this thread's chunk (chunks start at multiples of
-                 * grab), whose Q rows it prefetches meanwhile */
-                ta_fused_run_item(fp, it, &w, (n + 1) % grab && n + 1 < nitems ? it + 1 : NULL);
-                if (f.split) ta_fused_store_partial(fp, &m, it, &w);
-                else ta_fused_finish_item(fp, it, &w);
+            if (grab > 1) {
+                /* Whole groups, each thread claiming its next chunk of grab items before it
+                 * runs the current one: the last item of a chunk knows the item that
+                 * follows it on this thread (the next chunk's first, another group), whose
+                 * Q rows and first keys it requests meanwhile (ta_fused_run_item). */
+                const int64_t nchunks = (nitems + grab - 1) / grab;
+                int64_t c = __atomic_fetch_add(&next_chunk, 1, __ATOMIC_RELAXED);
+                while (c < nchunks) {
+                    const int64_t cn = __atomic_fetch_add(&next_chunk, 1, __ATOMIC_RELAXED);
+                    const int64_t hi = TA_MIN((c + 1) * grab, nitems);
+                    for (int64_t n = c * grab; n < hi; n++) {
+                        const fused_item *it = &m.items[n];
+                        const fused_item *nx = n + 1 < hi ? it + 1
+                                               : cn < nchunks ? &m.items[cn * grab] : NULL;
+                        if (f.vcopy_floats) hold_v(&f, it, (float *)vt.data, &hv);
+                        run_one(fp, &m, it, &w, nx);
+                    }
+                    c = cn;
+                }
+            } else {
+#pragma omp for schedule(dynamic, 1)
+                for (int64_t n = 0; n < nitems; n++) {
+                    const fused_item *it = &m.items[n];
+                    if (f.vcopy_floats) hold_v(&f, it, (float *)vt.data, &hv);
+                    run_one(fp, &m, it, &w, NULL);
+                }
             }
         }
         if (f.stream_o) ta_sdpa_stream_fence(); /* before the region's closing barrier */

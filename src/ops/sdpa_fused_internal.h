@@ -31,8 +31,22 @@ typedef struct fused_item {
     int64_t chunk;
 } fused_item;
 
+/* A thread's prefetch stream for the kernels of its tiles of many rows (ta_pf), and what
+ * it requests of the item the thread runs next (ta_fused_run_item): its Q rows (and O
+ * rows, for writing, when o), a share after each tile from row r, and its first keys
+ * when it starts another group. */
+typedef struct fused_pf {
+    ta_pf pf;
+    const struct fused_item *next;
+    int64_t r, share;
+    bool o;
+    bool kv;          /* the item requests its K and V rows (its group's first here) */
+    int64_t b, hkv;   /* the group of the thread's previous item (b = -1: none) */
+} fused_pf;
+
 /* A thread's scratch, sized once per call. */
 typedef struct fused_ws {
+    fused_pf *pfs;    /* the thread's prefetch stream (shared by a sweep's heads) */
     float *qp, *s, *o, *m, *l, *alpha, *kp, *vp;
     float *ones;      /* 1.0 per row: the rescale of a tile's later runs (tile_pv) */
     int32_t *rowk_run; /* per row: keys of the current run of a tile it needs */

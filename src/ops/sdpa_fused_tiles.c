@@ -279,6 +279,61 @@ static inline __attribute__((always_inline)) void prefetch_run(const fused_plan 
         for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(row + c, 0, 2);
 }
 
+/* Appends to pf the rows [j, j + n) of K (value false) or V of the item's group that
+ * lie in one run from j (a paged cache's block), when its rows are unit-stride along D. */
+static void pf_kv_rows(ta_pf *pf, const fused_plan *f, const fused_item *it, bool value,
+                       int64_t j, int64_t n)
+{
+    const ta_tensor *t = value ? f->p->V : f->p->K;
+    if (t->stride[3] != 1 || n <= 0) return;
+    n = TA_MIN(n, ta_sdpa_kv_run(f->p, j));
+    const int64_t bytes = (value ? f->p->Dv : f->p->D) * (int64_t)ta_dtype_size(t->dtype);
+    ta_pf_add(pf, kv_rows(f, it, value, j), kv_ld(t), bytes, n, 0);
+}
+
+/* The prefetch stream attn_qk advances over a run of a tile of many rows: the V rows of
+ * the same keys, which attn_pv reads next (a group's first query tile reads them from
+ * memory). */
+static ta_pf *stream_scores(const fused_plan *f, const fused_item *it, const fused_ws *w,
+                            int64_t j, int64_t n)
+{
+    ta_pf *pf = &w->pfs->pf;
+    ta_pf_clear(pf);
+    if (w->pfs->kv) pf_kv_rows(pf, f, it, true, j, n);
+    return pf;
+}
+
+/* The stream attn_pv advances over the last run of a tile of many rows that ends at key
+ * j: the item's next K tile, then the next item's share of Q rows (rows r .. r + share
+ * within one head; its O rows for writing too when pfs->o), and, after the item's last
+ * tile, the next item's first K tile. */
+static ta_pf *stream_pv(const fused_plan *f, const fused_item *it, const fused_ws *w, int64_t j)
+{
+    const ta_sdpa_problem *p = f->p;
+    fused_pf *s = w->pfs;
+    ta_pf *pf = &s->pf;
+    ta_pf_clear(pf);
+    if (s->kv && j < it->jhi) pf_kv_rows(pf, f, it, false, j, TA_MIN(TA_FUSED_NK, it->jhi - j));
+    const fused_item *nx = s->next;
+    if (!nx) return pf;
+    if (s->r < nx->mq) {
+        int64_t h, i;
+        row_hi(f, nx->hkv, nx->r0 + s->r, &h, &i);
+        const int64_t n = TA_MIN(TA_MIN(s->share, nx->mq - s->r), p->Lq - i); /* one head */
+        const ta_tensor *Q = p->Q;
+        const float *q = (const float *)Q->data + nx->b * Q->stride[0] + h * Q->stride[1] +
+                         i * Q->stride[2];
+        ta_pf_add(pf, q, Q->stride[2] * (int64_t)sizeof(float), p->D * (int64_t)sizeof(float), n, 0);
+        if (s->o)
+            ta_pf_add(pf, o_row(p, nx->b, h, i), p->O->stride[2] * (int64_t)sizeof(float),
+                      p->Dv * (int64_t)sizeof(float), n, 1);
+        s->r += n;
+    }
+    if (j >= it->jhi && (nx->b != it->b || nx->hkv != it->hkv)) /* its group's first */
+        pf_kv_rows(pf, f, nx, false, nx->jlo, TA_MIN(TA_FUSED_NK, nx->jhi - nx->jlo));
+    return pf;
+}
+
 /* The row tables of keys [j0, j0 + nk) for a tile whose K rows the few-row kernels read
  * in place (typed_rows): K's in w->krows (returns its entries, the kernels' avail) and,
  * when V's rows are read in place too, V's in w->vrows (*vn entries, else -1). */
@@ -326,7 +381,8 @@ static int64_t tile_scores(const fused_plan *f, const fused_item *it, const fuse
         if (few_rows(f, it))
             f->k->attn_qk_rows(s, w->qp, p->D, it->mq, kt, ld, n, p->D);
         else
-            f->k->attn_qk(s, w->qp, kt, ld, n, p->D, run_rowk(f, w, rowk, nk, a, n));
+            f->k->attn_qk(s, w->qp, kt, ld, n, p->D, run_rowk(f, w, rowk, nk, a, n),
+                          stream_scores(f, it, w, j0 + a, n));
     }
     return -1;
 }
@@ -356,7 +412,8 @@ static void tile_pv(const fused_plan *f, const fused_item *it, const fused_ws *w
         const float *vt = kv_tile(f, it, true, j0 + a, n, w->vp, &ld);
         prefetch_run(f, it, true, j0 + a + n);
         f->k->attn_pv(w->o, f->ldo, w->s + a * f->mq_max, a ? w->ones : w->alpha, vt, ld, n,
-                      p->Dv, it->mq, run_rowk(f, w, rowk, nk, a, n));
+                      p->Dv, it->mq, run_rowk(f, w, rowk, nk, a, n),
+                      a + n == nk && !few_rows(f, it) ? stream_pv(f, it, w, j0 + nk) : NULL);
     }
 }
 
@@ -492,50 +549,34 @@ static inline __attribute__((always_inline)) void prefetch_o(const fused_plan *f
     }
 }
 
-/* Rows [r0, r1) of an item's Q, and of its O when o, requested into L2 (O for writing);
- * f's Q and O are the call's own (a V copy's plan changes only V). */
-static inline __attribute__((always_inline)) void prefetch_item_rows(const fused_plan *f,
-                                                                     const fused_item *it,
-                                                                     int64_t r0, int64_t r1, bool o)
-{
-    const ta_sdpa_problem *p = f->p;
-    const int64_t qb = p->D * (int64_t)sizeof(float), ob = p->Dv * (int64_t)sizeof(float);
-    int64_t h, i;
-    row_hi(f, it->hkv, it->r0 + r0, &h, &i);
-    for (int64_t r = r0; r < r1; r++) {
-        const ta_tensor *Q = p->Q;
-        const char *qr = (const char *)((const float *)Q->data + it->b * Q->stride[0] +
-                                        h * Q->stride[1] + i * Q->stride[2]);
-        for (int64_t c = 0; c < qb; c += 64) __builtin_prefetch(qr + c, 0, 2);
-        const char *orow = (const char *)o_row(p, it->b, h, i);
-        for (int64_t c = 0; o && c < ob; c += 64) __builtin_prefetch(orow + c, 1, 2);
-        row_next(f, &h, &i);
-    }
-}
-
 void ta_fused_run_item(const fused_plan *f, const fused_item *it, const fused_ws *w,
                        const fused_item *next)
 {
     item_run ir;
     if (!item_begin(f, it, w, &ir)) return;
     if (f->prefetch_o && !few_rows(f, it)) prefetch_o(f, it);
-    /* the next item's rows (Q unit-stride along D only); O's too unless it is streamed
-     * (non-temporal stores need no line) or prefetch_o requests it when that item
-     * starts. Measured on the Zen 5, 1 thread, the seed's causal case (driver, medians
-     * of 11 alternations): 160 -> 167 GFLOP/s; non-causal 191 -> 195. */
-    if (next && (few_rows(f, next) || next->jhi <= next->jlo || f->p->Q->stride[3] != 1))
+    /* The next item's Q rows (unit-stride along D only), and its O rows unless O is
+     * streamed (non-temporal stores need no line) or prefetch_o requests them when that
+     * item starts: a share after each key tile, through the kernels' prefetch stream
+     * (stream_pv). Measured on the Zen 5, 1 thread, the seed's causal case (driver,
+     * medians of 11 alternations, when they were a burst of prefetches per tile): 160 ->
+     * 167 GFLOP/s; non-causal 191 -> 195. */
+    if (next && (few_rows(f, it) || few_rows(f, next) || next->jhi <= next->jlo ||
+                 f->p->Q->stride[3] != 1))
         next = NULL;
-    const bool o = !f->stream_o && !f->prefetch_o;
     const int64_t tiles = (it->jhi - it->jlo + TA_FUSED_NK - 1) / TA_FUSED_NK + 1;
-    const int64_t share = next ? (next->mq + tiles - 1) / tiles : 0;
-    int64_t r = 0;
-    for (int64_t j0 = it->jlo; j0 < it->jhi;) {
-        j0 += item_tile(f, it, w, &ir, j0);
-        if (next && r < next->mq) {
-            prefetch_item_rows(f, next, r, TA_MIN(r + share, next->mq), o);
-            r += share;
-        }
-    }
+    fused_pf *s = w->pfs;
+    s->next = next;
+    s->r = 0;
+    s->share = next ? (next->mq + tiles - 1) / tiles : 0;
+    s->o = !f->stream_o && !f->prefetch_o;
+    /* K and V rows only on the thread's first item of a group: the next ones find them
+     * in its L2 (or, past it, the hardware prefetchers had them as well: the requests
+     * cost the sdpa_L4096 case 1 - 3%) */
+    s->kv = it->b != s->b || it->hkv != s->hkv;
+    s->b = it->b;
+    s->hkv = it->hkv;
+    for (int64_t j0 = it->jlo; j0 < it->jhi;) j0 += item_tile(f, it, w, &ir, j0);
 }
 
 /* A sweep's steps: one key tile of every head, their scores computed in rounds of
