@@ -260,6 +260,37 @@ static void test_sgemm_ukr(void **state)
 
 /* --------------------------------------------------------------- attn_qk */
 
+/* A prefetch stream (kernels.h, ta_pf) over two buffers of na and nb floats: spans of up
+ * to 64 floats of each in turn (at most 32 spans). Returns its spans. */
+static int64_t stream_spans(ta_pf_span *sp, const float *a, int64_t na, const float *b,
+                            int64_t nb)
+{
+    int64_t n = 0;
+    for (int64_t i = 0; n < 32 && (i < na || i < nb); i += 64) {
+        if (i < na) sp[n++] = (ta_pf_span){(const char *)(a + i), (const char *)(a + (i + 64 < na ? i + 64 : na))};
+        if (i < nb && n < 32) sp[n++] = (ta_pf_span){(const char *)(b + i), (const char *)(b + (i + 64 < nb ? i + 64 : nb))};
+    }
+    return n;
+}
+
+/* A kernel left its stream within its spans: the span it stopped in advanced by whole
+ * lines within its bounds, the spans after it untouched; and advanced it when it had
+ * steps to take. */
+static void check_stream(const ta_pf *pf, const ta_pf_span *sp, const ta_pf_span *orig,
+                         int64_t n, int stepped)
+{
+    if (pf->next < sp || pf->next > sp + n || pf->end != sp + n)
+        fail_msg("%s: the prefetch stream left its spans", where);
+    for (int64_t i = pf->next - sp; i < n; i++) {
+        const int64_t moved = sp[i].a - orig[i].a;
+        if (sp[i].b != orig[i].b || (sp + i != pf->next && moved != 0) || moved < 0 ||
+            moved % 64 != 0 || sp[i].a >= orig[i].b)
+            fail_msg("%s: span %lld of the prefetch stream changed wrongly", where, (long long)i);
+    }
+    if (stepped && n > 0 && pf->next == sp && sp[0].a == orig[0].a)
+        fail_msg("%s: the prefetch stream did not advance", where);
+}
+
 static void qk_case(const ta_kernels *k, const ta_kernels *ref, int64_t d, int64_t nk, int with_rowk)
 {
     const int64_t MQ = k->attn_mq, RQ = ref->attn_mq, ldk = d + 3;
@@ -276,12 +307,14 @@ static void qk_case(const ta_kernels *k, const ta_kernels *ref, int64_t d, int64
         assert_non_null(rowk);
         for (int64_t r = 0; r < MQ; r++) rowk[r] = irand(nk + 1);
     }
-    /* with a prefetch stream over the inputs (every case): the same bits as without */
-    ta_pf pf;
-    ta_pf_clear(&pf);
-    ta_pf_add(&pf, qp, 64, 200, d * MQ / 16, 0);
-    ta_pf_add(&pf, kk, ldk * (int64_t)sizeof(float), d * (int64_t)sizeof(float), nk, 1);
+    /* with a prefetch stream over the inputs (every case): the same bits as without, and
+     * the stream advanced, never past its end */
+    ta_pf_span sp[32], orig[32];
+    const int64_t ns = stream_spans(sp, qp, d * MQ, kk, nk ? (nk - 1) * ldk + d : 0);
+    memcpy(orig, sp, sizeof sp);
+    ta_pf pf = {sp, sp + ns};
     k->attn_qk(s, qp, kk, ldk, nk, d, rowk, &pf);
+    check_stream(&pf, sp, orig, ns, d >= 2 && nk > 0 && !rowk);
     float *s2 = copy_of(s, nk * MQ);
     k->attn_qk(s2, qp, kk, ldk, nk, d, rowk, NULL);
     if (memcmp(s, s2, sizeof(float) * (size_t)(nk * MQ)) != 0)
@@ -574,12 +607,14 @@ static void pv_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk, int6
         for (int64_t j = 0; j < nk; j++) p[j * MQ + r] = j < rowk[r] ? fabsf(p[j * MQ + r]) : 0.0f;
     }
     float *o0 = copy_of(o, rows * ldo);
-    /* with a prefetch stream over the inputs: the same bits as without */
-    ta_pf pf;
-    ta_pf_clear(&pf);
-    ta_pf_add(&pf, v, ldv * (int64_t)sizeof(float), dv * (int64_t)sizeof(float), nk, 0);
-    ta_pf_add(&pf, p, 64, 64, nk * MQ / 16, 1);
+    /* with a prefetch stream over the inputs: the same bits as without; tiles of many
+     * rows advance it (those of few rows stream V without it) */
+    ta_pf_span sp[32], orig[32];
+    const int64_t ns = stream_spans(sp, v, nk ? (nk - 1) * ldv + dv : 0, p, nk * MQ);
+    memcpy(orig, sp, sizeof sp);
+    ta_pf pf = {sp, sp + ns};
     k->attn_pv(o, ldo, p, alpha, v, ldv, nk, dv, mq, with_rowk ? rowk : NULL, &pf);
+    check_stream(&pf, sp, orig, ns, nk > 0 && !with_rowk && mq > k->attn_rows_max);
     float *o2 = copy_of(o0, rows * ldo);
     k->attn_pv(o2, ldo, p, alpha, v, ldv, nk, dv, mq, with_rowk ? rowk : NULL, NULL);
     for (int64_t r = 0; r < rows; r++)
@@ -823,39 +858,6 @@ static void test_attn_pack_t(void **state)
         for (int64_t mq = 1; mq <= lds[l]; mq += mq < 20 ? 1 : 7)
             for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
                 for (int64_t s3 = 1; s3 <= 2; s3++) pack_t_case(k, lds[l], mq, ds[i], s3);
-}
-
-/* ------------------------------------------------------ prefetch streams */
-
-/* ta_pf_step's walk through a stream's ranges (kernels.h): row by row, line by line,
- * range by range, then nothing; ta_pf_add ignores empty ranges and those past
- * TA_PF_RANGES. */
-static void test_prefetch_stream(void **state)
-{
-    (void)state;
-    static char buf[4096];
-    ta_pf pf;
-    ta_pf_clear(&pf);
-    ta_pf_add(&pf, buf, 1000, 130, 2, 0); /* 2 rows of 3 lines, 1000 bytes apart */
-    ta_pf_add(&pf, buf + 3000, 64, 64, 0, 0); /* empty: ignored */
-    ta_pf_add(&pf, buf + 3000, 64, 0, 5, 0);  /* empty: ignored */
-    ta_pf_add(&pf, buf + 2500, 64, 1, 1, 1);  /* 1 row of 1 line, for writing */
-    for (int i = 0; i < 5; i++) ta_pf_add(&pf, buf, 64, 64, 1, 0); /* 2 fit, 3 past the end */
-    assert_int_equal(pf.n, TA_PF_RANGES);
-    /* the lines in order: (range, row base, line) */
-    const struct { int i; long base; long c; } want[] = {
-        {0, 0, 0}, {0, 0, 1}, {0, 0, 2}, {0, 1000, 0}, {0, 1000, 1}, {0, 1000, 2},
-        {1, 2500, 0}, {2, 0, 0}, {3, 0, 0}};
-    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
-        assert_int_equal(pf.i, want[k].i);
-        assert_int_equal(pf.r[pf.i].base - buf, want[k].base);
-        assert_int_equal(pf.c, want[k].c);
-        ta_pf_step(&pf);
-    }
-    assert_int_equal(pf.i, pf.n); /* drained: further steps do nothing */
-    ta_pf_step(&pf);
-    assert_int_equal(pf.i, pf.n);
-    assert_int_equal(pf.c, 0);
 }
 
 /* ------------------------------------------------------- attn_scale_row */
@@ -1119,7 +1121,6 @@ int main(void)
         cmocka_unit_test(test_attn_exp),
         cmocka_unit_test(test_attn_pack_t),
         cmocka_unit_test(test_attn_scale_row),
-        cmocka_unit_test(test_prefetch_stream),
         cmocka_unit_test(test_attn_qk_rows_kv),
         cmocka_unit_test(test_attn_pv_rows_kv),
         cmocka_unit_test(test_attn_softmax_rows),

@@ -156,8 +156,8 @@ rows_kv Q.K^T d loop, f16|attn_rows|ta_attn_qk_rows_f16_ISA|attn_rows_template.h
 rows_kv P.V key loop, bf16, 4 rows|attn_rows|ta_attn_pv_rows_bf16_ISA|attn_rows_template.h|acc\[r\]\[c\] = V_FMA\(pb\[r\], v0|fma=PV_ACC,bcast=4|one key: 4 rows x PV_ACC / 4 vectors of its V row, in pairs widened by a shift (even columns) and a mask (odd)
 rows_kv P.V key loop, f16, 4 rows|attn_rows|ta_attn_pv_rows_f16_ISA|attn_rows_template.h|acc\[r\]\[c\] = V_FMA\(pb\[r\], v0|fma=PV_ACC,bcast=4|one key: 4 rows x PV_ACC / 4 vectors of its V row, widened by vcvtph2ps
 softmax_rows exp loop|attn_rows|ta_attn_softmax_rows_ISA|attn_rows_template.h|const VT p1 = V_EXP||two vectors of (key, row) lanes (two exps)
-softmax max loop|attn|ta_attn_softmax_ISA_[0-9]+|attn_template.h|m1 = V_MAX\(V_LOADU||four keys of one query vector (four chains)
-softmax exp loop|attn|ta_attn_softmax_ISA_[0-9]+|attn_template.h|VT p1 = V_EXP||two keys of one query vector (two exps)
+softmax max loop|attn|ta_attn_softmax_ISA_[0-9]+|attn_template.h|for \(; i \+ 4 <= full; i \+= 4\) SM_MAX4||four keys of one query vector (four chains)
+softmax exp loop|attn|ta_attn_softmax_ISA_[0-9]+|attn_template.h|for \(; j \+ 2 <= full; j \+= 2\) SM_EXP2||two keys of one query vector (two exps)
 attn_exp loop|attn|ta_expf_ISA|attn_template.h|V_STOREU\(y \+ i, V_EXP||one vector (one exp)
 attn_pack_t 8x8 block|attn|ta_attn_pack_t_ISA|attn_template.h|V_TRANSPOSE8_SCALED\(qp||one 8 x 8 block: 8 row loads, 24 shuffles, 8 multiplies by the scale, 8 stores
 bwd_gemm k loop|attn_bwd|ta_attn_bwd_gemm_ISA_[0-9]+x[0-9]+|attn_bwd_template.h|cr\[r\]\[v\] = V_FMA\(ab||one k step: MR rows x NV vectors

@@ -62,8 +62,9 @@ ATTN_INLINE void qk_micro(float *s, const float *qp, const float *k, int64_t ldk
 #pragma GCC unroll 16
         for (int q = 0; q < QV; q++) acc[j][q] = V_ZERO();
     }
+    TA_PF_BEGIN(pf);
     for (int64_t p = 0; p < d; p++) {
-        if (pf && (p & 1)) ta_pf_step(pf); /* the caller's stream, a line every other step */
+        if (p & 1) TA_PF_STEP(); /* the caller's stream, a line every other step */
         if ((p & 15) == 0) /* the next micro-tile's keys, one line ahead per row */
 #pragma GCC unroll 16
             for (int j = 0; j < KJ; j++) __builtin_prefetch(kr[j] + KJ * ldk + p);
@@ -80,6 +81,7 @@ ATTN_INLINE void qk_micro(float *s, const float *qp, const float *k, int64_t ldk
                 if (q < NQ) acc[j][q] = V_FMA(kb, qv[q], acc[j][q]);
         }
     }
+    TA_PF_END(pf);
 #pragma GCC unroll 16
     for (int j = 0; j < KJ; j++) {
         if (j >= nj) break;
@@ -258,37 +260,49 @@ void NAME_SOFTMAX(float *s, float *m, float *l, float *alpha, int64_t nk, int64_
             need = c > need ? c : need;
         }
         const VI rk = V_LOADI(cnt);
-#define SM_LOAD(j) ((j) < full ? V_LOADU(s + (j) * MQ + q * VL) \
-                               : V_KEEP_KEYS(V_LOADU(s + (j) * MQ + q * VL), rk, (int32_t)(j)))
+#define SM_PLAIN(j) V_LOADU(s + (j) * MQ + q * VL)
+#define SM_KEEP(j) V_KEEP_KEYS(V_LOADU(s + (j) * MQ + q * VL), rk, (int32_t)(j))
         VT mo = V_LOADU(m + q * VL), mx = mo, m1 = mo, m2 = mo, m3 = mo;
         int64_t i = 0;
-        for (; i + 4 <= need; i += 4) { /* four chains: the vmaxps latency */
-            mx = V_MAX(SM_LOAD(i), mx);
-            m1 = V_MAX(SM_LOAD(i + 1), m1);
-            m2 = V_MAX(SM_LOAD(i + 2), m2);
-            m3 = V_MAX(SM_LOAD(i + 3), m3);
-        }
-        for (; i < need; i++) mx = V_MAX(SM_LOAD(i), mx);
+        /* four chains (the vmaxps latency), key i in chain i mod 4: plain loads while every
+         * lane sees the four keys, then through the lanes' counts */
+#define SM_MAX4(LOAD)                                                                      \
+    do {                                                                                   \
+        mx = V_MAX(LOAD(i), mx);                                                           \
+        m1 = V_MAX(LOAD(i + 1), m1);                                                       \
+        m2 = V_MAX(LOAD(i + 2), m2);                                                       \
+        m3 = V_MAX(LOAD(i + 3), m3);                                                       \
+    } while (0)
+        for (; i + 4 <= full; i += 4) SM_MAX4(SM_PLAIN);
+        for (; i + 4 <= need; i += 4) SM_MAX4(SM_KEEP);
+#undef SM_MAX4
+        for (; i < need; i++) mx = V_MAX(SM_KEEP(i), mx);
         mx = V_MAX(V_MAX(m1, mx), V_MAX(m3, m2));
         VT u = V_NEGINF_TO_ZERO(mx);
         VT a = V_EXP(V_SUB(mo, u));
         VT sum0 = V_ZERO(), sum1 = V_ZERO();
         int64_t j = 0;
-        for (; j + 2 <= need; j += 2) { /* two chains: the add latency, not the exp, bounds one */
-            VT p0 = V_EXP(V_SUB(SM_LOAD(j), u));
-            VT p1 = V_EXP(V_SUB(SM_LOAD(j + 1), u));
-            V_STOREU(s + j * MQ + q * VL, p0);
-            V_STOREU(s + (j + 1) * MQ + q * VL, p1);
-            sum0 = V_ADD(sum0, p0);
-            sum1 = V_ADD(sum1, p1);
-        }
+        /* two chains (the add latency, not the exp, bounds one), key j in chain j mod 2 */
+#define SM_EXP2(LOAD)                                                                      \
+    do {                                                                                   \
+        VT p0 = V_EXP(V_SUB(LOAD(j), u));                                                  \
+        VT p1 = V_EXP(V_SUB(LOAD(j + 1), u));                                              \
+        V_STOREU(s + j * MQ + q * VL, p0);                                                 \
+        V_STOREU(s + (j + 1) * MQ + q * VL, p1);                                           \
+        sum0 = V_ADD(sum0, p0);                                                            \
+        sum1 = V_ADD(sum1, p1);                                                            \
+    } while (0)
+        for (; j + 2 <= full; j += 2) SM_EXP2(SM_PLAIN);
+        for (; j + 2 <= need; j += 2) SM_EXP2(SM_KEEP);
+#undef SM_EXP2
         if (j < need) { /* j even: chain 0 */
-            VT p0 = V_EXP(V_SUB(SM_LOAD(j), u));
+            VT p0 = V_EXP(V_SUB(SM_KEEP(j), u));
             V_STOREU(s + j * MQ + q * VL, p0);
             sum0 = V_ADD(sum0, p0);
             j++;
         }
-#undef SM_LOAD
+#undef SM_PLAIN
+#undef SM_KEEP
         for (; j < nk; j++) V_STOREU(s + j * MQ + q * VL, V_ZERO()); /* exp(-inf) */
         V_STOREU(l + q * VL, V_FMA(V_LOADU(l + q * VL), a, V_ADD(sum0, sum1)));
         V_STOREU(m + q * VL, mx);
@@ -318,10 +332,11 @@ ATTN_INLINE void pv_micro(float *o, int64_t ldo, const float *p, const float *al
         for (int c = 0; c < PV_CMAX; c++)
             if (c < NV) acc[r][c] = V_MUL(V_LOADU(o + r * ldo + c * VL), a);
     }
+    TA_PF_BEGIN(pf);
     for (int64_t j = 0; j < nk; j++) {
         VT vv[PV_CMAX];
         const float *vr = v + j * ldv;
-        if (pf) ta_pf_step(pf); /* the caller's stream, a line a key */
+        TA_PF_STEP(); /* the caller's stream, a line a key */
         if (PF && pfd)
 #pragma GCC unroll 16
             for (int c = 0; c < PV_CMAX; c++)
@@ -340,6 +355,7 @@ ATTN_INLINE void pv_micro(float *o, int64_t ldo, const float *p, const float *al
                 if (c < NV) acc[r][c] = V_FMA(pb, vv[c], acc[r][c]);
         }
     }
+    TA_PF_END(pf);
 #pragma GCC unroll 16
     for (int r = 0; r < PV_RMAX; r++) {
         if (r >= NR) break;

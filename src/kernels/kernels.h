@@ -15,49 +15,48 @@
  * asserts it at compile time and every table is checked against it when it is built. */
 #define TA_SGEMM_TILE_MAX 512
 
-/* Rows a kernel requests into the caches while it computes: a prefetch stream, one
+/* Lines a kernel requests into the caches while it computes: a prefetch stream, one
  * 64-byte line per step of its inner loop, spread over the call (bursts of software
  * prefetches are mostly dropped: on the Zen 5, 32 lines requested at once arrived little
- * sooner than none; docs/kernels.md, "Prefetch streams"). Up to TA_PF_RANGES ranges, in
- * order: range k is rows [0, rows) of `lines` lines each at base + r * ld bytes. The
- * kernel advances the stream (ta_pf_step) and leaves what it did not reach for the
- * caller's next call, which may drop it. Prefetches change no result. */
-#define TA_PF_RANGES 4
-typedef struct ta_pf_range {
-    const char *base;
-    int64_t ld, lines, rows;
-    int write; /* requested for writing (rows the caller is about to store) */
-} ta_pf_range;
+ * sooner than none; docs/kernels.md, "Prefetch streams"). The stream is spans of bytes
+ * [a, b), requested at a, a + 64, ... in order; the kernel advances next (and a of the
+ * span it stops in), never past end, and leaves the rest for the caller's next call.
+ * Prefetches change no result. */
+typedef struct ta_pf_span {
+    const char *a, *b;
+} ta_pf_span;
 typedef struct ta_pf {
-    ta_pf_range r[TA_PF_RANGES];
-    int n, i;  /* ranges, the current one */
-    int64_t c; /* the next line of the current range's first row */
+    ta_pf_span *next, *end;
 } ta_pf;
 
-/* Empties the stream. */
-static inline void ta_pf_clear(ta_pf *pf) { pf->n = pf->i = 0, pf->c = 0; }
-
-/* Appends rows [0, rows) of `bytes` bytes each at base + r * ld, for writing when write
- * (nothing when the stream is full or there is nothing to request). */
-static inline void ta_pf_add(ta_pf *pf, const void *base, int64_t ld, int64_t bytes, int64_t rows,
-                             int write)
+/* One step of a stream whose current span [*pa, *pb) a kernel holds in registers, sn
+ * the span, se the stream's end: a line requested, then the next span when this one is
+ * done. */
+static inline __attribute__((always_inline)) void ta_pf_step(const char **pa, const char **pb,
+                                                              ta_pf_span **sn, ta_pf_span *se)
 {
-    if (pf->n >= TA_PF_RANGES || rows <= 0 || bytes <= 0) return;
-    pf->r[pf->n++] = (ta_pf_range){(const char *)base, ld, (bytes + 63) / 64, rows, write};
+    if (*pa >= *pb) return;
+    __builtin_prefetch(*pa, 0, 3);
+    *pa += 64;
+    if (*pa >= *pb && ++*sn < se) {
+        *pa = (*sn)->a;
+        *pb = (*sn)->b;
+    }
 }
 
-/* One line of the stream into L1 (and L2), if any is left. */
-static inline __attribute__((always_inline)) void ta_pf_step(ta_pf *pf)
-{
-    if (pf->i >= pf->n) return;
-    ta_pf_range *g = &pf->r[pf->i];
-    if (g->write) __builtin_prefetch(g->base + 64 * pf->c, 1, 3);
-    else __builtin_prefetch(g->base + 64 * pf->c, 0, 3);
-    if (++pf->c < g->lines) return;
-    pf->c = 0;
-    g->base += g->ld;
-    if (--g->rows == 0) pf->i++;
-}
+/* A kernel's start and end on a stream (pf NULL: none): its current span into
+ * registers, and back. */
+#define TA_PF_BEGIN(pf)                                                                     \
+    ta_pf_span *pf_sn = (pf) ? (pf)->next : NULL, *pf_se = (pf) ? (pf)->end : NULL;          \
+    const char *pf_a = pf_sn < pf_se ? pf_sn->a : NULL, *pf_b = pf_sn < pf_se ? pf_sn->b : NULL
+#define TA_PF_STEP() ta_pf_step(&pf_a, &pf_b, &pf_sn, pf_se)
+#define TA_PF_END(pf)                                                                       \
+    do {                                                                                    \
+        if (pf) {                                                                           \
+            if (pf_sn < pf_se) pf_sn->a = pf_a;                                             \
+            (pf)->next = pf_sn;                                                             \
+        }                                                                                   \
+    } while (0)
 
 typedef struct ta_kernels {
     ta_isa isa;       /* set by dispatch.c from the table row, after the fills */

@@ -35,7 +35,10 @@ typedef struct fused_item {
  * it requests of the item the thread runs next (ta_fused_run_item): its Q rows (and O
  * rows, for writing, when o), a share after each tile from row r, and its first keys
  * when it starts another group. */
+#define TA_FUSED_PF_SPANS 320 /* spans a kernel call's prefetch stream holds at most */
 typedef struct fused_pf {
+    ta_pf_span spans[TA_FUSED_PF_SPANS]; /* the stream */
+    int64_t n;                           /* spans in it */
     ta_pf pf;
     const struct fused_item *next;
     int64_t r, share;

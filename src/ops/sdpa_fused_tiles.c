@@ -279,16 +279,36 @@ static inline __attribute__((always_inline)) void prefetch_run(const fused_plan 
         for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(row + c, 0, 2);
 }
 
-/* Appends to pf the rows [j, j + n) of K (value false) or V of the item's group that
- * lie in one run from j (a paged cache's block), when its rows are unit-stride along D. */
-static void pf_kv_rows(ta_pf *pf, const fused_plan *f, const fused_item *it, bool value,
+/* Appends to a thread's prefetch stream rows [0, rows) of `bytes` bytes each at base +
+ * r * ld bytes: one span when they follow each other, else one a row (as many as it
+ * holds). */
+static void pf_rows(fused_pf *s, const void *base, int64_t ld, int64_t bytes, int64_t rows)
+{
+    const char *b = (const char *)base;
+    if (ld == bytes && rows > 0 && s->n < TA_FUSED_PF_SPANS)
+        s->spans[s->n++] = (ta_pf_span){b, b + rows * bytes};
+    else
+        for (int64_t r = 0; r < rows && s->n < TA_FUSED_PF_SPANS; r++)
+            s->spans[s->n++] = (ta_pf_span){b + r * ld, b + r * ld + bytes};
+}
+
+/* The rows [j, j + n) of K (value false) or V of the item's group that lie in one run
+ * from j (a paged cache's block), into the stream, when its rows are unit-stride along D. */
+static void pf_kv_rows(fused_pf *s, const fused_plan *f, const fused_item *it, bool value,
                        int64_t j, int64_t n)
 {
     const ta_tensor *t = value ? f->p->V : f->p->K;
     if (t->stride[3] != 1 || n <= 0) return;
     n = TA_MIN(n, ta_sdpa_kv_run(f->p, j));
     const int64_t bytes = (value ? f->p->Dv : f->p->D) * (int64_t)ta_dtype_size(t->dtype);
-    ta_pf_add(pf, kv_rows(f, it, value, j), kv_ld(t), bytes, n, 0);
+    pf_rows(s, kv_rows(f, it, value, j), kv_ld(t), bytes, n);
+}
+
+/* The stream, once filled, as the kernels take it. */
+static ta_pf *pf_ready(fused_pf *s)
+{
+    s->pf = (ta_pf){s->spans, s->spans + s->n};
+    return &s->pf;
 }
 
 /* The prefetch stream attn_qk advances over a run of a tile of many rows: the V rows of
@@ -297,41 +317,40 @@ static void pf_kv_rows(ta_pf *pf, const fused_plan *f, const fused_item *it, boo
 static ta_pf *stream_scores(const fused_plan *f, const fused_item *it, const fused_ws *w,
                             int64_t j, int64_t n)
 {
-    ta_pf *pf = &w->pfs->pf;
-    ta_pf_clear(pf);
-    if (w->pfs->kv) pf_kv_rows(pf, f, it, true, j, n);
-    return pf;
+    fused_pf *s = w->pfs;
+    s->n = 0;
+    if (s->kv) pf_kv_rows(s, f, it, true, j, n);
+    return pf_ready(s);
 }
 
 /* The stream attn_pv advances over the last run of a tile of many rows that ends at key
  * j: the item's next K tile, then the next item's share of Q rows (rows r .. r + share
- * within one head; its O rows for writing too when pfs->o), and, after the item's last
- * tile, the next item's first K tile. */
+ * within one head; its O rows too when pfs->o, which the finish then writes without
+ * waiting on them), and, after the item's last tile, the next item's first K tile when
+ * that item starts another group. */
 static ta_pf *stream_pv(const fused_plan *f, const fused_item *it, const fused_ws *w, int64_t j)
 {
     const ta_sdpa_problem *p = f->p;
     fused_pf *s = w->pfs;
-    ta_pf *pf = &s->pf;
-    ta_pf_clear(pf);
-    if (s->kv && j < it->jhi) pf_kv_rows(pf, f, it, false, j, TA_MIN(TA_FUSED_NK, it->jhi - j));
+    s->n = 0;
+    if (s->kv && j < it->jhi) pf_kv_rows(s, f, it, false, j, TA_MIN(TA_FUSED_NK, it->jhi - j));
     const fused_item *nx = s->next;
-    if (!nx) return pf;
-    if (s->r < nx->mq) {
+    if (nx && s->r < nx->mq) {
         int64_t h, i;
         row_hi(f, nx->hkv, nx->r0 + s->r, &h, &i);
         const int64_t n = TA_MIN(TA_MIN(s->share, nx->mq - s->r), p->Lq - i); /* one head */
         const ta_tensor *Q = p->Q;
         const float *q = (const float *)Q->data + nx->b * Q->stride[0] + h * Q->stride[1] +
                          i * Q->stride[2];
-        ta_pf_add(pf, q, Q->stride[2] * (int64_t)sizeof(float), p->D * (int64_t)sizeof(float), n, 0);
+        pf_rows(s, q, Q->stride[2] * (int64_t)sizeof(float), p->D * (int64_t)sizeof(float), n);
         if (s->o)
-            ta_pf_add(pf, o_row(p, nx->b, h, i), p->O->stride[2] * (int64_t)sizeof(float),
-                      p->Dv * (int64_t)sizeof(float), n, 1);
+            pf_rows(s, o_row(p, nx->b, h, i), p->O->stride[2] * (int64_t)sizeof(float),
+                    p->Dv * (int64_t)sizeof(float), n);
         s->r += n;
     }
-    if (j >= it->jhi && (nx->b != it->b || nx->hkv != it->hkv)) /* its group's first */
-        pf_kv_rows(pf, f, nx, false, nx->jlo, TA_MIN(TA_FUSED_NK, nx->jhi - nx->jlo));
-    return pf;
+    if (nx && j >= it->jhi && (nx->b != it->b || nx->hkv != it->hkv)) /* its group's first */
+        pf_kv_rows(s, f, nx, false, nx->jlo, TA_MIN(TA_FUSED_NK, nx->jhi - nx->jlo));
+    return pf_ready(s);
 }
 
 /* The row tables of keys [j0, j0 + nk) for a tile whose K rows the few-row kernels read
