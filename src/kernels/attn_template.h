@@ -64,7 +64,7 @@ ATTN_INLINE void qk_micro(float *s, const float *qp, const float *k, int64_t ldk
     }
     TA_PF_BEGIN(pf);
     for (int64_t p = 0; p < d; p++) {
-        if (p & 1) TA_PF_STEP(); /* the caller's stream, a line every other step */
+        if (p & 1) TA_PF_STEP(pf); /* the caller's stream, a line every other step */
         if ((p & 15) == 0) /* the next micro-tile's keys, one line ahead per row */
 #pragma GCC unroll 16
             for (int j = 0; j < KJ; j++) __builtin_prefetch(kr[j] + KJ * ldk + p);
@@ -336,7 +336,7 @@ ATTN_INLINE void pv_micro(float *o, int64_t ldo, const float *p, const float *al
     for (int64_t j = 0; j < nk; j++) {
         VT vv[PV_CMAX];
         const float *vr = v + j * ldv;
-        TA_PF_STEP(); /* the caller's stream, a line a key */
+        TA_PF_STEP(pf); /* the caller's stream, a line a key */
         if (PF && pfd)
 #pragma GCC unroll 16
             for (int c = 0; c < PV_CMAX; c++)

@@ -29,33 +29,37 @@ typedef struct ta_pf {
     ta_pf_span *next, *end;
 } ta_pf;
 
-/* One step of a stream whose current span [*pa, *pb) a kernel holds in registers, sn
- * the span, se the stream's end: a line requested, then the next span when this one is
- * done. */
-static inline __attribute__((always_inline)) void ta_pf_step(const char **pa, const char **pb,
-                                                              ta_pf_span **sn, ta_pf_span *se)
+/* The span after the current one (*pf->next, done), now the current one; {NULL, NULL}
+ * past the end. Out of line: a kernel's loop keeps only the current span's two pointers
+ * in registers. */
+static __attribute__((noinline, unused)) ta_pf_span ta_pf_next(ta_pf *pf)
 {
-    if (*pa >= *pb) return;
-    __builtin_prefetch(*pa, 0, 3);
-    *pa += 64;
-    if (*pa >= *pb && ++*sn < se) {
-        *pa = (*sn)->a;
-        *pb = (*sn)->b;
-    }
+    if (++pf->next < pf->end) return *pf->next;
+    pf->next = pf->end;
+    return (ta_pf_span){NULL, NULL};
 }
 
-/* A kernel's start and end on a stream (pf NULL: none): its current span into
- * registers, and back. */
+/* A kernel's start, step and end on a stream pf (NULL: none), its current span [pf_a,
+ * pf_b) in registers: a step requests the line at pf_a, then moves to the next line or
+ * the next span. */
 #define TA_PF_BEGIN(pf)                                                                     \
-    ta_pf_span *pf_sn = (pf) ? (pf)->next : NULL, *pf_se = (pf) ? (pf)->end : NULL;          \
-    const char *pf_a = pf_sn < pf_se ? pf_sn->a : NULL, *pf_b = pf_sn < pf_se ? pf_sn->b : NULL
-#define TA_PF_STEP() ta_pf_step(&pf_a, &pf_b, &pf_sn, pf_se)
+    const char *pf_a = (pf) && (pf)->next < (pf)->end ? (pf)->next->a : NULL,               \
+               *pf_b = (pf) && (pf)->next < (pf)->end ? (pf)->next->b : NULL
+#define TA_PF_STEP(pf)                                                                      \
+    do {                                                                                    \
+        if (pf_a < pf_b) {                                                                  \
+            __builtin_prefetch(pf_a, 0, 3);                                                 \
+            pf_a += 64;                                                                     \
+            if (pf_a >= pf_b) {                                                             \
+                const ta_pf_span pf_n = ta_pf_next(pf);                                     \
+                pf_a = pf_n.a;                                                              \
+                pf_b = pf_n.b;                                                              \
+            }                                                                               \
+        }                                                                                   \
+    } while (0)
 #define TA_PF_END(pf)                                                                       \
     do {                                                                                    \
-        if (pf) {                                                                           \
-            if (pf_sn < pf_se) pf_sn->a = pf_a;                                             \
-            (pf)->next = pf_sn;                                                             \
-        }                                                                                   \
+        if ((pf) && (pf)->next < (pf)->end) (pf)->next->a = pf_a;                           \
     } while (0)
 
 typedef struct ta_kernels {
