@@ -344,7 +344,7 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
     /* Threads take whole groups while there are plenty (each core keeps one group's K
      * and V in its own L2), single tiles otherwise (to balance few large groups). */
     const int64_t grab = !f.split && f.ngroups >= 8 * (int64_t)f.nt ? f.tpg : 1;
-    int64_t next_chunk = 0; /* the next chunk of grab items a thread claims (grab > 1) */
+    int64_t next_chunk = 0; /* the next chunk of grab items a thread claims */
 #pragma omp parallel num_threads(f.nt)
     {
         fused_ws w;
@@ -384,32 +384,25 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
                 fp = vcopy_plan(&f, &fv, &pv, &vt,
                                 m.vbuf + (size_t)omp_get_thread_num() * (size_t)f.vcopy_floats);
             }
-            if (grab > 1) {
-                /* Whole groups, each thread claiming its next chunk of grab items before it
-                 * runs the current one: the last item of a chunk knows the item that
-                 * follows it on this thread (the next chunk's first, another group), whose
-                 * Q rows and first keys it requests meanwhile (ta_fused_run_item). */
-                const int64_t nchunks = (nitems + grab - 1) / grab;
-                int64_t c = __atomic_fetch_add(&next_chunk, 1, __ATOMIC_RELAXED);
-                while (c < nchunks) {
-                    const int64_t cn = __atomic_fetch_add(&next_chunk, 1, __ATOMIC_RELAXED);
-                    const int64_t hi = TA_MIN((c + 1) * grab, nitems);
-                    for (int64_t n = c * grab; n < hi; n++) {
-                        const fused_item *it = &m.items[n];
-                        const fused_item *nx = n + 1 < hi ? it + 1
-                                               : cn < nchunks ? &m.items[cn * grab] : NULL;
-                        if (f.vcopy_floats) hold_v(&f, it, (float *)vt.data, &hv);
-                        run_one(fp, &m, it, &w, nx);
-                    }
-                    c = cn;
-                }
-            } else {
-#pragma omp for schedule(dynamic, 1)
-                for (int64_t n = 0; n < nitems; n++) {
+            /* Each thread claims its next chunk of grab items before it runs the current
+             * one, so that the last item of a chunk knows the item that follows it on this
+             * thread (the next chunk's first, perhaps another group's), whose Q rows and
+             * first keys it requests meanwhile (ta_fused_run_item). A thread so holds at
+             * most one chunk it has not started; the list runs from the costly items to
+             * the cheap ones, so that costs the end little. */
+            const int64_t nchunks = (nitems + grab - 1) / grab;
+            int64_t c = __atomic_fetch_add(&next_chunk, 1, __ATOMIC_RELAXED);
+            while (c < nchunks) {
+                const int64_t cn = __atomic_fetch_add(&next_chunk, 1, __ATOMIC_RELAXED);
+                const int64_t hi = TA_MIN((c + 1) * grab, nitems);
+                for (int64_t n = c * grab; n < hi; n++) {
                     const fused_item *it = &m.items[n];
+                    const fused_item *nx = n + 1 < hi ? it + 1
+                                           : cn < nchunks ? &m.items[cn * grab] : NULL;
                     if (f.vcopy_floats) hold_v(&f, it, (float *)vt.data, &hv);
-                    run_one(fp, &m, it, &w, NULL);
+                    run_one(fp, &m, it, &w, nx);
                 }
+                c = cn;
             }
         }
         if (f.stream_o) ta_sdpa_stream_fence(); /* before the region's closing barrier */
