@@ -33,8 +33,8 @@ typedef struct fused_item {
 
 /* A thread's prefetch stream for the kernels of its tiles of many rows (ta_pf), and what
  * it requests of the item the thread runs next (ta_fused_run_item): its Q rows (and O
- * rows, for writing, when o), a share after each tile from row r, and its first keys
- * when it starts another group. */
+ * rows when o: lines the finish then writes without waiting on them), a share after
+ * each tile from row r, and its first keys when it starts another group. */
 #define TA_FUSED_PF_SPANS 320 /* spans a kernel call's prefetch stream holds at most */
 typedef struct fused_pf {
     ta_pf_span spans[TA_FUSED_PF_SPANS]; /* the stream */

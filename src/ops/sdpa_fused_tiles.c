@@ -580,8 +580,7 @@ void ta_fused_run_item(const fused_plan *f, const fused_item *it, const fused_ws
      * (stream_pv). Measured on the Zen 5, 1 thread, the seed's causal case (driver,
      * medians of 11 alternations, when they were a burst of prefetches per tile): 160 ->
      * 167 GFLOP/s; non-causal 191 -> 195. */
-    if (next && (few_rows(f, it) || few_rows(f, next) || next->jhi <= next->jlo ||
-                 f->p->Q->stride[3] != 1))
+    if (next && (few_rows(f, next) || next->jhi <= next->jlo || f->p->Q->stride[3] != 1))
         next = NULL;
     const int64_t tiles = (it->jhi - it->jlo + TA_FUSED_NK - 1) / TA_FUSED_NK + 1;
     fused_pf *s = w->pfs;
