@@ -12,7 +12,7 @@
  * Bounds against the float64 oracle (u = 2^-24, the float32 unit roundoff). A float32
  * sum of n products, in any order, with or without fused multiply-adds, is within
  * gamma_n = n u / (1 - n u) <= (n + 1) u times the sum of the terms' magnitudes. An exp
- * of the kernels is within 1.3 ulp <= 2.6 u |y| of exp where y is normal, 0.78 x 2^-149
+ * of the kernels is within 1.3 ulp <= 2.6 u |y| of exp where y is normal, 2^-149
  * where it is denormal (docs/kernels.md); an argument x rounded once (|dx| <= u |x|)
  * adds |x| u relative:
  *   sgemm_ukr          (k + 4) u (|alpha| sum_p |a b| + |beta c|)
@@ -1097,6 +1097,74 @@ static void softmax_rows_case(const ta_kernels *k, int64_t nk, int64_t mq)
     arena_release(&ar);
 }
 
+/* The two forms of the exps (ta_exp_denormal_assist: 1 masks the lanes below -87 and
+ * computes the rare denormal ones again, 0 one pass clamped at -104) give the same bits:
+ * attn_exp over [-120, 0] in steps that hit every 1/32 of the reduction and the edges
+ * -87 and -104 (plus -inf, NaN, 0), and attn_softmax (with and without row counts) and
+ * attn_softmax_rows on scores spread over 240, so that many p land in [-104, -87). */
+static void test_exp_forms_bitwise(void **state)
+{
+    (void)state;
+    const ta_kernels *ref, *k = tested(&ref);
+    (void)ref;
+    const int saved = ta_exp_denormal_assist;
+    enum { N = 1 << 14 };
+    float *x = malloc(N * sizeof(float)), *y[2];
+    y[0] = malloc(N * sizeof(float));
+    y[1] = malloc(N * sizeof(float));
+    for (int n = 0; n < N; n++) x[n] = -120.0f * (float)n / (float)N;
+    x[0] = -INFINITY, x[1] = NAN, x[2] = 0.0f, x[3] = -87.0f, x[4] = -104.0f;
+    x[5] = nextafterf(-87.0f, 0.0f), x[6] = nextafterf(-87.0f, -200.0f);
+    x[7] = nextafterf(-104.0f, 0.0f), x[8] = nextafterf(-104.0f, -200.0f);
+    for (int f = 0; f < 2; f++) {
+        ta_exp_denormal_assist = f;
+        k->attn_exp(y[f], x, N - 3); /* a tail */
+    }
+    snprintf(where, sizeof where, "%s attn_exp, the two exp forms", k->name);
+    for (int n = 0; n < N - 3; n++)
+        if (memcmp(&y[0][n], &y[1][n], sizeof(float)) != 0)
+            fail_msg("%s: exp(%a) = %a (one pass) against %a (masked)", where, (double)x[n],
+                     (double)y[0][n], (double)y[1][n]);
+    const int64_t MQ = k->attn_mq;
+    const int64_t mqs[] = {1, 3, k->attn_rows_max, MQ - 1, MQ};
+    for (int64_t nk = 1; nk <= 70; nk += 23)
+        for (size_t mi = 0; mi < sizeof mqs / sizeof mqs[0]; mi++)
+            for (int kind = 0; kind < 3; kind++) {
+                const int64_t mq = mqs[mi];
+                snprintf(where, sizeof where, "%s %s nk=%lld mq=%lld, the two exp forms", k->name,
+                         kind == 2 ? "attn_softmax_rows" : "attn_softmax", (long long)nk,
+                         (long long)mq);
+                if (kind == 2 && mq > k->attn_rows_max) continue;
+                arena ar = {0};
+                float *s, *m, *l, *alpha;
+                softmax_inputs(&ar, MQ, nk, &s, &m, &l, &alpha);
+                for (int64_t i = 0; i < nk * MQ; i++) s[i] *= 4.0f;
+                int32_t rowk[64];
+                assert_true(MQ <= 64);
+                for (int64_t r = 0; r < MQ; r++) rowk[r] = irand(nk + 1);
+                float *c[2][4];
+                for (int f = 0; f < 2; f++) {
+                    c[f][0] = copy_of(s, nk * MQ), c[f][1] = copy_of(m, MQ);
+                    c[f][2] = copy_of(l, MQ), c[f][3] = copy_of(alpha, MQ);
+                    ta_exp_denormal_assist = f;
+                    if (kind == 2) k->attn_softmax_rows(c[f][0], MQ, c[f][1], c[f][2], c[f][3], nk, mq);
+                    else k->attn_softmax(c[f][0], c[f][1], c[f][2], c[f][3], nk, mq, kind ? rowk : NULL);
+                }
+                const int64_t len[4] = {nk * MQ, MQ, MQ, MQ};
+                for (int a = 0; a < 4; a++) {
+                    if (memcmp(c[0][a], c[1][a], sizeof(float) * (size_t)len[a]) != 0)
+                        fail_msg("%s: output %d differs", where, a);
+                    free(c[0][a]);
+                    free(c[1][a]);
+                }
+                arena_release(&ar);
+            }
+    ta_exp_denormal_assist = saved;
+    free(x);
+    free(y[0]);
+    free(y[1]);
+}
+
 /* nk = 1 .. 9, 17, 63, 64, 65, 130 (chunks of 64 keys and their tails); mq = 1 ..
  * attn_rows_max. */
 static void test_attn_softmax_rows(void **state)
@@ -1124,6 +1192,7 @@ int main(void)
         cmocka_unit_test(test_attn_qk_rows_kv),
         cmocka_unit_test(test_attn_pv_rows_kv),
         cmocka_unit_test(test_attn_softmax_rows),
+        cmocka_unit_test(test_exp_forms_bitwise),
         cmocka_unit_test(test_attn_bwd_gemm),
         cmocka_unit_test(test_attn_bwd_dsoftmax),
     };

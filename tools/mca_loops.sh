@@ -139,8 +139,10 @@ fi
 # E broadcasts (distinct broadcast sources: a broadcast folded into several FMAs counts
 # once), E an integer expression over the tile constants that the ISA's kernel file
 # defines (#define KJ 8 ...). Ties go to the fewest masked instructions (a full tile,
-# not a tail), then the fewest instructions (gcc may keep a leaner copy of a loop for a
-# special case the caller takes, like a packed A panel).
+# not a tail), or with "masked=most" to the most (of a function instantiated twice, the
+# copy whose exps mask lanes: attn_template.h's SAFE), then the fewest instructions (gcc
+# may keep a leaner copy of a loop for a special case the caller takes, like a packed A
+# panel).
 LOOPS='sgemm k loop|gemm|ta_sgemm_ISA_[0-9]+x[0-9]+|gemm_template.h|acc\[i\]\[v\] = V_FMA\(||one k step of the MR x NR tile
 qk_micro d loop, NQ = 3 (full)|attn|ta_attn_qk_ISA_[0-9]+x[0-9]+|attn_template.h|acc\[j\]\[q\] = V_FMA\(kb|fma=3*KJ,bcast=KJ|one step of p: 3 query vectors x KJ keys
 qk_micro d loop, NQ = 2|attn|ta_attn_qk_ISA_[0-9]+x[0-9]+|attn_template.h|acc\[j\]\[q\] = V_FMA\(kb|fma=2*KJ,bcast=KJ|one step of p: 2 query vectors x KJ keys
@@ -155,10 +157,11 @@ rows_kv Q.K^T d loop, bf16|attn_rows|ta_attn_qk_rows_bf16_ISA|attn_rows_template
 rows_kv Q.K^T d loop, f16|attn_rows|ta_attn_qk_rows_f16_ISA|attn_rows_template.h|acc\[j \* R \+ r\] = V_FMA\(qv\[r\], kv||one vector of d (vcvtph2ps widens each key row): R rows x VL / R keys, VL FMAs
 rows_kv P.V key loop, bf16, 4 rows|attn_rows|ta_attn_pv_rows_bf16_ISA|attn_rows_template.h|acc\[r\]\[c\] = V_FMA\(pb\[r\], v0|fma=PV_ACC,bcast=4|one key: 4 rows x PV_ACC / 4 vectors of its V row, in pairs widened by a shift (even columns) and a mask (odd)
 rows_kv P.V key loop, f16, 4 rows|attn_rows|ta_attn_pv_rows_f16_ISA|attn_rows_template.h|acc\[r\]\[c\] = V_FMA\(pb\[r\], v0|fma=PV_ACC,bcast=4|one key: 4 rows x PV_ACC / 4 vectors of its V row, widened by vcvtph2ps
-softmax_rows exp loop|attn_rows|ta_attn_softmax_rows_ISA|attn_rows_template.h|const VT p1 = V_EXP||two vectors of (key, row) lanes (two exps)
+softmax_rows exp loop|attn_rows|ta_attn_softmax_rows_ISA|attn_rows_template.h|const VT p1 = SM_EXPF||two vectors of (key, row) lanes (two one-pass exps)
 softmax max loop|attn|ta_attn_softmax_ISA_[0-9]+|attn_template.h|for \(; i \+ 4 <= full; i \+= 4\) SM_MAX4||four keys of one query vector (four chains)
-softmax exp loop|attn|ta_attn_softmax_ISA_[0-9]+|attn_template.h|for \(; j \+ 2 <= full; j \+= 2\) SM_EXP2||two keys of one query vector (two exps)
-attn_exp loop|attn|ta_expf_ISA|attn_template.h|V_STOREU\(y \+ i, V_EXP||one vector (one exp)
+softmax exp loop|attn|ta_attn_softmax_ISA_[0-9]+|attn_template.h|for \(; j \+ 2 <= full; j \+= 2\) SM_EXP2||two keys of one query vector (two one-pass exps: ta_exp_denormal_assist = 0)
+softmax exp loop, Intel|attn|ta_attn_softmax_ISA_[0-9]+|attn_template.h|for \(; j \+ 2 <= full; j \+= 2\) SM_EXP2|masked=most|two keys of one query vector (two exps that mask the lanes below -87 and branch on them: ta_exp_denormal_assist = 1)
+attn_exp loop|attn|ta_expf_ISA|attn_template.h|V_STOREU\(y \+ i, SM_EXPF||one vector (one one-pass exp)
 attn_pack_t 8x8 block|attn|ta_attn_pack_t_ISA|attn_template.h|V_TRANSPOSE8_SCALED\(qp||one 8 x 8 block: 8 row loads, 24 shuffles, 8 multiplies by the scale, 8 stores
 bwd_gemm k loop|attn_bwd|ta_attn_bwd_gemm_ISA_[0-9]+x[0-9]+|attn_bwd_template.h|cr\[r\]\[v\] = V_FMA\(ab||one k step: MR rows x NV vectors
 dsoftmax scale loop|attn_bwd|ta_attn_bwd_dsoftmax_ISA|attn_bwd_template.h|V_STOREU\(sr \+ j, V_SUB\(V_MUL||one vector: s * scale - lse
@@ -168,14 +171,16 @@ attn_softcap loop|attn_variants|ta_attn_softcap_ISA|attn_variants_template.h|V_S
 # The tile constants of kernel file $1 (#define NAME <integer>), as NAME=value lines.
 tile_consts() { sed -n 's/^#define \([A-Z][A-Z0-9_]*\) \([0-9][0-9]*\)[[:space:]]*$/\1=\2/p' "$1"; }
 
-# Evaluates the pick "fma=E,bcast=E" against the constants of kernel file $2: prints
-# "FMA BCAST" (-1 where not asked), or fails naming the bad term.
+# Evaluates the pick "fma=E,bcast=E,masked=most" against the constants of kernel file
+# $2: prints "FMA BCAST MOST" (-1 where not asked; MOST 1 for masked=most, else 0), or
+# fails naming the bad term.
 eval_pick() {
-    local fma=-1 bcast=-1 term key expr val consts
+    local fma=-1 bcast=-1 most=0 term key expr val consts
     consts=$(tile_consts "$2")
     IFS=, read -ra terms <<<"$1"
     for term in "${terms[@]}"; do
         key=${term%%=*}; expr=${term#*=}
+        if [ "$term" = "masked=most" ]; then most=1; continue; fi
         # shellcheck disable=SC2001
         val=$(awk -v e="$expr" -v c="$consts" 'BEGIN {
             n = split(c, l, "\n"); for (i = 1; i <= n; i++) { split(l[i], kv, "="); v[kv[1]] = kv[2] }
@@ -191,16 +196,16 @@ eval_pick() {
         *) echo "unknown pick '$key'" >&2; return 1 ;;
         esac
     done
-    echo "$fma $bcast"
+    echo "$fma $bcast $most"
 }
 
 # Prints one iteration of the hot loop of function $2 in assembly $1 that carries a .loc of
 # line $4 of file $3 (basename), after a comment line: of the innermost such loops, the one
 # with $5 FMAs and $6 broadcasts (-1: the most FMAs, any broadcasts), then the fewest
-# masked instructions, then the fewest instructions. Fails listing the candidates when
+# masked instructions ($7 = 1: the most), then the fewest instructions. Fails listing the candidates when
 # none fits.
 extract_loop() {
-    awk -v fn="$2" -v tfile="$3" -v tline="$4" -v wfma="$5" -v wbc="$6" '
+    awk -v fn="$2" -v tfile="$3" -v tline="$4" -v wfma="$5" -v wbc="$6" -v most="${7:-0}" '
     function base(p) { sub(/.*\//, "", p); return p }
     $1 == ".file" { f = ""; for (i = 3; i <= NF; i++) if ($i ~ /^"/) f = $i  # the last name
                     gsub(/"/, "", f); fname[$2] = base(f); next }
@@ -236,7 +241,8 @@ extract_loop() {
             cl = cl sprintf("  %s: %d FMAs, %d broadcasts, %d masked, %d instructions\n", lb, fma, bc, msk, ins)
             if (wfma >= 0 && fma != wfma) continue
             if (wbc >= 0 && bc != wbc) continue
-            if (!best || (wfma < 0 && fma > bf) || (fma == bf && (msk < bm || (msk == bm && ins < bi)))) {
+            mb = most ? msk > bm : msk < bm
+            if (!best || (wfma < 0 && fma > bf) || (fma == bf && (mb || (msk == bm && ins < bi)))) {
                 best = a; bf = fma; bm = msk; bi = ins; bb = bc
             }
         }

@@ -11,7 +11,7 @@
  *   NAME_QK_F32, NAME_QK_F16, NAME_QK_BF16, NAME_PV_F32, NAME_PV_F16, NAME_PV_BF16,
  *   NAME_SOFTMAX_ROWS, FILL_FN   the exported names;
  * and the vocabulary: VT, VL, V_ZERO, V_SET1, V_BCAST, V_LOADU, V_STOREU, V_ADD, V_SUB,
- * V_MUL, V_FMA, V_MAX, V_EXP, V_LOAD_BF16_EO(p, e, o) (2 VL bfloat16: even, odd widened),
+ * V_MUL, V_FMA, V_MAX, V_EXP, V_EXP_ONEPASS, V_LOAD_BF16_EO(p, e, o) (2 VL bfloat16: even, odd widened),
  * V_LOAD_F16(p), V_LOAD_BF16(p) (VL values widened), V_HSUM_ALL(a) (lane i = the sum of
  * a[i]'s lanes, for VL vectors, in a fixed order).
  *
@@ -29,6 +29,8 @@
 #include <string.h>
 
 #define ROWS_INLINE static inline __attribute__((always_inline))
+/* The exp of a function instantiated twice (SAFE: 1 where ta_exp_denormal_assist). */
+#define SM_EXPF(v) (SAFE ? V_EXP(v) : V_EXP_ONEPASS(v))
 #define PF_ROWS TA_ROWS_AHEAD /* rows ahead that the kernels prefetch (kernels.h) */
 
 _Static_assert(ROWS_MAX >= 1 && ROWS_MAX <= 8 && ROWS_MAX <= VL * 8,
@@ -317,7 +319,7 @@ PV_ENTRY(NAME_PV_BF16, KIND_BF16)
  * two chains, then the key slots in order), m = m'. */
 #define SM_KEYS 64
 ROWS_INLINE void softmax_rows_g(float *s, int64_t mqs, float *m, float *l, float *alpha,
-                                int64_t nk, int mq, const int G)
+                                int64_t nk, int mq, const int G, const int SAFE)
 {
     const int KPV = VL / G;
     float t[SM_KEYS * 8];
@@ -345,7 +347,7 @@ ROWS_INLINE void softmax_rows_g(float *s, int64_t mqs, float *m, float *l, float
         sv[i] = m[i % G] - uv[i];
     }
     const VT u = V_LOADU(uv);
-    V_STOREU(sv, V_EXP(V_LOADU(sv))); /* alpha per row (every key slot alike) */
+    V_STOREU(sv, SM_EXPF(V_LOADU(sv))); /* alpha per row (every key slot alike) */
     VT sum0 = V_ZERO(), sum1 = V_ZERO();
     for (int64_t j0 = 0; j0 < nk; j0 += SM_KEYS) {
         const int64_t n = nk - j0 < SM_KEYS ? nk - j0 : SM_KEYS, nv = (n + KPV - 1) / KPV;
@@ -355,15 +357,15 @@ ROWS_INLINE void softmax_rows_g(float *s, int64_t mqs, float *m, float *l, float
             for (int r = 0; r < G; r++) t[j * G + r] = ninf;
         int64_t v = 0;
         for (; v + 2 <= nv; v += 2) {
-            const VT p0 = V_EXP(V_SUB(V_LOADU(t + v * VL), u));
-            const VT p1 = V_EXP(V_SUB(V_LOADU(t + (v + 1) * VL), u));
+            const VT p0 = SM_EXPF(V_SUB(V_LOADU(t + v * VL), u));
+            const VT p1 = SM_EXPF(V_SUB(V_LOADU(t + (v + 1) * VL), u));
             V_STOREU(t + v * VL, p0);
             V_STOREU(t + (v + 1) * VL, p1);
             sum0 = V_ADD(sum0, p0);
             sum1 = V_ADD(sum1, p1);
         }
         if (v < nv) {
-            const VT p0 = V_EXP(V_SUB(V_LOADU(t + v * VL), u));
+            const VT p0 = SM_EXPF(V_SUB(V_LOADU(t + v * VL), u));
             V_STOREU(t + v * VL, p0);
             sum0 = V_ADD(sum0, p0);
         }
@@ -385,12 +387,20 @@ ROWS_INLINE void softmax_rows_g(float *s, int64_t mqs, float *m, float *l, float
 void NAME_SOFTMAX_ROWS(float *s, int64_t mqs, float *m, float *l, float *alpha, int64_t nk,
                        int64_t mq)
 {
+    const int safe = ta_exp_denormal_assist;
     if (VL < 4) { /* one-lane vectors: a key a vector, per row */
-        for (int64_t r = 0; r < mq; r++) softmax_rows_g(s + r, mqs, m + r, l + r, alpha + r, nk, 1, VL < 4 ? VL : 4);
+        for (int64_t r = 0; r < mq; r++)
+            softmax_rows_g(s + r, mqs, m + r, l + r, alpha + r, nk, 1, VL < 4 ? VL : 4, 1);
         return;
     }
-    if (mq <= 4 || VL < 8) softmax_rows_g(s, mqs, m, l, alpha, nk, (int)mq, 4);
-    else softmax_rows_g(s, mqs, m, l, alpha, nk, (int)mq, VL < 8 ? 4 : 8);
+    if (mq <= 4 || VL < 8) {
+        if (safe) softmax_rows_g(s, mqs, m, l, alpha, nk, (int)mq, 4, 1);
+        else softmax_rows_g(s, mqs, m, l, alpha, nk, (int)mq, 4, 0);
+    } else if (safe) {
+        softmax_rows_g(s, mqs, m, l, alpha, nk, (int)mq, VL < 8 ? 4 : 8, 1);
+    } else {
+        softmax_rows_g(s, mqs, m, l, alpha, nk, (int)mq, VL < 8 ? 4 : 8, 0);
+    }
 }
 #undef SM_KEYS
 

@@ -15,8 +15,10 @@
  *                    per pass;
  *   V_ZERO() V_SET1(x) V_LOADU(p) V_STOREU(p, v) V_LOADN(p, n) (lanes >= n read as 0,
  *   memory past them untouched) V_STOREN(p, v, n) V_ADD V_SUB V_MUL V_FMA(a, b, c) = a*b+c
- *   V_MAX(s, m) (m when s is NaN) V_NEGINF_TO_ZERO(v) V_EXP(v) V_REDUCE_ADD(v) (a float:
- *   the lanes' sum in a fixed order);
+ *   V_MAX(s, m) (m when s is NaN) V_NEGINF_TO_ZERO(v) V_EXP(v) V_EXP_ONEPASS(v) (the
+ *   same bits as V_EXP, for cores where results in the denormals cost no microcode
+ *   assist: ta_exp_denormal_assist = 0) V_REDUCE_ADD(v) (a float: the lanes' sum in a
+ *   fixed order);
  *   V_TRANSPOSE8_SCALED(dst, ld, rows, p0, scale) (optional: dst[i * ld + r] =
  *   scale * rows[r][p0 + i] for an 8 x 8 block), V_TRANSPOSE16_SCALED (optional: the
  *   same for a 16 x 16 block);
@@ -34,6 +36,8 @@
 
 #define MQ (QV * VL)
 #define ATTN_INLINE static inline __attribute__((always_inline))
+/* The exp of a function instantiated twice (SAFE: 1 where ta_exp_denormal_assist). */
+#define SM_EXPF(v) (SAFE ? V_EXP(v) : V_EXP_ONEPASS(v))
 
 /* The limits of the switches below (a tile over them would silently compute nothing). */
 _Static_assert(KJ >= 1 && KJ <= 12, "attn_template.h: QK_SWITCH has cases for 1..12 keys");
@@ -246,8 +250,8 @@ void NAME_QK_ROWS(float *s, const float *q, int64_t ldq, int64_t mq, const float
  * same bits as blocking them first. Keys past every lane's count of a vector need no
  * exp (their p is 0) and no max: a vector on the causal diagonal computes only the
  * keys its rows see. */
-void NAME_SOFTMAX(float *s, float *m, float *l, float *alpha, int64_t nk, int64_t mq,
-                  const int32_t *rowk)
+ATTN_INLINE void softmax_step(float *s, float *m, float *l, float *alpha, int64_t nk,
+                              int64_t mq, const int32_t *rowk, const int SAFE)
 {
     for (int q = 0; q < QV && (int64_t)q * VL < mq; q++) {
         /* keys [0, full) every lane sees, [need, nk) none */
@@ -279,14 +283,14 @@ void NAME_SOFTMAX(float *s, float *m, float *l, float *alpha, int64_t nk, int64_
         for (; i < need; i++) mx = V_MAX(SM_KEEP(i), mx);
         mx = V_MAX(V_MAX(m1, mx), V_MAX(m3, m2));
         VT u = V_NEGINF_TO_ZERO(mx);
-        VT a = V_EXP(V_SUB(mo, u));
+        VT a = SM_EXPF(V_SUB(mo, u));
         VT sum0 = V_ZERO(), sum1 = V_ZERO();
         int64_t j = 0;
         /* two chains (the add latency, not the exp, bounds one), key j in chain j mod 2 */
 #define SM_EXP2(LOAD)                                                                      \
     do {                                                                                   \
-        VT p0 = V_EXP(V_SUB(LOAD(j), u));                                                  \
-        VT p1 = V_EXP(V_SUB(LOAD(j + 1), u));                                              \
+        VT p0 = SM_EXPF(V_SUB(LOAD(j), u));                                                \
+        VT p1 = SM_EXPF(V_SUB(LOAD(j + 1), u));                                            \
         V_STOREU(s + j * MQ + q * VL, p0);                                                 \
         V_STOREU(s + (j + 1) * MQ + q * VL, p1);                                           \
         sum0 = V_ADD(sum0, p0);                                                            \
@@ -296,7 +300,7 @@ void NAME_SOFTMAX(float *s, float *m, float *l, float *alpha, int64_t nk, int64_
         for (; j + 2 <= need; j += 2) SM_EXP2(SM_KEEP);
 #undef SM_EXP2
         if (j < need) { /* j even: chain 0 */
-            VT p0 = V_EXP(V_SUB(SM_KEEP(j), u));
+            VT p0 = SM_EXPF(V_SUB(SM_KEEP(j), u));
             V_STOREU(s + j * MQ + q * VL, p0);
             sum0 = V_ADD(sum0, p0);
             j++;
@@ -308,6 +312,13 @@ void NAME_SOFTMAX(float *s, float *m, float *l, float *alpha, int64_t nk, int64_
         V_STOREU(m + q * VL, mx);
         V_STOREU(alpha + q * VL, a);
     }
+}
+
+void NAME_SOFTMAX(float *s, float *m, float *l, float *alpha, int64_t nk, int64_t mq,
+                  const int32_t *rowk)
+{
+    if (ta_exp_denormal_assist) softmax_step(s, m, l, alpha, nk, mq, rowk, 1);
+    else softmax_step(s, m, l, alpha, nk, mq, rowk, 0);
 }
 
 /* The largest register tile pv_micro is instantiated for: PR x PC, or RP x PCW (the
@@ -495,11 +506,17 @@ PV_ATTR void NAME_PV(float *o, int64_t ldo, const float *p, const float *alpha, 
 }
 
 /* y[i] = exp(x[i]) for i < n (x and y may be the same array). */
-void NAME_EXP(float *y, const float *x, int64_t n)
+ATTN_INLINE void exp_row(float *y, const float *x, int64_t n, const int SAFE)
 {
     int64_t i = 0;
-    for (; i + VL <= n; i += VL) V_STOREU(y + i, V_EXP(V_LOADU(x + i)));
-    if (i < n) V_STOREN(y + i, V_EXP(V_LOADN(x + i, (int)(n - i))), (int)(n - i));
+    for (; i + VL <= n; i += VL) V_STOREU(y + i, SM_EXPF(V_LOADU(x + i)));
+    if (i < n) V_STOREN(y + i, SM_EXPF(V_LOADN(x + i, (int)(n - i))), (int)(n - i));
+}
+
+void NAME_EXP(float *y, const float *x, int64_t n)
+{
+    if (ta_exp_denormal_assist) exp_row(y, x, n, 1);
+    else exp_row(y, x, n, 0);
 }
 
 /* qp[p * ld + r] = scale * q[qoff[r] + p * s3] for p < d and r < mq; 0 for mq <= r < ld

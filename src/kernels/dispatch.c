@@ -43,6 +43,7 @@ static const isa_row rows[TA_ISA_COUNT] = {
 
 static ta_kernels tables[TA_ISA_COUNT];
 int ta_stream_prefetch_rows;
+int ta_exp_denormal_assist = 1;
 static int usable[TA_ISA_COUNT];
 static ta_isa active = TA_ISA_SCALAR;
 static char init_error[256];
@@ -129,6 +130,7 @@ static void init_tables(void)
         active = (ta_isa)i; /* the best: a later row extends or outranks the earlier */
     }
     ta_stream_prefetch_rows = ta_cpu_is_intel() ? TA_STREAM_PREFETCH_ROWS : 0;
+    ta_exp_denormal_assist = ta_cpu_is_intel();
     const char *want = getenv("TA_ARCH");
     if (want && *want)
         for (int i = 0; i < TA_ISA_COUNT; i++)

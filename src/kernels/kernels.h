@@ -197,6 +197,13 @@ typedef struct ta_kernels {
 #define TA_STREAM_PREFETCH_ROWS 16
 extern int ta_stream_prefetch_rows;
 
+/* 1 where a vector result in the denormals costs a microcode assist (Intel cores: ~10x
+ * an exp's time; docs/kernels.md, "No denormal results on the fast path"), 0 elsewhere;
+ * set once, with the tables. The softmax and exp kernels then take the exp that masks
+ * the lanes below -87 and computes the rare denormal ones again (1) or the one-pass exp
+ * (0: no compare, no branch; ~10% of the exp loop on a Zen 5). The bits are the same. */
+extern int ta_exp_denormal_assist;
+
 /* Whether the CPU is Intel's (cpuid's vendor string; 0 off x86). */
 int ta_cpu_is_intel(void);
 

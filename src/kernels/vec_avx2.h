@@ -104,6 +104,7 @@ static inline float reduce_add_avx2(__m256 v)
 #define V_NEGINF_TO_ZERO(v) \
     _mm256_andnot_ps(_mm256_cmp_ps(v, _mm256_set1_ps(-__builtin_inff()), _CMP_EQ_OQ), v)
 #define V_EXP(v) exp_avx2(v)
+#define V_EXP_ONEPASS(v) exp_avx2(v) /* one form on every core */
 /* Key counts per lane (vec_avx512.h) */
 #define VI __m256i
 #define V_LOADI(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))

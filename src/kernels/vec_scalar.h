@@ -73,6 +73,7 @@ static inline float softcap_scalar(float x, float c, float ic)
 #define V_MAX(s, m) ((s) > (m) ? (s) : (m))
 #define V_NEGINF_TO_ZERO(v) ((v) == -__builtin_inff() ? 0.0f : (v))
 #define V_EXP(v) exp_scalar(v)
+#define V_EXP_ONEPASS(v) exp_scalar(v) /* one form on every core */
 /* Key counts per lane (vec_avx512.h): one lane */
 #define VI int32_t
 #define V_LOADI(p) (*(p))
