@@ -621,6 +621,19 @@ static void pv_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk, int6
         if (memcmp(o + r * ldo, o2 + r * ldo, sizeof(float) * (size_t)dv) != 0)
             fail_msg("%s: O row %lld with a prefetch stream differs from O without", where,
                      (long long)r);
+    /* alpha NULL (a first tile): o not read, whatever it holds (NaN here), the bits of o
+     * = 0 rescaled by alpha = 0 */
+    for (int64_t i = 0; i < rows * ldo; i++) o2[i] = NAN;
+    k->attn_pv(o2, ldo, p, NULL, v, ldv, nk, dv, mq, with_rowk ? rowk : NULL, NULL);
+    float *oz = calloc((size_t)(rows * ldo), sizeof(float)), *az = calloc((size_t)MQ, sizeof(float));
+    assert_true(oz && az);
+    k->attn_pv(oz, ldo, p, az, v, ldv, nk, dv, mq, with_rowk ? rowk : NULL, NULL);
+    for (int64_t r = 0; r < rows; r++)
+        if (memcmp(oz + r * ldo, o2 + r * ldo, sizeof(float) * (size_t)dv) != 0)
+            fail_msg("%s: O row %lld with alpha NULL differs from o = 0, alpha = 0", where,
+                     (long long)r);
+    free(oz);
+    free(az);
     free(o2);
     float *ro = malloc(sizeof(float) * (size_t)(RQ * dv)), *rp = malloc(sizeof(float) * (size_t)(nk * RQ + 1));
     assert_true(ro && rp);

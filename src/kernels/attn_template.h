@@ -327,8 +327,8 @@ void NAME_SOFTMAX(float *s, float *m, float *l, float *alpha, int64_t nk, int64_
 #define PV_CMAX (PC > PCW ? PC : PCW)
 
 /* Rows r0 .. r0+NR-1, column vectors c0 .. c0+NV-1 (the last one holding `last` lanes)
- * of o = o * alpha + p^T v, for NR x NV <= PR x PC or RP x PCW. NR, NV and TAIL are
- * constants after inlining. */
+ * of o = o * alpha + p^T v (alpha NULL: o = p^T v, o not read), for NR x NV <= PR x PC
+ * or RP x PCW. NR, NV and TAIL are constants after inlining. */
 ATTN_INLINE void pv_micro(float *o, int64_t ldo, const float *p, const float *alpha,
                           const float *v, int64_t ldv, int64_t nk, const int NR, const int NV,
                           const int TAIL, int last, const int PF, ta_pf *pf)
@@ -338,6 +338,12 @@ ATTN_INLINE void pv_micro(float *o, int64_t ldo, const float *p, const float *al
 #pragma GCC unroll 16
     for (int r = 0; r < PV_RMAX; r++) {
         if (r >= NR) break;
+        if (!alpha) {
+#pragma GCC unroll 16
+            for (int c = 0; c < PV_CMAX; c++)
+                if (c < NV) acc[r][c] = V_ZERO();
+            continue;
+        }
         VT a = V_SET1(alpha[r]);
 #pragma GCC unroll 16
         for (int c = 0; c < PV_CMAX; c++)
@@ -425,9 +431,9 @@ ATTN_INLINE void pv_stream(float *o, int64_t ldo, const float *p, const float *a
 #pragma GCC unroll 16
     for (int r = 0; r < ROWS_MAX; r++) {
         if (r >= NR) break;
-        VT a = V_SET1(alpha[r]);
+        const VT a = alpha ? V_SET1(alpha[r]) : V_ZERO();
         for (int64_t c = 0; c < (dv + VL - 1) / VL; c++) /* o has ldo >= that many vectors */
-            V_STOREU(o + r * ldo + c * VL, V_MUL(V_LOADU(o + r * ldo + c * VL), a));
+            V_STOREU(o + r * ldo + c * VL, alpha ? V_MUL(V_LOADU(o + r * ldo + c * VL), a) : a);
     }
     for (int64_t j = 0; j < nk; j++) {
         const float *vr = v + j * ldv;
@@ -467,7 +473,8 @@ ATTN_INLINE void pv_stream(float *o, int64_t ldo, const float *p, const float *a
 #endif
 
 /* o [mq rows, ldo] = o * alpha (per row) + p [nk, MQ]^T v [nk rows of dv, stride ldv]
- * for the rows < mq, in groups of PR rows (a last group of fewer rows has its own
+ * (alpha NULL: o = p^T v, o's old values not read: a work item's first tile) for the
+ * rows < mq, in groups of PR rows (a last group of fewer rows has its own
  * instance: a decode tile of one row does one row of FMAs); columns >= dv of o (padding
  * up to ldo, a multiple of VL) get finite junk or NaN, never a read of v past dv; rows
  * >= mq are not touched. */
@@ -488,7 +495,8 @@ PV_ATTR void NAME_PV(float *o, int64_t ldo, const float *p, const float *alpha, 
         }
         for (int64_t r0 = 0; r0 < mq; r0 += RP) { /* RP rows per pass, V from L1 after one */
             const int nr = (int)(mq - r0 < RP ? mq - r0 : RP);
-#define PV_PASS(n) if (n <= RP) pv_whole_rows(o + r0 * ldo, ldo, p + r0, alpha + r0, v, ldv, nk, nv, last, n)
+            const float *ar = alpha ? alpha + r0 : NULL;
+#define PV_PASS(n) if (n <= RP) pv_whole_rows(o + r0 * ldo, ldo, p + r0, ar, v, ldv, nk, nv, last, n)
             ROWS_SWITCH(PV_PASS, nr)
 #undef PV_PASS
         }
@@ -499,7 +507,8 @@ PV_ATTR void NAME_PV(float *o, int64_t ldo, const float *p, const float *alpha, 
         int64_t nk = rowk ? 0 : nk_all; /* keys past every row's need hold p = 0: skip */
         for (int r = 0; rowk && r < nr; r++)
             if (rowk[r0 + r] > nk) nk = rowk[r0 + r];
-#define PV_ROWS(n) if (n <= PR) pv_rows(o + r0 * ldo, ldo, p + r0, alpha + r0, v, ldv, nk, dv, n, pf)
+        const float *ar = alpha ? alpha + r0 : NULL;
+#define PV_ROWS(n) if (n <= PR) pv_rows(o + r0 * ldo, ldo, p + r0, ar, v, ldv, nk, dv, n, pf)
         ROWS_SWITCH(PV_ROWS, nr)
 #undef PV_ROWS
     }

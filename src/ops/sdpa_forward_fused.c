@@ -60,6 +60,7 @@ static void ws_state_layout(ta_arena *a, fused_ws *w, const fused_plan *f, int64
     w->rowk = TA_ARENA_TAKE(a, int32_t, mq);
     w->krows = (const void **)TA_ARENA_TAKE(a, void *, TA_FUSED_NK + TA_ROWS_AHEAD);
     w->vrows = (const void **)TA_ARENA_TAKE(a, void *, TA_FUSED_NK + TA_ROWS_AHEAD);
+    w->o_live = TA_ARENA_TAKE(a, int32_t, 1);
 }
 
 /* A thread's scratch: one item's state, then what the steps of any item share. */

@@ -59,6 +59,7 @@ typedef struct fused_ws {
     int64_t *lo;   /* per row: its first key (a window's left bound; 0 without) */
     float *slope, *pos; /* per row: ALiBi slope and position i + delta */
     const void **krows, **vrows; /* a tile's K and V rows for the few-row kernels (row_table) */
+    int32_t *o_live; /* 0 until the item's first P.V wrote o (which nobody zeroes before) */
 } fused_ws;
 
 typedef struct fused_plan {
@@ -191,6 +192,10 @@ void ta_fused_store_partial(const fused_plan *f, const fused_mem *m, const fused
 /* Every row of a split problem from its chunks' partials: the chunks that hold keys (a
  * chunk past a tile's last key would add an exact zero). */
 void ta_fused_merge_partials(const fused_plan *f, const fused_mem *m);
+
+/* Zeroes the item's o rows in the workspace unless a P.V wrote them (w->o_live): before
+ * a kernel that reads o, and before o is used when no P.V ran. */
+void ta_fused_o_ready(const fused_plan *f, const fused_item *it, const fused_ws *w);
 
 /* The unsplit case of finish_row for the rows of a work item, in float: O = o * (1/l),
  * LSE = m + log l (l = 0: O = 0, LSE = -inf; a NaN l gives NaN in both). */

@@ -115,8 +115,16 @@ void ta_sdpa_stream_fence(void)
 #endif
 }
 
+void ta_fused_o_ready(const fused_plan *f, const fused_item *it, const fused_ws *w)
+{
+    if (*w->o_live) return;
+    memset(w->o, 0, sizeof(float) * (size_t)(it->mq * f->ldo)); /* no kernel reads rows >= mq */
+    *w->o_live = 1;
+}
+
 void ta_fused_finish_item(const fused_plan *f, const fused_item *it, const fused_ws *w)
 {
+    ta_fused_o_ready(f, it, w); /* an item no P.V ran for (no key, or every tile blocked) */
     const ta_sdpa_problem *p = f->p;
     const ta_tensor *O = p->O, *T = p->lse;
     const int64_t os = O->stride[3], Dv = p->Dv;
@@ -256,6 +264,7 @@ void ta_fused_store_partial(const fused_plan *f, const fused_mem *m, const fused
                             const fused_ws *w)
 {
     const int64_t Dv = f->p->Dv, mu = f->mq_used;
+    ta_fused_o_ready(f, it, w);
     float *pt = m->parts + (it->tile * f->nchunks + it->chunk) * f->part_floats;
     memcpy(pt, w->m, sizeof(float) * (size_t)it->mq);
     memcpy(pt + mu, w->l, sizeof(float) * (size_t)it->mq);
