@@ -189,6 +189,32 @@ static void tile_keys(const fused_plan *f, const fused_item *base, int64_t *jlo,
 {
     int64_t jmin = f->p->Lk, jmax = 0, h, i;
     row_hi(f, base->hkv, base->r0, &h, &i);
+    if (!f->mt && i + base->mq <= f->p->Lq) {
+        /* Rows of one head and no mask tensor: a row's bounds (causal limit, key length,
+         * window) depend on (b, i) alone and neither decreases as i grows, so the rows
+         * that see a key are consecutive, the first of them has the smallest first key
+         * and the last the largest bound. The scan is over once each end finds one: this
+         * serial pass over every tile (before the threads start) cost ~1% of the L = 128
+         * cases when it visited every row. */
+        int64_t lo = 0, e = 0, a = 0, z = base->mq - 1;
+        bool exact;
+        for (; a < base->mq; a++) {
+            e = ta_fused_row_keys(f, base->b, h, i + a, &lo, &exact);
+            if (lo < e) break;
+        }
+        if (a == base->mq) {
+            *jlo = *jhi = 0;
+            return;
+        }
+        jmin = lo;
+        for (;; z--) {
+            e = ta_fused_row_keys(f, base->b, h, i + z, &lo, &exact);
+            if (lo < e) break;
+        }
+        *jlo = jmin / 16 * 16;
+        *jhi = e;
+        return;
+    }
     for (int64_t r = 0; r < base->mq; r++, row_next(f, &h, &i)) {
         int64_t lo;
         bool exact;

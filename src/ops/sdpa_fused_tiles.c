@@ -477,8 +477,10 @@ static bool item_begin(const fused_plan *f, const fused_item *it, const fused_ws
         exact_all &= exact;
         if (w->end[r] < clean_end) clean_end = w->end[r];
         if (w->lo[r] > clean_lo) clean_lo = w->lo[r];
-        w->slope[r] = ta_sdpa_alibi_slope(v, it->b, h);
-        w->pos[r] = (float)(i + v->delta);
+        if (f->scores_var) { /* ta_sdpa_fused_scores' per-row inputs */
+            w->slope[r] = ta_sdpa_alibi_slope(v, it->b, h);
+            w->pos[r] = (float)(i + v->delta);
+        }
     }
     ir->clean_end = clean_end;
     ir->clean_lo = clean_lo;
