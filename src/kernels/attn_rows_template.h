@@ -11,9 +11,9 @@
  *   NAME_QK_F32, NAME_QK_F16, NAME_QK_BF16, NAME_PV_F32, NAME_PV_F16, NAME_PV_BF16,
  *   NAME_SOFTMAX_ROWS, FILL_FN   the exported names;
  * and the vocabulary: VT, VL, V_ZERO, V_SET1, V_BCAST, V_LOADU, V_STOREU, V_ADD, V_SUB,
- * V_MUL, V_FMA, V_MAX, V_EXP, V_EXP_ONEPASS, V_LOAD_BF16_EO(p, e, o) (2 VL bfloat16: even, odd widened),
- * V_LOAD_F16(p), V_LOAD_BF16(p) (VL values widened), V_HSUM_ALL(a) (lane i = the sum of
- * a[i]'s lanes, for VL vectors, in a fixed order).
+ * V_MUL, V_FMA, V_MAX, V_EXP, V_EXP_ONEPASS, V_LOAD_BF16_EO(p, e, o) (2 VL bfloat16:
+ * even, odd widened), V_LOAD_F16(p), V_LOAD_BF16(p) (VL values widened), V_HSUM_ALL(a)
+ * (lane i = the sum of a[i]'s lanes, for VL vectors, in a fixed order).
  *
  * Both kernels need d (dv) a multiple of VL and unit-stride rows; the driver takes the
  * copying path otherwise. Each K or V row is read once per call (the scores of all rows

@@ -106,9 +106,9 @@ typedef struct ta_kernels {
                          const int32_t *rowk);
     /* o [mq rows, ldo] = o * alpha + p^T V for the rows < mq (rows >= mq not touched),
      * columns < dv (v: nk rows of dv, stride ldv); alpha NULL: o = p^T V (o not read: the
-     * first tile of a work item, on a workspace nobody zeroed). rowk as in attn_qk (p must be 0 past
-     * each row's need). pf: NULL, or a prefetch stream it advances a line a key of its
-     * tiles of many rows (mq > attn_rows_max). */
+     * first tile of a work item, on a workspace nobody zeroed). rowk as in attn_qk (p
+     * must be 0 past each row's need). pf: NULL, or a prefetch stream it advances a line
+     * a key of its tiles of many rows (mq > attn_rows_max). */
     void (*attn_pv)(float *o, int64_t ldo, const float *p, const float *alpha,
                     const float *v, int64_t ldv, int64_t nk, int64_t dv, int64_t mq,
                     const int32_t *rowk, ta_pf *pf);
