@@ -129,7 +129,8 @@ static void init_tables(void)
         usable[i] = 1;
         active = (ta_isa)i; /* the best: a later row extends or outranks the earlier */
     }
-    ta_stream_prefetch_rows = ta_cpu_is_intel() ? TA_STREAM_PREFETCH_ROWS : 0;
+    ta_stream_prefetch_rows =
+        ta_cpu_is_intel() || ta_cpu_amd_family() >= 0x1A ? TA_STREAM_PREFETCH_ROWS : 0;
     ta_exp_denormal_assist = ta_cpu_is_intel();
     const char *want = getenv("TA_ARCH");
     if (want && *want)

@@ -188,11 +188,13 @@ typedef struct ta_kernels {
 
 /* Rows ahead that attn_qk_rows and attn_pv's few-row tiles (mq <= attn_rows_max) request
  * into L2, line by line as they read each K or V row, where rows follow each other in a
- * stream (a decode step over [B, H, L, D]): TA_STREAM_PREFETCH_ROWS on Intel cores, 0
- * (none) elsewhere; set once, with the tables. Measured (docs/kernels.md, "Decode:
- * streaming K and V"): on a two-port Xeon, 1 thread, B1 H32 Lk4096 D128 float32, 11.8 ms
- * without against 10.2-10.4 with 8 - 32 rows; on a Zen 4 core software prefetches on
- * top of the sequential streams cost bandwidth (21 -> 16 GB/s). The kernels read past
+ * stream (a decode step over [B, H, L, D]): TA_STREAM_PREFETCH_ROWS on Intel cores and
+ * AMD's from Zen 5 (family 0x1A) on, 0 (none) elsewhere; set once, with the tables.
+ * Measured (docs/kernels.md, "Decode: streaming K and V"): on a two-port Xeon, 1 thread,
+ * B1 H32 Lk4096 D128 float32, 11.8 ms without against 10.2-10.4 with 8 - 32 rows; on a
+ * Zen 4 core software prefetches on top of the sequential streams cost bandwidth (21 ->
+ * 16 GB/s); on a Zen 5 (session 14, driver, medians of 9 random-order alternations) the
+ * same step 5.23 -> 4.44 ms on 1 thread and 3.71 -> 3.32 on 2. The kernels read past
  * the tile only through these prefetches, which never fault. Results do not depend on
  * it. */
 #define TA_STREAM_PREFETCH_ROWS 16
@@ -207,6 +209,8 @@ extern int ta_exp_denormal_assist;
 
 /* Whether the CPU is Intel's (cpuid's vendor string; 0 off x86). */
 int ta_cpu_is_intel(void);
+/* An AMD CPU's family (base + extended: 0x19 Zen 3 / Zen 4, 0x1A Zen 5), else 0. */
+int ta_cpu_amd_family(void);
 
 /* The table in use (the best usable, or TA_ARCH's choice). Never NULL. */
 const ta_kernels *ta_kernels_active(void);
