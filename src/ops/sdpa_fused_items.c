@@ -194,8 +194,8 @@ static void tile_keys(const fused_plan *f, const fused_item *base, int64_t *jlo,
          * window) depend on (b, i) alone and neither decreases as i grows, so the rows
          * that see a key are consecutive, the first of them has the smallest first key
          * and the last the largest bound. The scan is over once each end finds one: this
-         * serial pass over every tile (before the threads start) cost ~1% of the L = 128
-         * cases when it visited every row. */
+         * serial pass over every tile (before the threads start) took 1.4% of a 1-thread
+         * L = 128 causal profile when it visited every row. */
         int64_t lo = 0, e = 0, a = 0, z = base->mq - 1;
         bool exact;
         for (; a < base->mq; a++) {
