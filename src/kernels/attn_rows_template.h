@@ -383,24 +383,25 @@ ROWS_INLINE void softmax_rows_g(float *s, int64_t mqs, float *m, float *l, float
     }
 }
 
+/* softmax_rows_g with the exp form ta_exp_denormal_assist picks. */
+ROWS_INLINE void softmax_rows_form(float *s, int64_t mqs, float *m, float *l, float *alpha,
+                                   int64_t nk, int mq, const int G)
+{
+    if (ta_exp_denormal_assist) softmax_rows_g(s, mqs, m, l, alpha, nk, mq, G, 1);
+    else softmax_rows_g(s, mqs, m, l, alpha, nk, mq, G, 0);
+}
+
 /* softmax_rows_g over the rows r < mq of s [nk, mqs] (m, l, alpha: rows >= mq untouched). */
 void NAME_SOFTMAX_ROWS(float *s, int64_t mqs, float *m, float *l, float *alpha, int64_t nk,
                        int64_t mq)
 {
-    const int safe = ta_exp_denormal_assist;
     if (VL < 4) { /* one-lane vectors: a key a vector, per row */
         for (int64_t r = 0; r < mq; r++)
-            softmax_rows_g(s + r, mqs, m + r, l + r, alpha + r, nk, 1, VL < 4 ? VL : 4, 1);
+            softmax_rows_form(s + r, mqs, m + r, l + r, alpha + r, nk, 1, VL < 4 ? VL : 4);
         return;
     }
-    if (mq <= 4 || VL < 8) {
-        if (safe) softmax_rows_g(s, mqs, m, l, alpha, nk, (int)mq, 4, 1);
-        else softmax_rows_g(s, mqs, m, l, alpha, nk, (int)mq, 4, 0);
-    } else if (safe) {
-        softmax_rows_g(s, mqs, m, l, alpha, nk, (int)mq, VL < 8 ? 4 : 8, 1);
-    } else {
-        softmax_rows_g(s, mqs, m, l, alpha, nk, (int)mq, VL < 8 ? 4 : 8, 0);
-    }
+    if (mq <= 4 || VL < 8) softmax_rows_form(s, mqs, m, l, alpha, nk, (int)mq, 4);
+    else softmax_rows_form(s, mqs, m, l, alpha, nk, (int)mq, VL < 8 ? 4 : 8);
 }
 #undef SM_KEYS
 

@@ -565,10 +565,10 @@ void NAME_PACKQ(float *qp, int64_t ld, const float *q, const int64_t *qoff, int6
     }
 #endif
     (void)p0;
-    if (r0 == mq && mq % VL == 0) { /* the blocks took every row: only padding is left */
-        for (int64_t p = 0; p < d && mq < ld; p++)
-            for (int64_t r = mq; r + VL <= ld; r += VL) V_STOREU(qp + p * ld + r, V_ZERO());
-        if (ld % VL == 0) return;
+    if (r0 == mq && mq % VL == 0 && ld % VL == 0) { /* the blocks took every row */
+        for (int64_t p = 0; p < d && mq < ld; p++) /* the padding rows, whole vectors */
+            for (int64_t r = mq; r < ld; r += VL) V_STOREU(qp + p * ld + r, V_ZERO());
+        return;
     }
     for (int64_t p = 0; p < d; p++) {
         float *dst = qp + p * ld;

@@ -11,6 +11,7 @@ int ta_cpu_amd_family(void) { return 0; }
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#include <string.h>
 
 static uint64_t xgetbv0(void)
 {
@@ -50,23 +51,23 @@ int ta_cpu_has_avx512(void)
     int f = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
     return f && dq && bw && vl && (xcr0 & 0xE6) == 0xE6;
 }
-/* cpuid leaf 0's vendor string "AuthenticAMD": leaf 1's family, base plus extended
- * (0x19: Zen 3 and 4, 0x1A: Zen 5); else 0. */
+/* Whether cpuid leaf 0's vendor string is id (12 characters: ebx, edx, ecx). */
+static int vendor_is(const char *id)
+{
+    unsigned a, r[3];
+    if (!__get_cpuid(0, &a, &r[0], &r[2], &r[1])) return 0;
+    return memcmp(r, id, 12) == 0;
+}
+
+/* An AMD CPU's family from cpuid leaf 1, base plus extended (0x19: Zen 3 and 4, 0x1A:
+ * Zen 5); else 0. */
 int ta_cpu_amd_family(void)
 {
     unsigned a, b, c, d;
-    if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
-    if (!(b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u)) return 0;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    if (!vendor_is("AuthenticAMD") || !__get_cpuid(1, &a, &b, &c, &d)) return 0;
     const int base = (int)((a >> 8) & 0xF);
     return base == 0xF ? base + (int)((a >> 20) & 0xFF) : base;
 }
 
-/* cpuid leaf 0's vendor string: "GenuineIntel" (ebx, edx, ecx). */
-int ta_cpu_is_intel(void)
-{
-    unsigned a, b, c, d;
-    if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
-    return b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu;
-}
+int ta_cpu_is_intel(void) { return vendor_is("GenuineIntel"); }
 #endif
