@@ -981,8 +981,17 @@ static void qk_rows_kv_case(const ta_kernels *k, const ta_kernels *ref, int kind
     assert_true(nk <= 64);
     for (int64_t j = 0; j < nk + TA_ROWS_AHEAD; j++)
         rows[j] = (const char *)kk + es * ldk * (nk ? nk - 1 - j % nk : 0);
-    k->attn_qk_rows_kv[kind](s, MQ, qk, ldq, mq, rows, nk, d, nk + TA_ROWS_AHEAD, rows, d * es);
-    ref->attn_qk_rows_kv[kind](rs, MQ, qr, ldq, mq, rows, nk, d, nk, NULL, 0);
+    k->attn_qk_rows_kv[kind](s, MQ, qk, ldq, mq, rows, nk, d, nk + TA_ROWS_AHEAD, rows, d * es, NULL);
+    ref->attn_qk_rows_kv[kind](rs, MQ, qr, ldq, mq, rows, nk, d, nk, NULL, 0, NULL);
+    { /* with a caller's prefetch stream: the same bits, and every line of it requested */
+        float *s2 = gfloats(&ar, nk * MQ, SENTINEL);
+        ta_pf_span spans[2] = {{(const char *)kk, (const char *)kk + es * ldk * nk},
+                               {(const char *)q, (const char *)(q + d)}};
+        ta_pf pf = {spans, spans + 2};
+        k->attn_qk_rows_kv[kind](s2, MQ, qk, ldq, mq, rows, nk, d, nk, NULL, 0, &pf);
+        assert_memory_equal(s2, s, sizeof(float) * (size_t)(nk * MQ));
+        if (nk > 0) assert_true(pf.next == pf.end);
+    }
     for (int64_t j = 0; j < nk; j++)
         for (int64_t r = 0; r < MQ; r++) {
             const int64_t i = j * MQ + r;
@@ -1038,7 +1047,17 @@ static void pv_rows_kv_case(const ta_kernels *k, int kind, int64_t nk, int64_t d
     for (int64_t j = 0; j < nk + TA_ROWS_AHEAD; j++)
         rows[j] = (const char *)v + es * ldv * (nk ? nk - 1 - j % nk : 0);
     for (int64_t j = 0; j < nk; j++) memcpy(vr + j * ldv, vw + (nk - 1 - j) * ldv, sizeof(float) * (size_t)dv);
-    k->attn_pv_rows_kv[kind](o, ldo, p, MQ, alpha, rows, nk, dv, mq, nk + TA_ROWS_AHEAD);
+    float *o2 = copy_of(o, mq * ldo);
+    k->attn_pv_rows_kv[kind](o, ldo, p, MQ, alpha, rows, nk, dv, mq, nk + TA_ROWS_AHEAD, NULL);
+    { /* with a caller's prefetch stream: the same bits, and every line of it requested */
+        ta_pf_span spans[2] = {{(const char *)v, (const char *)v + es * ldv * nk},
+                               {(const char *)p, (const char *)(p + nk * MQ)}};
+        ta_pf pf = {spans, spans + 2};
+        k->attn_pv_rows_kv[kind](o2, ldo, p, MQ, alpha, rows, nk, dv, mq, nk, &pf);
+        assert_memory_equal(o2, o, sizeof(float) * (size_t)(mq * ldo));
+        if (nk > 0) assert_true(pf.next == pf.end);
+        free(o2);
+    }
     k->attn_pv(ow, ldo, p, alpha, vr, ldv, nk, dv, mq, NULL, NULL);
     for (int64_t r = 0; r < mq; r++)
         for (int64_t c = 0; c < dv; c++) {

@@ -56,6 +56,21 @@ ROWS_INLINE void prefetch_row(const void *const *rows, int64_t j, int64_t avail,
     for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(r + c, 0, 2);
 }
 
+/* The 64-byte lines a prefetch stream holds (its spans from next on). */
+static inline int64_t pf_lines(const ta_pf *pf)
+{
+    int64_t n = 0;
+    for (const ta_pf_span *sp = pf->next; sp < pf->end; sp++)
+        n += (sp->b - sp->a + 63) / 64;
+    return n;
+}
+
+/* The lines a call requests per step to spread a stream's lines over `steps` steps. */
+static inline int64_t pf_per_step(const ta_pf *pf, int64_t steps)
+{
+    return pf && steps > 0 ? (pf_lines(pf) + steps - 1) / steps : 0;
+}
+
 /* The lane partials of q . k along d for one key, in 4 chains (2 vectors a step for
  * bfloat16: its even and odd elements), added in order: (c0 + c1) + (c2 + c3). */
 ROWS_INLINE VT dot_seq(const float *q, const char *k, int64_t d, const int kind)
@@ -158,18 +173,24 @@ ROWS_INLINE void qk_block(float *s, int64_t mqs, const float *q, int64_t ldq, in
 /* The scores of nk keys for mq rows, R rows a pass (R >= mq, a power of two <= VL). */
 ROWS_INLINE void qk_rows(float *s, int64_t mqs, const float *q, int64_t ldq, int mq,
                          const void *const *k, int64_t nk, int64_t d, int64_t avail,
-                         const void *const *vp, int64_t vbytes, const int R, const int kind)
+                         const void *const *vp, int64_t vbytes, ta_pf *pf, int64_t per,
+                         const int R, const int kind)
 {
     const int KB = VL / R;
     const int64_t bytes = d * (kind == KIND_F32 ? 4 : 2);
+    TA_PF_BEGIN(pf);
     for (int64_t j = 0; j < nk; j += KB) {
         const int nkb = (int)(nk - j < KB ? nk - j : KB);
-        for (int i = 0; i < nkb; i++) {
-            prefetch_row(k, j + i, avail, bytes);
-            if (vp) prefetch_row(vp, j + i, avail, vbytes);
-        }
+        if (pf) /* the caller's stream instead of the rows ahead */
+            for (int64_t i = 0; i < per; i++) TA_PF_STEP(pf);
+        else
+            for (int i = 0; i < nkb; i++) {
+                prefetch_row(k, j + i, avail, bytes);
+                if (vp) prefetch_row(vp, j + i, avail, vbytes);
+            }
         qk_block(s + j * mqs, mqs, q, ldq, mq, k + j, nkb, d, R, kind);
     }
+    TA_PF_END(pf);
 }
 
 /* s [nk, mqs] (rows < mq only, mq <= 8) = q [mq rows, ldq] K^T for the nk key rows the
@@ -179,16 +200,19 @@ ROWS_INLINE void qk_rows(float *s, int64_t mqs, const float *q, int64_t ldq, int
 #define QK_ENTRY(NAME, KIND)                                                                 \
     void NAME(float *s, int64_t mqs, const float *q, int64_t ldq, int64_t mq,                \
               const void *const *k, int64_t nk, int64_t d, int64_t avail,                   \
-              const void *const *v, int64_t vbytes)                                         \
+              const void *const *v, int64_t vbytes, ta_pf *pf)                              \
     {                                                                                        \
         const int rp = mq <= 1 || VL < 2 ? 1 : mq <= 2 || VL < 4 ? 2 : mq <= 4 || VL < 8 ? 4 : 8; \
+        const int rk = rp > VL ? 1 : rp; /* rows a block of the pass holds */                \
+        /* the stream's lines spread over every block of every pass */                      \
+        const int64_t per = pf_per_step(pf, (mq + rp - 1) / rp * ((nk + VL / rk - 1) / (VL / rk))); \
         for (int64_t r0 = 0; r0 < mq; r0 += rp) {                                            \
             const int nr = (int)(mq - r0 < rp ? mq - r0 : rp);                               \
             const float *qr = q + r0 * ldq;                                                  \
-            if (rp == 1) qk_rows(s + r0, mqs, qr, ldq, nr, k, nk, d, avail, v, vbytes, 1, KIND);   \
-            else if (rp == 2) qk_rows(s + r0, mqs, qr, ldq, nr, k, nk, d, avail, v, vbytes, VL < 2 ? 1 : 2, KIND); \
-            else if (rp == 4) qk_rows(s + r0, mqs, qr, ldq, nr, k, nk, d, avail, v, vbytes, VL < 4 ? 1 : 4, KIND); \
-            else qk_rows(s + r0, mqs, qr, ldq, nr, k, nk, d, avail, v, vbytes, VL < 8 ? 1 : 8, KIND); \
+            if (rp == 1) qk_rows(s + r0, mqs, qr, ldq, nr, k, nk, d, avail, v, vbytes, pf, per, 1, KIND); \
+            else if (rp == 2) qk_rows(s + r0, mqs, qr, ldq, nr, k, nk, d, avail, v, vbytes, pf, per, VL < 2 ? 1 : 2, KIND); \
+            else if (rp == 4) qk_rows(s + r0, mqs, qr, ldq, nr, k, nk, d, avail, v, vbytes, pf, per, VL < 4 ? 1 : 4, KIND); \
+            else qk_rows(s + r0, mqs, qr, ldq, nr, k, nk, d, avail, v, vbytes, pf, per, VL < 8 ? 1 : 8, KIND); \
         }                                                                                    \
     }
 QK_ENTRY(NAME_QK_F32, KIND_F32)
@@ -202,8 +226,8 @@ QK_ENTRY(NAME_QK_BF16, KIND_BF16)
  * results. */
 ROWS_INLINE void pv_group(float *o, int64_t ldo, const float *p, int64_t mqs,
                           const float *alpha, const void *const *v, int64_t nk,
-                          int64_t c0, int64_t avail, int64_t bytes, const int R, const int NV,
-                          const int kind)
+                          int64_t c0, int64_t avail, int64_t bytes, ta_pf *pf, int64_t per,
+                          const int R, const int NV, const int kind)
 {
     /* bfloat16 in pairs of vectors: a V block of 2 VL widens by a shift (even columns) and
      * a mask (odd), so each pair of accumulators holds its columns deinterleaved. */
@@ -222,9 +246,12 @@ ROWS_INLINE void pv_group(float *o, int64_t ldo, const float *p, int64_t mqs,
 #pragma GCC unroll 8
         for (int c = 0; c < NV; c++) acc[r][c] = V_MUL(acc[r][c], a);
     }
+    TA_PF_BEGIN(pf);
     for (int64_t j = 0; j < nk; j++) {
         const char *vr = (const char *)v[j];
-        if (c0 == 0 && j % 4 == 0) /* the next 4 rows' lines: the key loop stays innermost */
+        if (pf) /* the caller's stream instead of the rows ahead */
+            for (int64_t i = 0; i < per; i++) TA_PF_STEP(pf);
+        else if (c0 == 0 && j % 4 == 0) /* the next 4 rows' lines: the key loop stays innermost */
             for (int64_t i = j; i < j + 4; i++) prefetch_row(v, i, avail, bytes);
         VT pb[8];
 #pragma GCC unroll 8
@@ -241,6 +268,7 @@ ROWS_INLINE void pv_group(float *o, int64_t ldo, const float *p, int64_t mqs,
             }
         }
     }
+    TA_PF_END(pf);
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) {
         if (EO) {
@@ -255,25 +283,37 @@ ROWS_INLINE void pv_group(float *o, int64_t ldo, const float *p, int64_t mqs,
 
 /* All dv columns of R rows: column groups of the most vectors (8, 4, 2 or 1) that fit
  * PV_ACC accumulators and the columns left. */
+/* The column groups of pv_rows for dv columns and R rows: of the most vectors (8, 4, 2
+ * or 1) that fit PV_ACC accumulators, then the columns left. */
+static inline int64_t pv_groups(int64_t dv, int R)
+{
+    const int NVMAX = PV_ACC / R >= 8 ? 8 : PV_ACC / R >= 4 ? 4 : PV_ACC / R >= 2 ? 2 : 1;
+    int64_t n = 0;
+    for (int64_t left = dv / VL; left > 0; n++)
+        left -= NVMAX >= 8 && left >= 8 ? 8 : NVMAX >= 4 && left >= 4 ? 4 : NVMAX >= 2 && left >= 2 ? 2 : 1;
+    return n;
+}
+
 ROWS_INLINE void pv_rows(float *o, int64_t ldo, const float *p, int64_t mqs,
                          const float *alpha, const void *const *v, int64_t nk,
-                         int64_t dv, int64_t avail, const int R, const int kind)
+                         int64_t dv, int64_t avail, ta_pf *pf, int64_t per, const int R,
+                         const int kind)
 {
     const int64_t bytes = dv * (kind == KIND_F32 ? 4 : 2);
     const int NVMAX = PV_ACC / R >= 8 ? 8 : PV_ACC / R >= 4 ? 4 : PV_ACC / R >= 2 ? 2 : 1;
     for (int64_t c0 = 0; c0 < dv;) {
         const int64_t left = (dv - c0) / VL;
         if (NVMAX >= 8 && left >= 8) {
-            pv_group(o, ldo, p, mqs, alpha, v, nk, c0, avail, bytes, R, 8, kind);
+            pv_group(o, ldo, p, mqs, alpha, v, nk, c0, avail, bytes, pf, per, R, 8, kind);
             c0 += 8 * VL;
         } else if (NVMAX >= 4 && left >= 4) {
-            pv_group(o, ldo, p, mqs, alpha, v, nk, c0, avail, bytes, R, 4, kind);
+            pv_group(o, ldo, p, mqs, alpha, v, nk, c0, avail, bytes, pf, per, R, 4, kind);
             c0 += 4 * VL;
         } else if (NVMAX >= 2 && left >= 2) {
-            pv_group(o, ldo, p, mqs, alpha, v, nk, c0, avail, bytes, R, 2, kind);
+            pv_group(o, ldo, p, mqs, alpha, v, nk, c0, avail, bytes, pf, per, R, 2, kind);
             c0 += 2 * VL;
         } else {
-            pv_group(o, ldo, p, mqs, alpha, v, nk, c0, avail, bytes, R, 1, kind);
+            pv_group(o, ldo, p, mqs, alpha, v, nk, c0, avail, bytes, pf, per, R, 1, kind);
             c0 += VL;
         }
     }
@@ -285,20 +325,26 @@ ROWS_INLINE void pv_rows(float *o, int64_t ldo, const float *p, int64_t mqs,
  * ROWS_MAX rows. */
 #define PV_ENTRY(NAME, KIND)                                                                 \
     void NAME(float *o, int64_t ldo, const float *p, int64_t mqs, const float *alpha,       \
-              const void *const *v, int64_t nk, int64_t dv, int64_t mq, int64_t avail)      \
+              const void *const *v, int64_t nk, int64_t dv, int64_t mq, int64_t avail,      \
+              ta_pf *pf)                                                                     \
     {                                                                                        \
+        /* the stream's lines spread over every key of every column group and pass */       \
+        int64_t steps = 0;                                                                   \
+        for (int64_t r0 = 0; pf && r0 < mq; r0 += ROWS_MAX)                                  \
+            steps += nk * pv_groups(dv, (int)(mq - r0 < ROWS_MAX ? mq - r0 : ROWS_MAX));     \
+        const int64_t per = pf_per_step(pf, steps);                                          \
         for (int64_t r0 = 0; r0 < mq; r0 += ROWS_MAX) {                                      \
             float *orow = o + r0 * ldo;                                                      \
             const float *pr = p + r0, *ar = alpha + r0;                                      \
             switch (mq - r0 < ROWS_MAX ? mq - r0 : ROWS_MAX) {                               \
-            case 1: pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, 1, KIND); break; \
-            case 2: if (ROWS_MAX >= 2) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, 2, KIND); break; \
-            case 3: if (ROWS_MAX >= 3) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, 3, KIND); break; \
-            case 4: if (ROWS_MAX >= 4) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, 4, KIND); break; \
-            case 5: if (ROWS_MAX >= 5) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, 5, KIND); break; \
-            case 6: if (ROWS_MAX >= 6) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, 6, KIND); break; \
-            case 7: if (ROWS_MAX >= 7) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, 7, KIND); break; \
-            case 8: if (ROWS_MAX >= 8) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, 8, KIND); break; \
+            case 1: pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, pf, per, 1, KIND); break; \
+            case 2: if (ROWS_MAX >= 2) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, pf, per, 2, KIND); break; \
+            case 3: if (ROWS_MAX >= 3) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, pf, per, 3, KIND); break; \
+            case 4: if (ROWS_MAX >= 4) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, pf, per, 4, KIND); break; \
+            case 5: if (ROWS_MAX >= 5) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, pf, per, 5, KIND); break; \
+            case 6: if (ROWS_MAX >= 6) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, pf, per, 6, KIND); break; \
+            case 7: if (ROWS_MAX >= 7) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, pf, per, 7, KIND); break; \
+            case 8: if (ROWS_MAX >= 8) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, pf, per, 8, KIND); break; \
             default: break;                                                                  \
             }                                                                                \
         }                                                                                    \

@@ -173,14 +173,14 @@ typedef struct ta_kernels {
      *     keys in order (bitwise attn_pv's results). */
     void (*attn_qk_rows_kv[3])(float *s, int64_t mqs, const float *q, int64_t ldq, int64_t mq,
                                const void *const *k, int64_t nk, int64_t d, int64_t avail,
-                               const void *const *v, int64_t vbytes);
+                               const void *const *v, int64_t vbytes, ta_pf *pf);
     /* attn_softmax's step for the rows r < mq (<= attn_rows_max) of s [nk, mqs] only
      * (m, l, alpha of rows >= mq untouched): lanes hold (key, row) pairs. */
     void (*attn_softmax_rows)(float *s, int64_t mqs, float *m, float *l, float *alpha,
                               int64_t nk, int64_t mq);
     void (*attn_pv_rows_kv[3])(float *o, int64_t ldo, const float *p, int64_t mqs,
                                const float *alpha, const void *const *v, int64_t nk,
-                               int64_t dv, int64_t mq, int64_t avail);
+                               int64_t dv, int64_t mq, int64_t avail, ta_pf *pf);
 } ta_kernels;
 
 /* Rows ahead of the one in use that the few-row kernels prefetch (attn_qk_rows_kv). */

@@ -365,14 +365,19 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
                 ws_state_layout(&mine, &ws[h], &f, f.k->attn_rows_max);
                 memset(ws[h].s, 0, sizeof(float) * (size_t)(f.mq_max * TA_FUSED_NK));
             }
-#pragma omp for schedule(dynamic, 1)
-            for (int64_t u = 0; u < nitems / f.sweep; u++) {
+            /* units claimed one ahead, as below: a unit's last tile requests the next
+             * unit's first */
+            const int64_t units = nitems / f.sweep;
+            int64_t u = __atomic_fetch_add(&next_chunk, 1, __ATOMIC_RELAXED);
+            while (u < units) {
+                const int64_t un = __atomic_fetch_add(&next_chunk, 1, __ATOMIC_RELAXED);
                 const fused_item *its = &m.items[u * f.sweep];
-                ta_fused_run_sweep(&f, its, f.sweep, ws);
+                ta_fused_run_sweep(&f, its, f.sweep, ws, un < units ? &m.items[un * f.sweep] : NULL);
                 for (int64_t h = 0; h < f.sweep; h++) {
                     if (f.split) ta_fused_store_partial(&f, &m, &its[h], &ws[h]);
                     else ta_fused_finish_item(&f, &its[h], &ws[h]);
                 }
+                u = un;
             }
         } else {
             /* with a V copy the items run on a plan whose V is this thread's buffer */

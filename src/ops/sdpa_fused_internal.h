@@ -36,6 +36,7 @@ typedef struct fused_item {
  * rows when o: lines the finish then writes without waiting on them), a share after
  * each tile from row r, and its first keys when it starts another group. */
 #define TA_FUSED_PF_SPANS 320 /* spans a kernel call's prefetch stream holds at most */
+#define TA_FUSED_REGION_SPANS 64 /* spans of a sweep's region (its next tile) at most */
 typedef struct fused_pf {
     ta_pf_span spans[TA_FUSED_PF_SPANS]; /* the stream */
     int64_t n;                           /* spans in it */
@@ -45,6 +46,13 @@ typedef struct fused_pf {
     bool o;
     bool kv;          /* the item requests its K and V rows (its group's first here) */
     int64_t b, hkv;   /* the group of the thread's previous item (b = -1: none) */
+    /* A sweep's region: the next tile of all its heads, K's rows then V's, as spans in
+     * address order (ta_fused_run_sweep), which its kernel calls request a share of each
+     * (line_key lines per key they read): where the next call's share starts is span ri
+     * at ra. */
+    ta_pf_span region[TA_FUSED_REGION_SPANS];
+    int64_t rn, ri, line_key;
+    const char *ra;
 } fused_pf;
 
 /* A thread's scratch, sized once per call. */
@@ -214,7 +222,10 @@ void ta_fused_run_item(const fused_plan *f, const fused_item *it, const fused_ws
 /* The items of one sweep unit (the kv heads of a batch and key chunk, in a KV cache
  * whose key rows hold every head side by side), each with its own workspace state,
  * stepped together tile by tile: the tile of every head is read from one span of memory
- * before the next tile (docs/inference.md, "Decode order"). */
-void ta_fused_run_sweep(const fused_plan *f, const fused_item *its, int64_t n, const fused_ws *ws);
+ * before the next tile (docs/inference.md, "Decode order"). next: NULL, or the first of
+ * the n items of the unit this thread runs next, whose first tile the last tile's calls
+ * request. */
+void ta_fused_run_sweep(const fused_plan *f, const fused_item *its, int64_t n, const fused_ws *ws,
+                        const fused_item *next);
 
 #endif

@@ -70,21 +70,27 @@ static void finish_row(const fused_plan *f, int64_t b, int64_t hkv, int64_t r,
     const ta_tensor *O = p->O;
     float *orow = o_row(p, b, h, i);
     double lse = L == 0.0 ? -INFINITY : u + log(L);
-    if (p->var.sinks) { /* O = sum o_c e^(m_c - u) * factor */
-        double factor;
+    double factor = 0.0;
+    if (p->var.sinks) /* O = sum o_c e^(m_c - u) * factor */
         ta_sdpa_sink_finish(u, L, ta_sdpa_sink(&p->var, h), &factor, &lse);
-        for (int64_t d = 0; d < p->Dv; d++) {
-            double acc = 0.0;
-            for (int64_t c = 0; c < nch; c++) acc += (double)o[c][d] * fc[c];
-            orow[d * O->stride[3]] = L == 0.0 ? 0.0f : (float)(acc * factor);
-        }
-    } else if (L == 0.0) {
+    if (L == 0.0) {
         for (int64_t d = 0; d < p->Dv; d++) orow[d * O->stride[3]] = 0.0f;
     } else {
-        for (int64_t d = 0; d < p->Dv; d++) {
-            double acc = 0.0;
-            for (int64_t c = 0; c < nch; c++) acc += (double)o[c][d] * fc[c];
-            orow[d * O->stride[3]] = (float)(acc / L);
+        /* columns in blocks, the chunks in order for each (the sums vectorise along d) */
+        for (int64_t d0 = 0; d0 < p->Dv; d0 += 64) {
+            const int64_t n = TA_MIN(64, p->Dv - d0);
+            double acc[64];
+            for (int64_t d = 0; d < n; d++) acc[d] = 0.0;
+            for (int64_t c = 0; c < nch; c++) {
+                const float *oc = o[c] + d0;
+                const double w = fc[c];
+                for (int64_t d = 0; d < n; d++) acc[d] += (double)oc[d] * w;
+            }
+            float *out = orow + d0 * O->stride[3];
+            if (p->var.sinks)
+                for (int64_t d = 0; d < n; d++) out[d * O->stride[3]] = (float)(acc[d] * factor);
+            else
+                for (int64_t d = 0; d < n; d++) out[d * O->stride[3]] = (float)(acc[d] / L);
         }
     }
     if (p->lse) {

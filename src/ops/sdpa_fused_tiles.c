@@ -99,12 +99,12 @@ static inline bool rows_stream(const ta_sdpa_problem *p, bool value)
  * software prefetches on top cost bandwidth, docs/kernels.md "Decode: streaming K and
  * V"). Returns the entries (the kernels' avail). */
 static int64_t row_table(const fused_plan *f, const fused_item *it, bool value, int64_t j0,
-                         int64_t nk, const void **rows)
+                         int64_t nk, const void **rows, bool ahead)
 {
     const ta_sdpa_problem *p = f->p;
     const ta_tensor *t = value ? p->V : p->K;
     const bool stream = rows_stream(p, value);
-    const int64_t n = stream ? nk : TA_MIN(nk + TA_ROWS_AHEAD, it->jhi - j0);
+    const int64_t n = stream || !ahead ? nk : TA_MIN(nk + TA_ROWS_AHEAD, it->jhi - j0);
     const size_t es = ta_dtype_size(t->dtype);
     const char *base = (const char *)t->data;
     const int64_t ld = (int64_t)es * t->stride[2];
@@ -311,6 +311,52 @@ static ta_pf *pf_ready(fused_pf *s)
     return &s->pf;
 }
 
+/* A sweep's region (fused_pf): the rows of keys [j, je) of batch b for all n heads of
+ * the sweep from its first, in K then in V, a span per run of keys (a paged cache's
+ * block) from the first head's row to the end of the last head's: the memory those
+ * heads' next tile reads, in address order. line_key: the lines a call requests per key
+ * it reads, so that the calls of a tile (its scores, then its P.V, keys alike) request
+ * the whole region. */
+static void sweep_region(const fused_plan *f, fused_pf *s, const fused_item *first, int64_t n,
+                         int64_t j, int64_t je)
+{
+    const ta_sdpa_problem *p = f->p;
+    fused_item last = *first;
+    last.hkv = first->hkv + n - 1;
+    s->rn = s->ri = 0;
+    int64_t lines = 0;
+    for (int value = 0; value < 2; value++) {
+        const ta_tensor *t = value ? p->V : p->K;
+        const int64_t bytes = (value ? p->Dv : p->D) * (int64_t)ta_dtype_size(t->dtype);
+        for (int64_t a = j, run; a < je && s->rn < TA_FUSED_REGION_SPANS; a += run) {
+            run = TA_MIN(ta_sdpa_kv_run(p, a), je - a);
+            const char *lo = kv_rows(f, first, value, a), *hi = kv_rows(f, &last, value, a);
+            const int64_t ld = kv_ld(t);
+            if (hi < lo || ld < 0) continue; /* not a cache whose rows hold the heads in order */
+            const char *b = hi + (run - 1) * ld + bytes;
+            s->region[s->rn++] = (ta_pf_span){lo, b};
+            lines += (b - lo + 63) / 64;
+        }
+    }
+    s->ra = s->rn ? s->region[0].a : NULL;
+    s->line_key = (lines + 2 * n * (je - j) - 1) / TA_MAX(2 * n * (je - j), 1);
+}
+
+/* The next `lines` lines of the sweep's region, as the stream of one kernel call. */
+static ta_pf *pf_take(fused_pf *s, int64_t lines)
+{
+    s->n = 0;
+    while (lines > 0 && s->ri < s->rn && s->n < TA_FUSED_PF_SPANS) {
+        const char *b = s->region[s->ri].b;
+        const int64_t take = TA_MIN(lines * 64, (int64_t)(b - s->ra));
+        s->spans[s->n++] = (ta_pf_span){s->ra, s->ra + take};
+        lines -= (take + 63) / 64;
+        s->ra += take;
+        if (s->ra >= b && ++s->ri < s->rn) s->ra = s->region[s->ri].a;
+    }
+    return pf_ready(s);
+}
+
 /* The prefetch stream attn_qk advances over a run of a tile of many rows: the V rows of
  * the same keys, which attn_pv reads next (a group's first query tile reads them from
  * memory). */
@@ -359,9 +405,10 @@ static ta_pf *stream_pv(const fused_plan *f, const fused_item *it, const fused_w
 static int64_t tile_tables(const fused_plan *f, const fused_item *it, const fused_ws *w,
                            int64_t j0, int64_t nk, int64_t *vn)
 {
-    const int64_t kn = row_table(f, it, false, j0, nk, w->krows);
-    *vn = typed_rows(f, it, true) ? row_table(f, it, true, j0, nk, w->vrows) : -1;
-    if (kn == nk) prefetch_run(f, it, false, j0 + nk); /* a stream: the next tile */
+    const bool ahead = !w->pfs->line_key; /* a sweep requests its region instead */
+    const int64_t kn = row_table(f, it, false, j0, nk, w->krows, ahead);
+    *vn = typed_rows(f, it, true) ? row_table(f, it, true, j0, nk, w->vrows, ahead) : -1;
+    if (kn == nk && ahead) prefetch_run(f, it, false, j0 + nk); /* a stream: the next tile */
     return kn;
 }
 
@@ -371,10 +418,12 @@ static void tile_scores_rows(const fused_plan *f, const fused_item *it, const fu
                              int64_t a, int64_t n, int64_t kn, int64_t vn)
 {
     const ta_sdpa_problem *p = f->p;
+    fused_pf *s = w->pfs;
     f->k->attn_qk_rows_kv[f->kind_k](w->s + a * f->mq_max, f->mq_max, w->qp, p->D, it->mq,
                                      w->krows + a, n, p->D, kn - a,
                                      vn >= 0 ? w->vrows + a : NULL,
-                                     p->Dv * (int64_t)ta_dtype_size(p->V->dtype));
+                                     p->Dv * (int64_t)ta_dtype_size(p->V->dtype),
+                                     s->line_key ? pf_take(s, n * s->line_key) : NULL);
 }
 
 /* The scores of keys [j0, j0 + nk), s = (scale Q) K^T, run by run into the tile's
@@ -419,10 +468,13 @@ static void tile_pv(const fused_plan *f, const fused_item *it, const fused_ws *w
         int64_t keys = rowk ? 0 : nk; /* keys past every row's need hold p = 0: skip */
         for (int64_t r = 0; rowk && r < it->mq; r++) keys = TA_MAX(keys, (int64_t)rowk[r]);
         /* V's table as tile_scores filled it (vfilled entries), else filled here */
-        const int64_t avail = vfilled >= 0 ? vfilled : row_table(f, it, true, j0, nk, w->vrows);
-        if (avail == nk) prefetch_run(f, it, true, j0 + nk);
+        fused_pf *s = w->pfs;
+        const int64_t avail =
+            vfilled >= 0 ? vfilled : row_table(f, it, true, j0, nk, w->vrows, !s->line_key);
+        if (avail == nk && !s->line_key) prefetch_run(f, it, true, j0 + nk);
         f->k->attn_pv_rows_kv[f->kind_v](w->o, f->ldo, w->s, f->mq_max, w->alpha, w->vrows,
-                                         keys, p->Dv, it->mq, avail);
+                                         keys, p->Dv, it->mq, avail,
+                                         s->line_key ? pf_take(s, nk * s->line_key) : NULL);
         return;
     }
     int64_t n, ld;
@@ -617,38 +669,65 @@ void ta_fused_run_item(const fused_plan *f, const fused_item *it, const fused_ws
  * (rounds of 32: 10.5; of 8: 10.5). With the cache warm in L3 (4096 keys) the four
  * calls per head and tile cost a little: 0.91 against 0.95 ms in the driver, 4 - 7% on
  * 2 threads in the bench (docs/inference.md, "Decode order"). */
-void ta_fused_run_sweep(const fused_plan *f, const fused_item *its, int64_t n, const fused_ws *ws)
+/* The region of a sweep's step (sweep_region): the keys of its next tile, from the
+ * first head's next key (j0 + nk) on, or the next unit's first tile after its last. */
+static void sweep_next(const fused_plan *f, fused_pf *s, const fused_item *its, int64_t n,
+                       const int64_t *j0, const int64_t *nk, const fused_item *next)
 {
+    int64_t j = INT64_MAX, je = 0;
+    for (int64_t h = 0; h < n; h++)
+        if (j0[h] + nk[h] < its[h].jhi) {
+            j = TA_MIN(j, j0[h] + nk[h]);
+            je = TA_MAX(je, its[h].jhi);
+        }
+    const fused_item *first = its;
+    if (j >= je && next) {
+        first = next;
+        j = INT64_MAX;
+        for (int64_t h = 0; h < n; h++)
+            if (next[h].jlo < next[h].jhi) {
+                j = TA_MIN(j, next[h].jlo);
+                je = TA_MAX(je, next[h].jhi);
+            }
+    }
+    if (j >= je) {
+        s->rn = s->ri = 0;
+        s->line_key = 1; /* nothing to request, but the calls take the (empty) stream */
+        return;
+    }
+    sweep_region(f, s, first, n, j, TA_MIN(je, j + TA_FUSED_NK));
+}
+
+void ta_fused_run_sweep(const fused_plan *f, const fused_item *its, int64_t n, const fused_ws *ws,
+                        const fused_item *next)
+{
+    fused_pf *s = ws[0].pfs;
     item_run ir[TA_FUSED_SWEEP_MAX];
     int64_t j0[TA_FUSED_SWEEP_MAX], nk[TA_FUSED_SWEEP_MAX], kn[TA_FUSED_SWEEP_MAX];
     int64_t vn[TA_FUSED_SWEEP_MAX];
     const int32_t *rowk[TA_FUSED_SWEEP_MAX];
-    bool live[TA_FUSED_SWEEP_MAX], rounds[TA_FUSED_SWEEP_MAX];
+    bool live[TA_FUSED_SWEEP_MAX], rows[TA_FUSED_SWEEP_MAX];
     bool more = false;
     for (int64_t h = 0; h < n; h++) {
         j0[h] = item_begin(f, &its[h], &ws[h], &ir[h]) ? its[h].jlo : its[h].jhi;
         more |= j0[h] < its[h].jhi;
     }
+    s->line_key = 1; /* the region's calls: no rows ahead in the tables (row_table) */
     while (more) {
-        int64_t most = 0;
         for (int64_t h = 0; h < n; h++) {
             const fused_item *it = &its[h];
             bool skip = true;
+            nk[h] = 0;
             if (j0[h] < it->jhi) nk[h] = tile_begin(f, it, &ws[h], &ir[h], j0[h], &rowk[h], &skip);
             live[h] = !skip;
-            rounds[h] = live[h] && typed_rows(f, it, false);
-            if (!rounds[h]) {
-                if (live[h]) vn[h] = tile_scores(f, it, &ws[h], j0[h], nk[h], rowk[h]);
-                continue;
-            }
-            kn[h] = tile_tables(f, it, &ws[h], j0[h], nk[h], &vn[h]);
-            most = TA_MAX(most, nk[h]);
+            rows[h] = live[h] && typed_rows(f, it, false);
+            if (rows[h]) kn[h] = tile_tables(f, it, &ws[h], j0[h], nk[h], &vn[h]);
         }
-        for (int64_t a = 0; a < most; a += TA_FUSED_SWEEP_KEYS)
-            for (int64_t h = 0; h < n; h++)
-                if (rounds[h] && a < nk[h])
-                    tile_scores_rows(f, &its[h], &ws[h], a, TA_MIN(TA_FUSED_SWEEP_KEYS, nk[h] - a),
-                                     kn[h], vn[h]);
+        sweep_next(f, s, its, n, j0, nk, next);
+        for (int64_t h = 0; h < n; h++) {
+            if (rows[h]) tile_scores_rows(f, &its[h], &ws[h], 0, nk[h], kn[h], vn[h]);
+            else if (live[h]) vn[h] = tile_scores(f, &its[h], &ws[h], j0[h], nk[h], rowk[h]);
+        }
         more = false;
         for (int64_t h = 0; h < n; h++) {
             if (j0[h] >= its[h].jhi) continue;
@@ -657,4 +736,5 @@ void ta_fused_run_sweep(const fused_plan *f, const fused_item *its, int64_t n, c
             more |= j0[h] < its[h].jhi;
         }
     }
+    s->line_key = 0; /* the other paths keep their own prefetches */
 }
