@@ -20,7 +20,8 @@
  * from one pass over K; P.V in passes over column groups, each V element loaded and
  * widened once per pass that needs it), and rows PF_ROWS ahead are requested into L2
  * while the current ones are used: a KV cache [B, L, Hkv, D] puts each key row of a head
- * in its own page, beyond the hardware prefetchers. */
+ * in its own page, beyond the hardware prefetchers. A caller's prefetch stream (pf)
+ * replaces those requests: its lines spread over the call's steps, in its order. */
 #include "kernels/kernels.h"
 
 #include <stdbool.h>

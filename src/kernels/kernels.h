@@ -170,7 +170,13 @@ typedef struct ta_kernels {
      *     v: NULL, or a second table (avail entries) prefetched with K's rows (the same
      *     keys' V rows, vbytes each), so that they are in L2 when P.V reads them.
      * pv: o[r] = o[r] * alpha[r] + sum_j p[j * mqs + r] v_j for r < mq, columns < dv,
-     *     keys in order (bitwise attn_pv's results). */
+     *     keys in order (bitwise attn_pv's results).
+     * pf: NULL, or the caller's prefetch stream, which then replaces the rows-ahead
+     *     requests (nothing is prefetched from avail or v): the call requests every line
+     *     of it (when nk > 0), spread evenly over its steps (qk: its key blocks; pv: its
+     *     keys of each column group). A decode sweep hands each call its share of the
+     *     next tile of all kv heads, in address order (docs/inference.md, "Decode
+     *     order"). */
     void (*attn_qk_rows_kv[3])(float *s, int64_t mqs, const float *q, int64_t ldq, int64_t mq,
                                const void *const *k, int64_t nk, int64_t d, int64_t avail,
                                const void *const *v, int64_t vbytes, ta_pf *pf);
