@@ -15,7 +15,6 @@
 
 #define TA_FUSED_NK 64       /* keys per tile: the S tile (mq x 64 floats) stays in L1 */
 #define TA_FUSED_SWEEP_MAX 32 /* kv heads a sweep steps together at most */
-#define TA_FUSED_SWEEP_KEYS 16 /* keys of a sweep's rounds of scores (ta_fused_run_sweep) */
 #define TA_FUSED_SPLIT 512   /* keys per chunk when the keys are split (a multiple of NK) */
 #define TA_FUSED_FEW_TILES 16 /* split the keys when there are fewer tiles than this */
 #define TA_FUSED_MAX_CHUNKS 64 /* at most this many chunks (then the chunks widen) */

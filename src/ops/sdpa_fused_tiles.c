@@ -658,17 +658,6 @@ void ta_fused_run_item(const fused_plan *f, const fused_item *it, const fused_ws
     for (int64_t j0 = it->jlo; j0 < it->jhi;) j0 += item_tile(f, it, w, &ir, j0);
 }
 
-/* A sweep's steps: one key tile of every head, their scores computed in rounds of
- * TA_FUSED_SWEEP_KEYS keys across the heads, then each head's softmax step and P.V. A
- * cache [B, L, Hkv, D] holds a key's rows of all heads side by side, so a round reads
- * one span of memory in order, and the rows each call prefetches (TA_ROWS_AHEAD ahead:
- * the head's next round) are requested a whole round, every head's calls, before they
- * are read. Per head and key the same operations as item_tile's: the same results.
- * Measured on one Zen 4 core, B1 H32 Hkv8 D128 bfloat16, 32k keys from memory (driver,
- * medians of 9 alternations): 11.0 ms tile by tile, 8.6 ms in rounds of 16 keys
- * (rounds of 32: 10.5; of 8: 10.5). With the cache warm in L3 (4096 keys) the four
- * calls per head and tile cost a little: 0.91 against 0.95 ms in the driver, 4 - 7% on
- * 2 threads in the bench (docs/inference.md, "Decode order"). */
 /* The region of a sweep's step (sweep_region): the keys of its next tile, from the
  * first head's next key (j0 + nk) on, or the next unit's first tile after its last. */
 static void sweep_next(const fused_plan *f, fused_pf *s, const fused_item *its, int64_t n,
@@ -698,6 +687,17 @@ static void sweep_next(const fused_plan *f, fused_pf *s, const fused_item *its, 
     sweep_region(f, s, first, n, j, TA_MIN(je, j + TA_FUSED_NK));
 }
 
+/* A sweep's steps: one key tile of every head (the scores of each, then each head's
+ * softmax step and P.V), while the kernels request the next tile of every head (K's rows
+ * of all heads, then V's, in address order: sweep_region), or, after the unit's last
+ * tile, the next unit's first. Per head and key the same operations as item_tile's: the
+ * same results. A cache [B, L, Hkv, D] holds a key's rows of all heads side by side: the
+ * region is one span per run of keys, which the Zen 5 takes as a stream; per-head
+ * requests (each head's rows 16 ahead, in rounds of 16 keys across the heads: session 11)
+ * jumped 2 - 4 KiB at every row. Measured on the Zen 5, B1 H32 Hkv8 D128, 32k keys from
+ * memory (driver, medians of 5 random-order alternations): bfloat16 1 thread 7.89 ->
+ * 5.47 ms, 2 threads 4.31 -> 3.2 - 3.5; float32 1 thread 15.2 -> 12.1 (docs/inference.md,
+ * "Decode order"). */
 void ta_fused_run_sweep(const fused_plan *f, const fused_item *its, int64_t n, const fused_ws *ws,
                         const fused_item *next)
 {
