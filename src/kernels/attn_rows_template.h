@@ -228,7 +228,7 @@ QK_ENTRY(NAME_QK_BF16, KIND_BF16)
 ROWS_INLINE void pv_group(float *o, int64_t ldo, const float *p, int64_t mqs,
                           const float *alpha, const void *const *v, int64_t nk,
                           int64_t c0, int64_t avail, int64_t bytes, ta_pf *pf, int64_t per,
-                          const int R, const int NV, const int kind)
+                          const int R, const int NV, const int kind, const int PFS)
 {
     /* bfloat16 in pairs of vectors: a V block of 2 VL widens by a shift (even columns) and
      * a mask (odd), so each pair of accumulators holds its columns deinterleaved. */
@@ -250,7 +250,7 @@ ROWS_INLINE void pv_group(float *o, int64_t ldo, const float *p, int64_t mqs,
     TA_PF_BEGIN(pf);
     for (int64_t j = 0; j < nk; j++) {
         const char *vr = (const char *)v[j];
-        if (pf) /* the caller's stream instead of the rows ahead */
+        if (PFS) /* the caller's stream instead of the rows ahead */
             for (int64_t i = 0; i < per; i++) TA_PF_STEP(pf);
         else if (c0 == 0 && j % 4 == 0) /* the next 4 rows' lines: the key loop stays innermost */
             for (int64_t i = j; i < j + 4; i++) prefetch_row(v, i, avail, bytes);
@@ -302,22 +302,26 @@ ROWS_INLINE void pv_rows(float *o, int64_t ldo, const float *p, int64_t mqs,
 {
     const int64_t bytes = dv * (kind == KIND_F32 ? 4 : 2);
     const int NVMAX = PV_ACC / R >= 8 ? 8 : PV_ACC / R >= 4 ? 4 : PV_ACC / R >= 2 ? 2 : 1;
+    /* a stream or the rows ahead: two instances, no test in the key loop */
+#define PV_GROUP(nv) (pf ? pv_group(o, ldo, p, mqs, alpha, v, nk, c0, avail, bytes, pf, per, R, nv, kind, 1) \
+                         : pv_group(o, ldo, p, mqs, alpha, v, nk, c0, avail, bytes, NULL, 0, R, nv, kind, 0))
     for (int64_t c0 = 0; c0 < dv;) {
         const int64_t left = (dv - c0) / VL;
         if (NVMAX >= 8 && left >= 8) {
-            pv_group(o, ldo, p, mqs, alpha, v, nk, c0, avail, bytes, pf, per, R, 8, kind);
+            PV_GROUP(8);
             c0 += 8 * VL;
         } else if (NVMAX >= 4 && left >= 4) {
-            pv_group(o, ldo, p, mqs, alpha, v, nk, c0, avail, bytes, pf, per, R, 4, kind);
+            PV_GROUP(4);
             c0 += 4 * VL;
         } else if (NVMAX >= 2 && left >= 2) {
-            pv_group(o, ldo, p, mqs, alpha, v, nk, c0, avail, bytes, pf, per, R, 2, kind);
+            PV_GROUP(2);
             c0 += 2 * VL;
         } else {
-            pv_group(o, ldo, p, mqs, alpha, v, nk, c0, avail, bytes, pf, per, R, 1, kind);
+            PV_GROUP(1);
             c0 += VL;
         }
     }
+#undef PV_GROUP
 }
 
 /* o [mq rows, ldo] = o * alpha + p [nk, mqs]^T v for the nk value rows the table v points
