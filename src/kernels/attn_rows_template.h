@@ -204,9 +204,8 @@ ROWS_INLINE void qk_rows(float *s, int64_t mqs, const float *q, int64_t ldq, int
               const void *const *v, int64_t vbytes, ta_pf *pf)                              \
     {                                                                                        \
         const int rp = mq <= 1 || VL < 2 ? 1 : mq <= 2 || VL < 4 ? 2 : mq <= 4 || VL < 8 ? 4 : 8; \
-        const int rk = rp > VL ? 1 : rp; /* rows a block of the pass holds */                \
-        /* the stream's lines spread over every block of every pass */                      \
-        const int64_t per = pf_per_step(pf, (mq + rp - 1) / rp * ((nk + VL / rk - 1) / (VL / rk))); \
+        /* the stream's lines spread over every block (VL / rp keys) of every pass */       \
+        const int64_t per = pf_per_step(pf, (mq + rp - 1) / rp * ((nk + VL / rp - 1) / (VL / rp))); \
         for (int64_t r0 = 0; r0 < mq; r0 += rp) {                                            \
             const int nr = (int)(mq - r0 < rp ? mq - r0 : rp);                               \
             const float *qr = q + r0 * ldq;                                                  \
@@ -282,10 +281,7 @@ ROWS_INLINE void pv_group(float *o, int64_t ldo, const float *p, int64_t mqs,
     }
 }
 
-/* All dv columns of R rows: column groups of the most vectors (8, 4, 2 or 1) that fit
- * PV_ACC accumulators and the columns left. */
-/* The column groups of pv_rows for dv columns and R rows: of the most vectors (8, 4, 2
- * or 1) that fit PV_ACC accumulators, then the columns left. */
+/* The column groups pv_rows runs for dv columns of R rows (its choice of widths). */
 static inline int64_t pv_groups(int64_t dv, int R)
 {
     const int NVMAX = PV_ACC / R >= 8 ? 8 : PV_ACC / R >= 4 ? 4 : PV_ACC / R >= 2 ? 2 : 1;
@@ -295,6 +291,8 @@ static inline int64_t pv_groups(int64_t dv, int R)
     return n;
 }
 
+/* All dv columns of R rows: column groups of the most vectors (8, 4, 2 or 1) that fit
+ * PV_ACC accumulators and the columns left (pv_groups counts them). */
 ROWS_INLINE void pv_rows(float *o, int64_t ldo, const float *p, int64_t mqs,
                          const float *alpha, const void *const *v, int64_t nk,
                          int64_t dv, int64_t avail, ta_pf *pf, int64_t per, const int R,

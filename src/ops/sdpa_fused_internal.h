@@ -48,10 +48,12 @@ typedef struct fused_pf {
     /* A sweep's region: the next tile of all its heads, K's rows then V's, as spans in
      * address order (ta_fused_run_sweep), which its kernel calls request a share of each
      * (line_key lines per key they read): where the next call's share starts is span ri
-     * at ra. */
+     * at ra. sweep: the calls take their share of the region (true only inside
+     * ta_fused_run_sweep), not the rows ahead. */
     ta_pf_span region[TA_FUSED_REGION_SPANS];
     int64_t rn, ri, line_key;
     const char *ra;
+    bool sweep;
 } fused_pf;
 
 /* A thread's scratch, sized once per call. */

@@ -405,25 +405,11 @@ static ta_pf *stream_pv(const fused_plan *f, const fused_item *it, const fused_w
 static int64_t tile_tables(const fused_plan *f, const fused_item *it, const fused_ws *w,
                            int64_t j0, int64_t nk, int64_t *vn)
 {
-    const bool ahead = !w->pfs->line_key; /* a sweep requests its region instead */
+    const bool ahead = !w->pfs->sweep; /* a sweep requests its region instead */
     const int64_t kn = row_table(f, it, false, j0, nk, w->krows, ahead);
     *vn = typed_rows(f, it, true) ? row_table(f, it, true, j0, nk, w->vrows, ahead) : -1;
     if (kn == nk && ahead) prefetch_run(f, it, false, j0 + nk); /* a stream: the next tile */
     return kn;
-}
-
-/* The scores of the tile's keys [a, a + n) from the tables tile_tables filled (kn and vn
- * entries), prefetching V's rows with K's when V has a table. */
-static void tile_scores_rows(const fused_plan *f, const fused_item *it, const fused_ws *w,
-                             int64_t a, int64_t n, int64_t kn, int64_t vn)
-{
-    const ta_sdpa_problem *p = f->p;
-    fused_pf *s = w->pfs;
-    f->k->attn_qk_rows_kv[f->kind_k](w->s + a * f->mq_max, f->mq_max, w->qp, p->D, it->mq,
-                                     w->krows + a, n, p->D, kn - a,
-                                     vn >= 0 ? w->vrows + a : NULL,
-                                     p->Dv * (int64_t)ta_dtype_size(p->V->dtype),
-                                     s->line_key ? pf_take(s, n * s->line_key) : NULL);
 }
 
 /* The scores of keys [j0, j0 + nk), s = (scale Q) K^T, run by run into the tile's
@@ -436,7 +422,11 @@ static int64_t tile_scores(const fused_plan *f, const fused_item *it, const fuse
     if (typed_rows(f, it, false)) { /* K rows in place, through a table (any run) */
         int64_t vn;
         const int64_t kn = tile_tables(f, it, w, j0, nk, &vn);
-        tile_scores_rows(f, it, w, 0, nk, kn, vn);
+        fused_pf *s = w->pfs; /* V's rows prefetched with K's when V has a table */
+        f->k->attn_qk_rows_kv[f->kind_k](w->s, f->mq_max, w->qp, p->D, it->mq, w->krows, nk,
+                                         p->D, kn, vn >= 0 ? w->vrows : NULL,
+                                         p->Dv * (int64_t)ta_dtype_size(p->V->dtype),
+                                         s->sweep ? pf_take(s, nk * s->line_key) : NULL);
         return vn;
     }
     int64_t n, ld;
@@ -470,11 +460,11 @@ static void tile_pv(const fused_plan *f, const fused_item *it, const fused_ws *w
         /* V's table as tile_scores filled it (vfilled entries), else filled here */
         fused_pf *s = w->pfs;
         const int64_t avail =
-            vfilled >= 0 ? vfilled : row_table(f, it, true, j0, nk, w->vrows, !s->line_key);
-        if (avail == nk && !s->line_key) prefetch_run(f, it, true, j0 + nk);
+            vfilled >= 0 ? vfilled : row_table(f, it, true, j0, nk, w->vrows, !s->sweep);
+        if (avail == nk && !s->sweep) prefetch_run(f, it, true, j0 + nk);
         f->k->attn_pv_rows_kv[f->kind_v](w->o, f->ldo, w->s, f->mq_max, w->alpha, w->vrows,
                                          keys, p->Dv, it->mq, avail,
-                                         s->line_key ? pf_take(s, nk * s->line_key) : NULL);
+                                         s->sweep ? pf_take(s, nk * s->line_key) : NULL);
         return;
     }
     int64_t n, ld;
@@ -679,9 +669,9 @@ static void sweep_next(const fused_plan *f, fused_pf *s, const fused_item *its, 
                 je = TA_MAX(je, next[h].jhi);
             }
     }
-    if (j >= je) {
+    if (j >= je) { /* nothing to request: the calls take an empty stream */
         s->rn = s->ri = 0;
-        s->line_key = 1; /* nothing to request, but the calls take the (empty) stream */
+        s->line_key = 0;
         return;
     }
     sweep_region(f, s, first, n, j, TA_MIN(je, j + TA_FUSED_NK));
@@ -703,31 +693,26 @@ void ta_fused_run_sweep(const fused_plan *f, const fused_item *its, int64_t n, c
 {
     fused_pf *s = ws[0].pfs;
     item_run ir[TA_FUSED_SWEEP_MAX];
-    int64_t j0[TA_FUSED_SWEEP_MAX], nk[TA_FUSED_SWEEP_MAX], kn[TA_FUSED_SWEEP_MAX];
-    int64_t vn[TA_FUSED_SWEEP_MAX];
+    int64_t j0[TA_FUSED_SWEEP_MAX], nk[TA_FUSED_SWEEP_MAX], vn[TA_FUSED_SWEEP_MAX];
     const int32_t *rowk[TA_FUSED_SWEEP_MAX];
-    bool live[TA_FUSED_SWEEP_MAX], rows[TA_FUSED_SWEEP_MAX];
+    bool live[TA_FUSED_SWEEP_MAX];
     bool more = false;
     for (int64_t h = 0; h < n; h++) {
         j0[h] = item_begin(f, &its[h], &ws[h], &ir[h]) ? its[h].jlo : its[h].jhi;
         more |= j0[h] < its[h].jhi;
     }
-    s->line_key = 1; /* the region's calls: no rows ahead in the tables (row_table) */
+    s->sweep = true; /* the region's calls: no rows ahead in the tables (row_table) */
     while (more) {
         for (int64_t h = 0; h < n; h++) {
-            const fused_item *it = &its[h];
             bool skip = true;
             nk[h] = 0;
-            if (j0[h] < it->jhi) nk[h] = tile_begin(f, it, &ws[h], &ir[h], j0[h], &rowk[h], &skip);
+            if (j0[h] < its[h].jhi)
+                nk[h] = tile_begin(f, &its[h], &ws[h], &ir[h], j0[h], &rowk[h], &skip);
             live[h] = !skip;
-            rows[h] = live[h] && typed_rows(f, it, false);
-            if (rows[h]) kn[h] = tile_tables(f, it, &ws[h], j0[h], nk[h], &vn[h]);
         }
         sweep_next(f, s, its, n, j0, nk, next);
-        for (int64_t h = 0; h < n; h++) {
-            if (rows[h]) tile_scores_rows(f, &its[h], &ws[h], 0, nk[h], kn[h], vn[h]);
-            else if (live[h]) vn[h] = tile_scores(f, &its[h], &ws[h], j0[h], nk[h], rowk[h]);
-        }
+        for (int64_t h = 0; h < n; h++)
+            if (live[h]) vn[h] = tile_scores(f, &its[h], &ws[h], j0[h], nk[h], rowk[h]);
         more = false;
         for (int64_t h = 0; h < n; h++) {
             if (j0[h] >= its[h].jhi) continue;
@@ -736,5 +721,5 @@ void ta_fused_run_sweep(const fused_plan *f, const fused_item *its, int64_t n, c
             more |= j0[h] < its[h].jhi;
         }
     }
-    s->line_key = 0; /* the other paths keep their own prefetches */
+    s->sweep = false; /* the other paths keep their own prefetches */
 }
