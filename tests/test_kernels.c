@@ -1119,6 +1119,29 @@ static void softmax_rows_case(const ta_kernels *k, int64_t nk, int64_t mq)
             expect_near("table's attn_softmax", "s", j * MQ + r, s[j * MQ + r], sw[j * MQ + r], 0.0);
         softmax_oracle_row(r, MQ, nk, s0, m0, l0, s, m, l, alpha);
     }
+    /* The same tile packed, G = 4 or 8 rows a key (the decode sweep's layout, worked in
+     * place): the same bits, in a buffer of just the room the contract asks for (nk
+     * rounded up to VL / G keys; AddressSanitizer sees a step past it). */
+    const int64_t G = mq <= 4 ? 4 : 8, kpv = k->attn_vl / G > 1 ? k->attn_vl / G : 1;
+    const int64_t room = (nk + kpv - 1) / kpv * kpv * G;
+    float *sp = malloc(sizeof(float) * (size_t)room);
+    float *mp = copy_of(m0, MQ), *lp = copy_of(l0, MQ), *ap = copy_of(alpha, MQ);
+    assert_non_null(sp);
+    for (int64_t i = 0; i < room; i++) sp[i] = 1.0f; /* rows past the tile's: finite */
+    for (int64_t j = 0; j < nk; j++)
+        for (int64_t r = 0; r < G && r < MQ; r++) sp[j * G + r] = s0[j * MQ + r];
+    k->attn_softmax_rows(sp, G, mp, lp, ap, nk, mq);
+    for (int64_t r = 0; r < mq; r++) {
+        expect_near("the strided call", "packed m", r, mp[r], m[r], 0.0);
+        expect_near("the strided call", "packed l", r, lp[r], l[r], 0.0);
+        expect_near("the strided call", "packed alpha", r, ap[r], alpha[r], 0.0);
+        for (int64_t j = 0; j < nk; j++)
+            expect_near("the strided call", "packed s", j * G + r, sp[j * G + r], s[j * MQ + r], 0.0);
+    }
+    free(sp);
+    free(mp);
+    free(lp);
+    free(ap);
     free(s0);
     free(m0);
     free(l0);

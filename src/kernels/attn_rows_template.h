@@ -362,7 +362,9 @@ PV_ENTRY(NAME_PV_BF16, KIND_BF16)
  * rows (4, or 8 for mq > 4; rows mq .. G - 1 are computed on whatever s holds there and
  * stored back, as attn_softmax does with its vectors' idle rows) by VL / G keys a
  * vector, through a copy in t (nk <= SM_KEYS per chunk), so that a decode tile of 4 rows
- * computes 4 exps a lane where attn_softmax's vectors would hold 12 idle lanes. Per row
+ * computes 4 exps a lane where attn_softmax's vectors would hold 12 idle lanes. A tile
+ * already packed that way (mqs == G) is worked in place, with no copy: its padding keys
+ * (up to a whole vector past nk) are written as -inf, then 0. Per row
  * the same definition: m' = max(m, max_j s) (NaN does not enter it), u = m' or 0 when
  * m' = -inf, alpha = exp(m - u), s = exp(s - u), l = l alpha + sum_j s (the lanes' sums of
  * two chains, then the key slots in order), m = m'. */
@@ -376,13 +378,16 @@ ROWS_INLINE void softmax_rows_g(float *s, int64_t mqs, float *m, float *l, float
     const float ninf = -__builtin_inff();
     for (int i = 0; i < VL; i++) mv[i] = m[i % G];
     VT mx = V_LOADU(mv);
+    const bool packed = mqs == G; /* s is the copy's layout: in place */
     const bool one = nk <= SM_KEYS; /* t still holds the tile for the second pass */
     for (int64_t j0 = 0; j0 < nk; j0 += SM_KEYS) {
         const int64_t n = nk - j0 < SM_KEYS ? nk - j0 : SM_KEYS, nv = (n + KPV - 1) / KPV;
-        for (int64_t j = 0; j < n; j++) memcpy(t + j * G, s + (j0 + j) * mqs, sizeof(float) * (size_t)G);
+        float *tp = packed ? s + j0 * G : t;
+        if (!packed)
+            for (int64_t j = 0; j < n; j++) memcpy(t + j * G, s + (j0 + j) * mqs, sizeof(float) * (size_t)G);
         for (int64_t j = n; j < nv * KPV; j++)
-            for (int r = 0; r < G; r++) t[j * G + r] = ninf;
-        for (int64_t v = 0; v < nv; v++) mx = V_MAX(V_LOADU(t + v * VL), mx);
+            for (int r = 0; r < G; r++) tp[j * G + r] = ninf;
+        for (int64_t v = 0; v < nv; v++) mx = V_MAX(V_LOADU(tp + v * VL), mx);
     }
     V_STOREU(mv, mx);
     for (int r = 0; r < G; r++) { /* the key slots' maxima, NaN-free as V_MAX keeps them */
@@ -400,26 +405,27 @@ ROWS_INLINE void softmax_rows_g(float *s, int64_t mqs, float *m, float *l, float
     VT sum0 = V_ZERO(), sum1 = V_ZERO();
     for (int64_t j0 = 0; j0 < nk; j0 += SM_KEYS) {
         const int64_t n = nk - j0 < SM_KEYS ? nk - j0 : SM_KEYS, nv = (n + KPV - 1) / KPV;
-        if (!one)
+        float *tp = packed ? s + j0 * G : t;
+        if (!one && !packed)
             for (int64_t j = 0; j < n; j++) memcpy(t + j * G, s + (j0 + j) * mqs, sizeof(float) * (size_t)G);
         for (int64_t j = n; j < nv * KPV; j++) /* padding keys: exp(-inf) = 0 */
-            for (int r = 0; r < G; r++) t[j * G + r] = ninf;
+            for (int r = 0; r < G; r++) tp[j * G + r] = ninf;
         int64_t v = 0;
         for (; v + 2 <= nv; v += 2) {
-            const VT p0 = SM_EXPF(V_SUB(V_LOADU(t + v * VL), u));
-            const VT p1 = SM_EXPF(V_SUB(V_LOADU(t + (v + 1) * VL), u));
-            V_STOREU(t + v * VL, p0);
-            V_STOREU(t + (v + 1) * VL, p1);
+            const VT p0 = SM_EXPF(V_SUB(V_LOADU(tp + v * VL), u));
+            const VT p1 = SM_EXPF(V_SUB(V_LOADU(tp + (v + 1) * VL), u));
+            V_STOREU(tp + v * VL, p0);
+            V_STOREU(tp + (v + 1) * VL, p1);
             sum0 = V_ADD(sum0, p0);
             sum1 = V_ADD(sum1, p1);
         }
         if (v < nv) {
-            const VT p0 = SM_EXPF(V_SUB(V_LOADU(t + v * VL), u));
-            V_STOREU(t + v * VL, p0);
+            const VT p0 = SM_EXPF(V_SUB(V_LOADU(tp + v * VL), u));
+            V_STOREU(tp + v * VL, p0);
             sum0 = V_ADD(sum0, p0);
         }
-        for (int64_t j = 0; j < n; j++) /* rows mq .. G - 1 of s are scratch, as in attn_softmax */
-            memcpy(s + (j0 + j) * mqs, t + j * G, sizeof(float) * (size_t)G);
+        if (!packed) /* rows mq .. G - 1 of s are scratch, as in attn_softmax */
+            for (int64_t j = 0; j < n; j++) memcpy(s + (j0 + j) * mqs, t + j * G, sizeof(float) * (size_t)G);
     }
     float tot[VL];
     V_STOREU(tot, V_ADD(sum0, sum1));

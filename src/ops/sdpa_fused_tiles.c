@@ -414,16 +414,17 @@ static int64_t tile_tables(const fused_plan *f, const fused_item *it, const fuse
 
 /* The scores of keys [j0, j0 + nk), s = (scale Q) K^T, run by run into the tile's
  * columns: a paged cache's tile spans blocks (its softmax and rescale stay per tile).
- * Returns the entries of V's row table when it filled w->vrows for tile_pv, else -1. */
+ * ss: the tile's row stride (score_ld). Returns the entries of V's row table when it
+ * filled w->vrows for tile_pv, else -1. */
 static int64_t tile_scores(const fused_plan *f, const fused_item *it, const fused_ws *w,
-                           int64_t j0, int64_t nk, const int32_t *rowk)
+                           int64_t j0, int64_t nk, const int32_t *rowk, int64_t ss)
 {
     const ta_sdpa_problem *p = f->p;
     if (typed_rows(f, it, false)) { /* K rows in place, through a table (any run) */
         int64_t vn;
         const int64_t kn = tile_tables(f, it, w, j0, nk, &vn);
         fused_pf *s = w->pfs; /* V's rows prefetched with K's when V has a table */
-        f->k->attn_qk_rows_kv[f->kind_k](w->s, f->mq_max, w->qp, p->D, it->mq, w->krows, nk,
+        f->k->attn_qk_rows_kv[f->kind_k](w->s, ss, w->qp, p->D, it->mq, w->krows, nk,
                                          p->D, kn, vn >= 0 ? w->vrows : NULL,
                                          p->Dv * (int64_t)ta_dtype_size(p->V->dtype),
                                          s->sweep ? pf_take(s, nk * s->line_key) : NULL);
@@ -450,7 +451,7 @@ static int64_t tile_scores(const fused_plan *f, const fused_item *it, const fuse
  * instead, for one attn_pv call, cost prefill more than the kernel's extra passes over O
  * did: docs/inference.md.) */
 static void tile_pv(const fused_plan *f, const fused_item *it, const fused_ws *w, int64_t j0,
-                    int64_t nk, const int32_t *rowk, int64_t vfilled)
+                    int64_t nk, const int32_t *rowk, int64_t vfilled, int64_t ss)
 {
     const ta_sdpa_problem *p = f->p;
     if (typed_rows(f, it, true)) { /* V rows in place, through a table (any run) */
@@ -462,7 +463,7 @@ static void tile_pv(const fused_plan *f, const fused_item *it, const fused_ws *w
         const int64_t avail =
             vfilled >= 0 ? vfilled : row_table(f, it, true, j0, nk, w->vrows, !s->sweep);
         if (avail == nk && !s->sweep) prefetch_run(f, it, true, j0 + nk);
-        f->k->attn_pv_rows_kv[f->kind_v](w->o, f->ldo, w->s, f->mq_max, w->alpha, w->vrows,
+        f->k->attn_pv_rows_kv[f->kind_v](w->o, f->ldo, w->s, ss, w->alpha, w->vrows,
                                          keys, p->Dv, it->mq, avail,
                                          s->sweep ? pf_take(s, nk * s->line_key) : NULL);
         return;
@@ -536,6 +537,20 @@ static bool item_begin(const fused_plan *f, const fused_item *it, const fused_ws
     return true;
 }
 
+/* The row stride of a tile's scores: packed, 4 or 8 rows a key (attn_softmax_rows then
+ * works in place, with no copy out and back), for a tile of few rows whose K and V rows
+ * the typed kernels read in place with nothing between Q.K^T and P.V but the softmax
+ * step (no mask tensor, no row bound cutting it, no window or score variant: a decode
+ * step); the kernels' attn_mq otherwise, which the masks and variants index by. */
+static int64_t score_ld(const fused_plan *f, const fused_item *it, const item_run *ir,
+                        int64_t j0, int64_t nk)
+{
+    if (!typed_rows(f, it, false) || !typed_rows(f, it, true) || f->scores_var ||
+        ir->use_mask || f->p->var.window || j0 + nk > ir->clean_end || j0 < ir->clean_lo)
+        return f->mq_max;
+    return it->mq <= 4 ? 4 : 8;
+}
+
 /* The start of an online-softmax step of a work item: the key tile from j0 (at most
  * TA_FUSED_NK keys, ending where item_begin's bounds say; returns its key count), each
  * row's key count when a row bound cuts it (*rowk, else NULL), and whether a mask tensor
@@ -567,10 +582,10 @@ static int64_t tile_begin(const fused_plan *f, const fused_item *it, const fused
 }
 
 /* The rest of the step once w->s holds the tile's scores: the score variants, the masks,
- * the softmax step and P.V (vfilled: as tile_scores returned). */
+ * the softmax step and P.V (vfilled: as tile_scores returned; ss: score_ld's stride). */
 static void tile_end(const fused_plan *f, const fused_item *it, const fused_ws *w,
                      const item_run *ir, int64_t j0, int64_t nk, const int32_t *rowk,
-                     int64_t vfilled)
+                     int64_t vfilled, int64_t ss)
 {
     const ta_sdpa_problem *p = f->p;
     const ta_kernels *k = f->k;
@@ -584,9 +599,9 @@ static void tile_end(const fused_plan *f, const fused_item *it, const fused_ws *
         mask_tile(f, it, w->s, j0, nk, ir->use_mask, rowk);
     if (v->window && (left_cut || ir->use_mask))
         ta_sdpa_fused_window_mask(w->s, MQ, it->mq, j0, nk, w->lo, w->end);
-    if (few) k->attn_softmax_rows(w->s, MQ, w->m, w->l, w->alpha, nk, it->mq);
+    if (few) k->attn_softmax_rows(w->s, ss, w->m, w->l, w->alpha, nk, it->mq);
     else k->attn_softmax(w->s, w->m, w->l, w->alpha, nk, it->mq, rowk);
-    if (p->Dv > 0) tile_pv(f, it, w, j0, nk, rowk, vfilled);
+    if (p->Dv > 0) tile_pv(f, it, w, j0, nk, rowk, vfilled, ss);
 }
 
 /* One online-softmax step of a work item: the key tile from j0; returns its key count. */
@@ -597,8 +612,9 @@ static int64_t item_tile(const fused_plan *f, const fused_item *it, const fused_
     bool skip;
     const int64_t nk = tile_begin(f, it, w, ir, j0, &rowk, &skip);
     if (skip) return nk;
-    const int64_t vfilled = tile_scores(f, it, w, j0, nk, rowk);
-    tile_end(f, it, w, ir, j0, nk, rowk, vfilled);
+    const int64_t ss = score_ld(f, it, ir, j0, nk);
+    const int64_t vfilled = tile_scores(f, it, w, j0, nk, rowk, ss);
+    tile_end(f, it, w, ir, j0, nk, rowk, vfilled, ss);
     return nk;
 }
 
@@ -694,6 +710,7 @@ void ta_fused_run_sweep(const fused_plan *f, const fused_item *its, int64_t n, c
     fused_pf *s = ws[0].pfs;
     item_run ir[TA_FUSED_SWEEP_MAX];
     int64_t j0[TA_FUSED_SWEEP_MAX], nk[TA_FUSED_SWEEP_MAX], vn[TA_FUSED_SWEEP_MAX];
+    int64_t ss[TA_FUSED_SWEEP_MAX];
     const int32_t *rowk[TA_FUSED_SWEEP_MAX];
     bool live[TA_FUSED_SWEEP_MAX];
     bool more = false;
@@ -711,12 +728,15 @@ void ta_fused_run_sweep(const fused_plan *f, const fused_item *its, int64_t n, c
             live[h] = !skip;
         }
         sweep_next(f, s, its, n, j0, nk, next);
-        for (int64_t h = 0; h < n; h++)
-            if (live[h]) vn[h] = tile_scores(f, &its[h], &ws[h], j0[h], nk[h], rowk[h]);
+        for (int64_t h = 0; h < n; h++) {
+            if (!live[h]) continue;
+            ss[h] = score_ld(f, &its[h], &ir[h], j0[h], nk[h]);
+            vn[h] = tile_scores(f, &its[h], &ws[h], j0[h], nk[h], rowk[h], ss[h]);
+        }
         more = false;
         for (int64_t h = 0; h < n; h++) {
             if (j0[h] >= its[h].jhi) continue;
-            if (live[h]) tile_end(f, &its[h], &ws[h], &ir[h], j0[h], nk[h], rowk[h], vn[h]);
+            if (live[h]) tile_end(f, &its[h], &ws[h], &ir[h], j0[h], nk[h], rowk[h], vn[h], ss[h]);
             j0[h] += nk[h];
             more |= j0[h] < its[h].jhi;
         }
