@@ -84,7 +84,10 @@ static void finish_row(const fused_plan *f, int64_t b, int64_t hkv, int64_t r,
             for (int64_t c = 0; c < nch; c++) {
                 const float *oc = o[c] + d0;
                 const double w = fc[c];
-                for (int64_t d = 0; d < n; d++) acc[d] += (double)oc[d] * w;
+                if (n == 64) /* a constant count: one vector loop, no scalar versions */
+                    for (int d = 0; d < 64; d++) acc[d] += (double)oc[d] * w;
+                else
+                    for (int64_t d = 0; d < n; d++) acc[d] += (double)oc[d] * w;
             }
             float *out = orow + d0 * O->stride[3];
             if (p->var.sinks)
