@@ -384,7 +384,10 @@ static ta_pf *stream_pv(const fused_plan *f, const fused_item *it, const fused_w
     if (nx && s->r < nx->mq) {
         int64_t h, i;
         row_hi(f, nx->hkv, nx->r0 + s->r, &h, &i);
-        const int64_t n = TA_MIN(TA_MIN(s->share, nx->mq - s->r), p->Lq - i); /* one head */
+        /* a share a tile, and what is left with the item's last (the shares count on
+         * one tile more than the item may have: the causal diagonal's) */
+        const int64_t want = j >= it->jhi ? nx->mq - s->r : TA_MIN(s->share, nx->mq - s->r);
+        const int64_t n = TA_MIN(want, p->Lq - i); /* one head */
         const ta_tensor *Q = p->Q;
         const float *q = (const float *)Q->data + nx->b * Q->stride[0] + h * Q->stride[1] +
                          i * Q->stride[2];
