@@ -134,21 +134,24 @@ typedef struct bwd_bounds {
     int64_t start_min, start_max, end_min, end_max;
 } bwd_bounds;
 
+static void row_keys(const bwd_plan *f, int64_t b, int64_t i, int64_t *start, int64_t *end)
+{
+    const ta_sdpa_variants *v = &f->p->var;
+    int64_t lo, hi, e = ta_mask_row_end(&f->p->mask, b, i);
+    ta_sdpa_window_keys(v, v->delta, f->Lk, i, &lo, &hi);
+    *start = TA_MIN(lo, f->Lk);
+    *end = TA_MAX(TA_MIN(e, hi), *start);
+}
+
+/* Each of a row's bounds (the causal limit and the key length: ta_mask_row_end; the
+ * window's edges) is a non-decreasing function of i within a batch, and so are the
+ * mins and maxes of them that row_keys takes: the first row holds the minima and the
+ * last row the maxima: two evaluations instead of one per row, for every block. */
 static bwd_bounds row_bounds(const bwd_plan *f, int64_t b, int64_t i0, int64_t mq)
 {
-    const ta_mask_plan *mp = &f->p->mask;
-    const ta_sdpa_variants *v = &f->p->var;
-    bwd_bounds r = {.start_min = f->Lk, .start_max = 0, .end_min = f->Lk, .end_max = 0};
-    for (int64_t i = i0; i < i0 + mq; i++) {
-        int64_t lo, hi, e = ta_mask_row_end(mp, b, i);
-        ta_sdpa_window_keys(v, v->delta, f->Lk, i, &lo, &hi);
-        lo = TA_MIN(lo, f->Lk);
-        e = TA_MAX(TA_MIN(e, hi), lo);
-        r.start_min = TA_MIN(r.start_min, lo);
-        r.start_max = TA_MAX(r.start_max, lo);
-        r.end_min = TA_MIN(r.end_min, e);
-        r.end_max = TA_MAX(r.end_max, e);
-    }
+    bwd_bounds r;
+    row_keys(f, b, i0, &r.start_min, &r.end_min);
+    row_keys(f, b, i0 + mq - 1, &r.start_max, &r.end_max);
     return r;
 }
 
@@ -185,11 +188,12 @@ static void block_scores(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, int
 }
 
 /* One block: query rows [i0, i0 + mq) of head h against keys [j0 + jj, j0 + jj + nk),
- * columns jj .. of the key tile j0 whose K_t^T and V_t^T are in w. kv: accumulate rows
- * jj .. of dV_t, dK_t in w; dq: NULL or the block's dQ rows (row stride D) to accumulate
- * into. */
+ * columns jj .. of the key tile j0 whose K_t^T and V_t^T are in w. bd: the rows' bounds
+ * (row_bounds(f, b, i0, mq), which the caller has). kv: accumulate rows jj .. of dV_t,
+ * dK_t in w; dq: NULL or the block's dQ rows (row stride D) to accumulate into. */
 static void run_block(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, int64_t i0,
-                      int64_t mq, int64_t j0, int64_t jj, int64_t nk, bool kv, float *dq)
+                      int64_t mq, const bwd_bounds *bd, int64_t j0, int64_t jj, int64_t nk,
+                      bool kv, float *dq)
 {
     const ta_sdpa_problem *p = f->p;
     const ta_kernels *k = f->k;
@@ -201,8 +205,7 @@ static void run_block(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, int64_
     k->attn_bwd_gemm(w->s, NK, q, qs, 1, w->kt + jj, NK, mq, nk, D, 0); /* S = Q K^T */
     j0 += jj;
     float sc = p->scale;
-    const bwd_bounds bd = row_bounds(f, b, i0, mq);
-    const bool cut = j0 + nk > bd.end_min || j0 < bd.start_max;
+    const bool cut = j0 + nk > bd->end_min || j0 < bd->start_max;
     if (f->var_scores) {
         block_scores(f, w, b, h, i0, mq, j0, nk, p->mask.mask || cut);
         sc = 1.0f;
@@ -258,7 +261,7 @@ static void run_key_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, i
             if (bd.end_max <= j0 || bd.start_min >= j0 + nk) continue;
             float *dqb = dq ? dq + (gi * f->Lq + i0) * f->D : NULL;
             if (j0 + nk <= bd.end_min && j0 >= bd.start_max) {
-                run_block(f, w, b, h, i0, mq, j0, 0, nk, true, dqb);
+                run_block(f, w, b, h, i0, mq, &bd, j0, 0, nk, true, dqb);
                 continue;
             }
             /* A block that a bound cuts (the causal diagonal, a window's edges): in
@@ -269,8 +272,8 @@ static void run_key_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, i
                 const bwd_bounds b2 = row_bounds(f, b, i0 + ii, ms);
                 for (int64_t jj = 0; jj < nk && j0 + jj < b2.end_max; jj += BWD_SUB)
                     if (b2.start_min < j0 + jj + TA_MIN(BWD_SUB, nk - jj))
-                        run_block(f, w, b, h, i0 + ii, ms, j0, jj, TA_MIN(BWD_SUB, nk - jj), true,
-                              dqb ? dqb + ii * f->D : NULL);
+                        run_block(f, w, b, h, i0 + ii, ms, &b2, j0, jj,
+                                  TA_MIN(BWD_SUB, nk - jj), true, dqb ? dqb + ii * f->D : NULL);
             }
         }
     }
@@ -299,7 +302,7 @@ static void run_query_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, i
     for (int64_t j0 = bd.start_min / BWD_NK * BWD_NK; j0 < bd.end_max; j0 += BWD_NK) {
         int64_t nk = TA_MIN(BWD_NK, f->Lk - j0);
         pack_kv(f, w, b, h / f->G, j0, nk);
-        run_block(f, w, b, h, i0, mq, j0, 0, nk, false, w->dq);
+        run_block(f, w, b, h, i0, mq, &bd, j0, 0, nk, false, w->dq);
     }
     store_rows(f->k, f->p->dQ, b, h, i0, mq, f->D, w->dq, f->p->scale, f->nt_dq);
 }
@@ -336,18 +339,27 @@ static void row_terms(const bwd_plan *f, float *di, float *lse, int nt)
 {
     const ta_tensor *O = f->p->O, *dO = f->p->dO, *L = f->p->fwd_lse;
     int64_t rows = f->B * f->H * f->Lq, H = f->H, Lq = f->Lq;
+    const int64_t so = O->stride[3], sd = dO->stride[3];
+    /* rows in fours, each row's sum in its own chain (the same order per row as one at a
+     * time: the same bits), so that the adds' latency overlaps */
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t b = r / (H * Lq), h = r / Lq % H, i = r % Lq;
-        const float *o = (const float *)O->data + b * O->stride[0] + h * O->stride[1] +
-                         i * O->stride[2];
-        const float *d = (const float *)dO->data + b * dO->stride[0] + h * dO->stride[1] +
-                         i * dO->stride[2];
-        double acc = 0.0;
+    for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+        const float *o[4], *d[4];
+        double acc[4] = {0.0, 0.0, 0.0, 0.0};
+        const int64_t n = TA_MIN(4, rows - r0);
+        for (int64_t a = 0; a < 4; a++) {
+            const int64_t r = r0 + (a < n ? a : 0);
+            const int64_t b = r / (H * Lq), h = r / Lq % H, i = r % Lq;
+            o[a] = (const float *)O->data + b * O->stride[0] + h * O->stride[1] + i * O->stride[2];
+            d[a] = (const float *)dO->data + b * dO->stride[0] + h * dO->stride[1] +
+                   i * dO->stride[2];
+            if (a < n)
+                lse[r] = ((const float *)L->data)[b * L->stride[0] + h * L->stride[1] +
+                                                  i * L->stride[2]];
+        }
         for (int64_t c = 0; c < f->Dv; c++)
-            acc += (double)d[c * dO->stride[3]] * (double)o[c * O->stride[3]];
-        di[r] = (float)acc;
-        lse[r] = ((const float *)L->data)[b * L->stride[0] + h * L->stride[1] + i * L->stride[2]];
+            for (int a = 0; a < 4; a++) acc[a] += (double)d[a][c * sd] * (double)o[a][c * so];
+        for (int64_t a = 0; a < n; a++) di[r0 + a] = (float)acc[a];
     }
 }
 
