@@ -252,10 +252,25 @@ static void run_key_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, i
     pack_kv(f, w, b, hkv, j0, nk);
     memset(w->dk, 0, sizeof(float) * (size_t)(nk * f->D));
     memset(w->dv, 0, sizeof(float) * (size_t)(nk * f->Dv));
+    /* the next key tile's K and V rows, into L2, a share with every query tile (its pack
+     * then finds them there) */
+    const int64_t nnext = TA_MIN(BWD_NK, f->Lk - j0 - nk);
+    const int64_t share = nnext > 0 ? (nnext + f->G * ((f->Lq + BWD_MQ - 1) / BWD_MQ) - 1) /
+                                          (f->G * ((f->Lq + BWD_MQ - 1) / BWD_MQ))
+                                    : 0;
+    int64_t pr = 0;
     for (int64_t gi = 0; gi < f->G; gi++) {
         int64_t h = hkv * f->G + gi;
         for (int64_t i0 = 0; i0 < f->Lq; i0 += BWD_MQ) {
             const int64_t mq = TA_MIN(BWD_MQ, f->Lq - i0);
+            for (const int64_t pe = TA_MIN(nnext, pr + share); pr < pe; pr++) {
+                const char *kr = (const char *)at(&f->k_, b, hkv, j0 + nk + pr);
+                const char *vr = (const char *)at(&f->v, b, hkv, j0 + nk + pr);
+                for (int64_t c = 0; c < f->D * (int64_t)sizeof(float); c += 64)
+                    __builtin_prefetch(kr + c, 0, 2); /* unit-stride views */
+                for (int64_t c = 0; c < f->Dv * (int64_t)sizeof(float); c += 64)
+                    __builtin_prefetch(vr + c, 0, 2);
+            }
             const bwd_bounds bd = row_bounds(f, b, i0, mq);
             /* every row of the tile ends before these keys, or starts after them */
             if (bd.end_max <= j0 || bd.start_min >= j0 + nk) continue;
