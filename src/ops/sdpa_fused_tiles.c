@@ -551,7 +551,7 @@ static int64_t score_ld(const fused_plan *f, const fused_item *it, const item_ru
     if (!typed_rows(f, it, false) || !typed_rows(f, it, true) || f->scores_var ||
         ir->use_mask || f->p->var.window || j0 + nk > ir->clean_end || j0 < ir->clean_lo)
         return f->mq_max;
-    return it->mq <= 4 ? 4 : 8;
+    return it->mq <= 4 ? 4 : it->mq <= 8 ? 8 : f->mq_max;
 }
 
 /* The start of an online-softmax step of a work item: the key tile from j0 (at most
