@@ -1119,10 +1119,11 @@ static void softmax_rows_case(const ta_kernels *k, int64_t nk, int64_t mq)
             expect_near("table's attn_softmax", "s", j * MQ + r, s[j * MQ + r], sw[j * MQ + r], 0.0);
         softmax_oracle_row(r, MQ, nk, s0, m0, l0, s, m, l, alpha);
     }
-    /* The same tile packed, G = 4 or 8 rows a key (the decode sweep's layout, worked in
+    /* The same tile packed, G = 1, 2, 4 or 8 rows a key (the decode sweep's layout, worked in
      * place): the same bits, in a buffer of just the room the contract asks for (nk
      * rounded up to VL / G keys; AddressSanitizer sees a step past it). */
-    const int64_t G = mq <= 4 ? 4 : 8, kpv = k->attn_vl / G > 1 ? k->attn_vl / G : 1;
+    const int64_t G = mq <= 1 ? 1 : mq <= 2 ? 2 : mq <= 4 ? 4 : 8;
+    const int64_t kpv = k->attn_vl / G > 1 ? k->attn_vl / G : 1;
     const int64_t room = (nk + kpv - 1) / kpv * kpv * G;
     float *sp = malloc(sizeof(float) * (size_t)room);
     float *mp = copy_of(m0, MQ), *lp = copy_of(l0, MQ), *ap = copy_of(alpha, MQ);

@@ -359,10 +359,11 @@ PV_ENTRY(NAME_PV_BF16, KIND_BF16)
 
 /* The online-softmax step of attn_softmax for the rows r < mq (<= ROWS_MAX) of a score
  * tile s [nk, mqs], with the lanes holding (key, row) pairs instead of one key's rows: G
- * rows (4, or 8 for mq > 4; rows mq .. G - 1 are computed on whatever s holds there and
- * stored back, as attn_softmax does with its vectors' idle rows) by VL / G keys a
- * vector, through a copy in t (nk <= SM_KEYS per chunk), so that a decode tile of 4 rows
- * computes 4 exps a lane where attn_softmax's vectors would hold 12 idle lanes. A tile
+ * rows (the smallest power of two >= mq: 1, 2, 4 or 8; rows mq .. G - 1 are computed on
+ * whatever s holds there and stored back, as attn_softmax does with its vectors' idle
+ * rows) by VL / G keys a vector, through a copy in t (nk <= SM_KEYS per chunk), so that a
+ * decode tile of 4 rows computes 4 exps a lane where attn_softmax's vectors would hold 12
+ * idle lanes, and one row 16 keys a vector. A tile
  * already packed that way (mqs == G) is worked in place, with no copy: its padding keys
  * (up to a whole vector past nk) are written as -inf, then 0. Per row
  * the same definition: m' = max(m, max_j s) (NaN does not enter it), u = m' or 0 when
@@ -455,7 +456,11 @@ void NAME_SOFTMAX_ROWS(float *s, int64_t mqs, float *m, float *l, float *alpha, 
             softmax_rows_form(s + r, mqs, m + r, l + r, alpha + r, nk, 1, VL < 4 ? VL : 4);
         return;
     }
-    if (mq <= 4 || VL < 8) softmax_rows_form(s, mqs, m, l, alpha, nk, (int)mq, 4);
+    /* G = 1 and 2 were G = 4 before session 16: a one-row decode (the [B, H, L, D] float32
+     * path) spent three quarters of its exps on idle rows */
+    if (mq <= 1) softmax_rows_form(s, mqs, m, l, alpha, nk, 1, 1);
+    else if (mq <= 2) softmax_rows_form(s, mqs, m, l, alpha, nk, (int)mq, 2);
+    else if (mq <= 4 || VL < 8) softmax_rows_form(s, mqs, m, l, alpha, nk, (int)mq, 4);
     else softmax_rows_form(s, mqs, m, l, alpha, nk, (int)mq, VL < 8 ? 4 : 8);
 }
 #undef SM_KEYS

@@ -181,10 +181,11 @@ typedef struct ta_kernels {
                                const void *const *k, int64_t nk, int64_t d, int64_t avail,
                                const void *const *v, int64_t vbytes, ta_pf *pf);
     /* attn_softmax's step for the rows r < mq (<= attn_rows_max) of s [nk, mqs] only
-     * (m, l, alpha of rows >= mq untouched): lanes hold (key, row) pairs. With mqs = 4
-     * (mq <= 4) or 8 (mq <= 8) the tile is worked in place on vectors that hold VL / mqs
-     * keys (scalar code: copies), and s needs room for nk rounded up to VL / mqs keys:
-     * rows past nk are overwritten with zeros. */
+     * (m, l, alpha of rows >= mq untouched): lanes hold (key, row) pairs. With mqs the
+     * smallest power of two >= mq (1, 2, 4 or 8) the tile is worked in place on vectors
+     * that hold VL / mqs keys (scalar code: copies, but for one row at stride 1), and s
+     * needs room for nk rounded up to VL / mqs keys: rows past nk are overwritten with
+     * zeros. */
     void (*attn_softmax_rows)(float *s, int64_t mqs, float *m, float *l, float *alpha,
                               int64_t nk, int64_t mq);
     void (*attn_pv_rows_kv[3])(float *o, int64_t ldo, const float *p, int64_t mqs,

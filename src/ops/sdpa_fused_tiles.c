@@ -540,18 +540,18 @@ static bool item_begin(const fused_plan *f, const fused_item *it, const fused_ws
     return true;
 }
 
-/* The row stride of a tile's scores: packed, 4 or 8 rows a key (attn_softmax_rows then
- * works in place, with no copy out and back), for a tile of few rows whose K and V rows
- * the typed kernels read in place with nothing between Q.K^T and P.V but the softmax
- * step (no mask tensor, no row bound cutting it, no window or score variant: a decode
- * step); the kernels' attn_mq otherwise, which the masks and variants index by. */
+/* The row stride of a tile's scores: packed, 1, 2, 4 or 8 rows a key (attn_softmax_rows
+ * then works in place, with no copy out and back), for a tile of few rows whose K and V
+ * rows the typed kernels read in place with nothing between Q.K^T and P.V but the
+ * softmax step (no mask tensor, no row bound cutting it, no window or score variant: a
+ * decode step); the kernels' attn_mq otherwise, which the masks and variants index by. */
 static int64_t score_ld(const fused_plan *f, const fused_item *it, const item_run *ir,
                         int64_t j0, int64_t nk)
 {
     if (!typed_rows(f, it, false) || !typed_rows(f, it, true) || f->scores_var ||
         ir->use_mask || f->p->var.window || j0 + nk > ir->clean_end || j0 < ir->clean_lo)
         return f->mq_max;
-    return it->mq <= 4 ? 4 : it->mq <= 8 ? 8 : f->mq_max;
+    return it->mq <= 1 ? 1 : it->mq <= 2 ? 2 : it->mq <= 4 ? 4 : it->mq <= 8 ? 8 : f->mq_max;
 }
 
 /* The start of an online-softmax step of a work item: the key tile from j0 (at most
