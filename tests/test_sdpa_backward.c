@@ -335,6 +335,36 @@ static void test_large_gradients_bitwise(void **state)
     TA_CHECK_OK(ta_set_num_threads(saved));
 }
 
+/* No query rows and keys past one key tile (Lq 0, Lk 200), grouped heads, fused and
+ * reference: dK and dV are zeros, written over whatever they held (a key tile's next-tile
+ * requests divided by the query tiles, of which there are none: session 16's crash). */
+static void test_empty_queries_many_keys(void **state)
+{
+    (void)state;
+    const int64_t sq[4] = {2, 4, 0, 32}, sk[4] = {2, 2, 200, 32}, sl[3] = {2, 4, 0};
+    const ta_sdpa_path paths[2] = {TA_SDPA_FUSED, TA_SDPA_REFERENCE};
+    for (int pi = 0; pi < 2; pi++) {
+        ta_tensor q, k, v, o, lse, dout, dq, dk, dv;
+        TA_CHECK_OK(ta_tensor_empty(&q, 4, sq));
+        TA_CHECK_OK(ta_tensor_empty(&o, 4, sq));
+        TA_CHECK_OK(ta_tensor_empty(&dout, 4, sq));
+        TA_CHECK_OK(ta_tensor_empty(&dq, 4, sq));
+        TA_CHECK_OK(ta_tensor_empty(&lse, 3, sl));
+        TA_CHECK_OK(ta_tensor_empty(&k, 4, sk)); TA_CHECK_OK(ta_randn(&k, 71));
+        TA_CHECK_OK(ta_tensor_empty(&v, 4, sk)); TA_CHECK_OK(ta_randn(&v, 72));
+        TA_CHECK_OK(ta_tensor_empty(&dk, 4, sk)); TA_CHECK_OK(ta_randn(&dk, 73));
+        TA_CHECK_OK(ta_tensor_empty(&dv, 4, sk)); TA_CHECK_OK(ta_randn(&dv, 74));
+        ta_sdpa_opts op = {.path = paths[pi]};
+        TA_CHECK_OK(ta_sdpa_backward(&dq, &dk, &dv, &dout, &q, &k, &v, &o, &lse, &op));
+        for (int64_t i = 0; i < ta_tensor_numel(&dk); i++) {
+            if (((const float *)dk.data)[i] != 0.0f) fail_msg("path %d dK[%lld] not 0", pi, (long long)i);
+            if (((const float *)dv.data)[i] != 0.0f) fail_msg("path %d dV[%lld] not 0", pi, (long long)i);
+        }
+        ta_tensor *all[] = {&q, &k, &v, &o, &lse, &dout, &dq, &dk, &dv};
+        for (size_t t = 0; t < sizeof all / sizeof all[0]; t++) ta_tensor_free(all[t]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -344,6 +374,7 @@ int main(void)
         cmocka_unit_test(test_bitwise_across_threads),
         cmocka_unit_test(test_bshd_layout_bitwise),
         cmocka_unit_test(test_large_gradients_bitwise),
+        cmocka_unit_test(test_empty_queries_many_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

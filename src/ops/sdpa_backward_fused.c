@@ -253,11 +253,11 @@ static void run_key_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, i
     memset(w->dk, 0, sizeof(float) * (size_t)(nk * f->D));
     memset(w->dv, 0, sizeof(float) * (size_t)(nk * f->Dv));
     /* the next key tile's K and V rows, into L2, a share with every query tile (its pack
-     * then finds them there) */
+     * then finds them there); K's view is unit-stride, V's rows only when V's are */
     const int64_t nnext = TA_MIN(BWD_NK, f->Lk - j0 - nk);
-    const int64_t share = nnext > 0 ? (nnext + f->G * ((f->Lq + BWD_MQ - 1) / BWD_MQ) - 1) /
-                                          (f->G * ((f->Lq + BWD_MQ - 1) / BWD_MQ))
-                                    : 0;
+    const int64_t steps = TA_MAX(f->G * ((f->Lq + BWD_MQ - 1) / BWD_MQ), 1);
+    const int64_t share = nnext > 0 ? (nnext + steps - 1) / steps : 0;
+    const int64_t vbytes = f->v.s[3] == 1 ? f->Dv * (int64_t)sizeof(float) : 0;
     int64_t pr = 0;
     for (int64_t gi = 0; gi < f->G; gi++) {
         int64_t h = hkv * f->G + gi;
@@ -267,9 +267,8 @@ static void run_key_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, i
                 const char *kr = (const char *)at(&f->k_, b, hkv, j0 + nk + pr);
                 const char *vr = (const char *)at(&f->v, b, hkv, j0 + nk + pr);
                 for (int64_t c = 0; c < f->D * (int64_t)sizeof(float); c += 64)
-                    __builtin_prefetch(kr + c, 0, 2); /* unit-stride views */
-                for (int64_t c = 0; c < f->Dv * (int64_t)sizeof(float); c += 64)
-                    __builtin_prefetch(vr + c, 0, 2);
+                    __builtin_prefetch(kr + c, 0, 2);
+                for (int64_t c = 0; c < vbytes; c += 64) __builtin_prefetch(vr + c, 0, 2);
             }
             const bwd_bounds bd = row_bounds(f, b, i0, mq);
             /* every row of the tile ends before these keys, or starts after them */
