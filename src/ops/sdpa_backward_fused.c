@@ -146,7 +146,8 @@ static void row_keys(const bwd_plan *f, int64_t b, int64_t i, int64_t *start, in
 /* Each of a row's bounds (the causal limit and the key length: ta_mask_row_end; the
  * window's edges) is a non-decreasing function of i within a batch, and so are the
  * mins and maxes of them that row_keys takes: the first row holds the minima and the
- * last row the maxima: two evaluations instead of one per row, for every block. */
+ * last row the maxima: two evaluations instead of one per row, for every block. Rows
+ * [i0, i0 + mq), mq >= 1 (every caller's tiles hold a row). */
 static bwd_bounds row_bounds(const bwd_plan *f, int64_t b, int64_t i0, int64_t mq)
 {
     bwd_bounds r;
