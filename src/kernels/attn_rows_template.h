@@ -365,9 +365,9 @@ PV_ENTRY(NAME_PV_BF16, KIND_BF16)
  * decode tile of 4 rows computes 4 exps a lane where attn_softmax's vectors would hold 12
  * idle lanes, and one row 16 keys a vector. A tile already packed that way (mqs == G) is
  * worked in place, with no copy: its padding keys (up to a whole vector past nk) are
- * written as -inf, then 0. Per row the same definition: m' = max(m, max_j s) (NaN does not enter it), u = m' or 0 when
- * m' = -inf, alpha = exp(m - u), s = exp(s - u), l = l alpha + sum_j s (the lanes' sums of
- * two chains, then the key slots in order), m = m'. */
+ * written as -inf, then 0. Per row the same definition: m' = max(m, max_j s) (NaN does
+ * not enter it), u = m' or 0 when m' = -inf, alpha = exp(m - u), s = exp(s - u), l = l
+ * alpha + sum_j s (the lanes' sums of two chains, then the key slots in order), m = m'. */
 #define SM_KEYS 64
 ROWS_INLINE void softmax_rows_g(float *s, int64_t mqs, float *m, float *l, float *alpha,
                                 int64_t nk, int mq, const int G, const int SAFE)
