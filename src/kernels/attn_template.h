@@ -227,9 +227,15 @@ void NAME_QK_ROWS(float *s, const float *q, int64_t ldq, int64_t mq, const float
                   int64_t ldk, int64_t nk, int64_t d)
 {
     const int64_t pfd = ta_stream_prefetch_rows;
+    const int l1 = ta_stream_prefetch_l1;
     for (int64_t j = 0; j < nk; j++) {
-        if (pfd) /* the row pfd keys ahead, line by line (kernels.h) */
-            for (int64_t c = 0; c < d; c += 16) __builtin_prefetch(k + (j + pfd) * ldk + c, 0, 2);
+        if (pfd) { /* the row pfd keys ahead, line by line, into L1 or L2 (kernels.h) */
+            const float *pr = k + (j + pfd) * ldk;
+            if (l1)
+                for (int64_t c = 0; c < d; c += 16) __builtin_prefetch(pr + c, 0, 3);
+            else
+                for (int64_t c = 0; c < d; c += 16) __builtin_prefetch(pr + c, 0, 2);
+        }
         for (int64_t r0 = 0; r0 < mq; r0 += DR) {
             const int nr = (int)(mq - r0 < DR ? mq - r0 : DR);
 #define DOT_ROWS(n) if (n <= DR) dot_key(s + j * MQ + r0, q + r0 * ldq, ldq, k + j * ldk, d, n)
@@ -334,6 +340,7 @@ ATTN_INLINE void pv_micro(float *o, int64_t ldo, const float *p, const float *al
                           const int TAIL, int last, const int PF, ta_pf *pf)
 {
     const int64_t pfd = PF ? ta_stream_prefetch_rows : 0;
+    const int l1 = ta_stream_prefetch_l1;
     VT acc[PV_RMAX][PV_CMAX];
 #pragma GCC unroll 16
     for (int r = 0; r < PV_RMAX; r++) {
@@ -354,10 +361,17 @@ ATTN_INLINE void pv_micro(float *o, int64_t ldo, const float *p, const float *al
         VT vv[PV_CMAX];
         const float *vr = v + j * ldv;
         TA_PF_STEP(pf); /* the caller's stream, a line a key */
-        if (PF && pfd)
+        if (PF && pfd) { /* into L1 or L2 (kernels.h) */
+            if (l1) {
 #pragma GCC unroll 16
-            for (int c = 0; c < PV_CMAX; c++)
-                if (c < NV && (c * VL * 4) % 64 == 0) __builtin_prefetch(vr + pfd * ldv + c * VL, 0, 2);
+                for (int c = 0; c < PV_CMAX; c++)
+                    if (c < NV && (c * VL * 4) % 64 == 0) __builtin_prefetch(vr + pfd * ldv + c * VL, 0, 3);
+            } else {
+#pragma GCC unroll 16
+                for (int c = 0; c < PV_CMAX; c++)
+                    if (c < NV && (c * VL * 4) % 64 == 0) __builtin_prefetch(vr + pfd * ldv + c * VL, 0, 2);
+            }
+        }
 #pragma GCC unroll 16
         for (int c = 0; c < PV_CMAX; c++) {
             if (c >= NV) break;

@@ -210,6 +210,14 @@ typedef struct ta_kernels {
 #define TA_STREAM_PREFETCH_ROWS 16
 extern int ta_stream_prefetch_rows;
 
+/* 1 where those stream prefetches go into L1 (prefetcht0) instead of L2 (prefetcht1):
+ * AMD from Zen 5 (family 0x1A) on; set once, with the tables. Measured on the Zen 5
+ * (session 17, B1 H32 Lk4096 D128 float32 from memory, driver, medians of 7 - 9
+ * random-order rounds): 1 thread 4.31 -> 3.93 - 3.96 ms, 2 threads 2.97 -> 2.70; 8, 24,
+ * 32 and 48 rows ahead were no better than 16. Intel keeps the L2 hint measured on the
+ * Xeon (session 8). */
+extern int ta_stream_prefetch_l1;
+
 /* 1 where a vector result in the denormals costs a microcode assist (Intel cores: ~10x
  * an exp's time; docs/kernels.md, "No denormal results on the fast path"), 0 elsewhere;
  * set once, with the tables. The softmax and exp kernels then take the exp that masks
