@@ -106,6 +106,28 @@ ROWS_INLINE VT dot_seq(const float *q, const char *k, int64_t d, const int kind)
     return V_ADD(V_ADD(c0, c1), V_ADD(c2, c3));
 }
 
+/* Lane k * R + r of sum (the pair of key k, row r) into s[k * mqs + r], for keys k < nkb
+ * and rows r < nr. A packed tile (mqs = R, every row real: a decode step's scores) takes
+ * the vector as it is: the lanes are where they go. Otherwise through a buffer; the
+ * packed case does not, as reading a 16-byte piece of a 64-byte store just made stalls
+ * the load until the store leaves (the copy loop took ~10% of Q.K^T's samples in a
+ * bfloat16 decode from L3). */
+ROWS_INLINE void store_sums(float *s, int64_t mqs, VT sum, int nkb, int nr, const int R)
+{
+    if (nr == R && mqs == R) {
+        if (nkb == VL / R) V_STOREU(s, sum);
+        else V_STOREN(s, sum, nkb * R);
+        return;
+    }
+    float t[VL];
+    V_STOREU(t, sum);
+    if (nr == R) /* every row real: a key's R scores move as one block */
+        for (int j = 0; j < nkb; j++) memcpy(s + j * mqs, t + j * R, sizeof(float) * (size_t)R);
+    else
+        for (int j = 0; j < nkb; j++)
+            for (int r = 0; r < nr; r++) s[j * mqs + r] = t[j * R + r];
+}
+
 /* s[k * MQS + r] = q_r . k_(j0 + k) for KB = VL / R keys from j0 (nkb of them real) and
  * R rows (nr real; the others repeat row 0 and are not stored). Accumulator k * R + r
  * holds the lane sums of that pair along d; V_HSUM_ALL adds all of them at once. */
@@ -126,9 +148,7 @@ ROWS_INLINE void qk_block(float *s, int64_t mqs, const float *q, int64_t ldq, in
     if (R == 1) { /* one row: key by key, each K row read front to back (one stream) */
 #pragma GCC unroll 1
         for (int j = 0; j < KB; j++) acc[j] = dot_seq(qr[0], kr[j], d, kind);
-        float t[VL];
-        V_STOREU(t, V_HSUM_ALL(acc));
-        for (int j = 0; j < nkb; j++) s[j * mqs] = t[j];
+        store_sums(s, mqs, V_HSUM_ALL(acc), nkb, nr, 1);
         return;
     }
     int64_t p = 0;
@@ -162,13 +182,7 @@ ROWS_INLINE void qk_block(float *s, int64_t mqs, const float *q, int64_t ldq, in
             for (int r = 0; r < R; r++) acc[j * R + r] = V_FMA(qv[r], kv, acc[j * R + r]);
         }
     }
-    float t[VL];
-    V_STOREU(t, V_HSUM_ALL(acc));
-    if (nr == R) /* every row real: a key's R scores move as one block */
-        for (int j = 0; j < nkb; j++) memcpy(s + j * mqs, t + j * R, sizeof(float) * (size_t)R);
-    else
-        for (int j = 0; j < nkb; j++)
-            for (int r = 0; r < nr; r++) s[j * mqs + r] = t[j * R + r];
+    store_sums(s, mqs, V_HSUM_ALL(acc), nkb, nr, R);
 }
 
 /* The scores of nk keys for mq rows, R rows a pass (R >= mq, a power of two <= VL). */
