@@ -129,6 +129,13 @@ struct bench_case {
     double gbs, read_gbs, bandwidth_fraction;
     double ratio_vs_causal; /* vs_causal: this median / that case's median (NaN: unknown) */
     double ratio_vs;        /* vs_case: see there (NaN: unknown) */
+    /* The same ratio (ratio_vs when vs_case is set, else ratio_vs_causal) timed in
+     * alternation: after every case ran, this case and its partner run one after the
+     * other in rounds, and this is the median over the rounds of this run's time / the
+     * partner's (over vs_scale), so that the load of a shared machine, which moves from
+     * one minute to the next, falls on both alike. NaN: not measured; rounds: how many. */
+    double ratio_alternating;
+    int ratio_rounds;
 };
 
 typedef struct bench_peak {

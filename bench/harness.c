@@ -287,6 +287,83 @@ static void keep_reference_output(bench_state *s, bench_case *c)
     s->kept_for = c->twin;
 }
 
+/* ------------------------------------------------- ratios in alternation */
+
+static const bench_case *same_path_case(const bench_state *s, const bench_case *c,
+                                        const char *shape);
+
+/* The case c's ratio is against (vs_case, else vs_causal's same-path case), when both ran
+ * on the same thread count; else NULL. */
+static bench_case *ratio_partner(bench_state *s, const bench_case *c)
+{
+    const bench_case *o = NULL;
+    if (!bench_case_ok(c)) return NULL;
+    if (c->vs_case[0]) {
+        for (int j = 0; j < s->ncases; j++)
+            if (!strcmp(s->cases[j].name, c->vs_case) && bench_case_ok(&s->cases[j])) o = &s->cases[j];
+    } else if (c->vs_causal[0]) {
+        o = same_path_case(s, c, c->vs_causal);
+    }
+    return o && o != c && o->threads == c->threads ? (bench_case *)o : NULL;
+}
+
+/* c and its partner o set up side by side, a warm-up call each, then rounds of one call
+ * of each (the first of the two alternating) until at least 11 rounds (--quick, or a
+ * case whose cold call took 0.25 s or more: 3) and the bench's min_seconds twice over
+ * have passed, at most BENCH_MAX_RUNS; then both outputs are checked again. Returns 0,
+ * or -1 on a failure (said by run_pairs). */
+static int time_pair(bench_state *s, bench_case *c, bench_case *o)
+{
+    ta_status st = ta_set_num_threads(c->threads);
+    if (st != TA_OK) return bench_lib_fail(c, "ta_set_num_threads", st);
+    c->ref_out = o->ref_out = NULL;
+    int rc = 0;
+    if (c->kind->setup(c) || o->kind->setup(o)) rc = -1;
+    if (!rc && (c->kind->run(c) || o->kind->run(o))) rc = -1;
+    /* slow cases (the reference path at the big sizes) as few rounds as time_case allows */
+    const int slow = !s->cfg.quick && (c->cold_s >= 0.25 || o->cold_s >= 0.25);
+    const int min_rounds = s->cfg.quick || slow ? 3 : 11;
+    const double min_seconds = slow ? 0.0 : 2.0 * s->cfg.min_seconds, start = bench_seconds_now();
+    int n = 0;
+    while (!rc && n < BENCH_MAX_RUNS && (n < min_rounds || bench_seconds_now() - start < min_seconds)) {
+        double t[2];
+        for (int k = 0; k < 2 && !rc; k++) {
+            bench_case *x = (k ^ (n & 1)) ? o : c; /* c first in even rounds */
+            const double t0 = bench_seconds_now();
+            if (x->kind->run(x)) rc = -1;
+            t[x == o] = bench_seconds_now() - t0;
+        }
+        if (!rc) s->times[n++] = t[1] > 0.0 ? t[0] / t[1] : NAN;
+    }
+    if (!rc && (check_case(c) || check_case(o))) rc = -1;
+    if (!rc && n > 0) {
+        c->ratio_alternating = median_of(s->times, n) / (c->vs_case[0] ? c->vs_scale : 1.0);
+        c->ratio_rounds = n;
+    }
+    teardown(c);
+    teardown(o);
+    return rc;
+}
+
+/* Every ratio again, in alternation (time_pair). */
+static int run_pairs(bench_state *s)
+{
+    int failed = 0;
+    for (int i = 0; i < s->ncases; i++) {
+        bench_case *c = &s->cases[i], *o = ratio_partner(s, c);
+        if (!o) continue;
+        bench_progress(s, "%s against %s, alternating ...", c->name, o->name);
+        if (time_pair(s, c, o)) {
+            bench_progress_clear(s);
+            fprintf(stderr, "tensorattn: error: bench case %s against %s: %s\n", c->name,
+                    o->name, c->error[0] ? c->error : o->error);
+            failed++;
+        }
+    }
+    bench_progress_clear(s);
+    return failed ? -1 : 0;
+}
+
 /* ------------------------------------------------------------ every case */
 
 int bench_run_cases(bench_state *s)
@@ -301,7 +378,8 @@ int bench_run_cases(bench_state *s)
         c->max_abs_diff_ref = NAN;
         c->speedup_vs_reference = NAN;
         c->speedup_vs_torch = NAN;
-        c->bandwidth_fraction = c->ratio_vs_causal = c->ratio_vs = NAN;
+        c->bandwidth_fraction = c->ratio_vs_causal = c->ratio_vs = c->ratio_alternating = NAN;
+        c->ratio_rounds = 0;
         c->extra_bytes = c->extra_bytes_cold = -1.0;
         if (c->skip_reason[0]) { /* decided when the case was built */
             c->status = "skipped";
@@ -329,6 +407,7 @@ int bench_run_cases(bench_state *s)
     }
     ta_tensor_free(&s->kept); /* a twin that was filtered out or failed before using it */
     s->kept_for = -1;
+    failed += run_pairs(s) ? 1 : 0;
     ta_set_num_threads(s->cfg.threads);
     return failed ? -1 : 0;
 }

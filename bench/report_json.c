@@ -61,6 +61,12 @@ static cJSON *case_json(const bench_case *c)
         NUM("vs_scale", c->vs_scale, 1);
         NUM(c->vs_key, c->ratio_vs, isfinite(c->ratio_vs));
     }
+    if (c->vs_case[0] || c->vs_causal[0]) {
+        char key[48];
+        snprintf(key, sizeof key, "%s_alternating", c->vs_case[0] ? c->vs_key : "ratio_vs_causal");
+        NUM(key, c->ratio_alternating, isfinite(c->ratio_alternating));
+        NUM("ratio_rounds", c->ratio_rounds, c->ratio_rounds > 0);
+    }
     NUM("extra_bytes", c->extra_bytes, ok && c->extra_bytes >= 0.0);
     NUM("extra_bytes_cold", c->extra_bytes_cold, c->cold_s > 0.0 && c->extra_bytes_cold >= 0.0);
 #undef NUM

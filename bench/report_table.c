@@ -48,16 +48,20 @@ void bench_print_table(const bench_state *s)
         if (s->cases[i].status) print_row(&s->cases[i]);
     for (int i = 0; i < s->ncases; i++) {
         const bench_case *c = &s->cases[i];
+        char alt[96] = "";
+        if (isfinite(c->ratio_alternating))
+            snprintf(alt, sizeof alt, "; %.2fx in %d alternating rounds", c->ratio_alternating,
+                     c->ratio_rounds);
         if (c->status && isfinite(c->ratio_vs_causal))
-            printf("%s takes %.2fx the time of %s_%s (the same mask as opts.causal)\n", c->name,
-                   c->ratio_vs_causal, c->vs_causal, c->path);
+            printf("%s takes %.2fx the time of %s_%s (the same mask as opts.causal%s)\n", c->name,
+                   c->ratio_vs_causal, c->vs_causal, c->path, c->vs_case[0] ? "" : alt);
         if (c->status && isfinite(c->ratio_vs)) {
             if (c->vs_scale == 1.0)
-                printf("%s takes %.2fx the time of %s (%s)\n", c->name, c->ratio_vs, c->vs_case,
-                       c->vs_key);
+                printf("%s takes %.2fx the time of %s (%s%s)\n", c->name, c->ratio_vs, c->vs_case,
+                       c->vs_key, alt);
             else
-                printf("%s takes %.2fx %.3f of the time of %s (%s)\n", c->name, c->ratio_vs,
-                       c->vs_scale, c->vs_case, c->vs_key);
+                printf("%s takes %.2fx %.3f of the time of %s (%s%s)\n", c->name, c->ratio_vs,
+                       c->vs_scale, c->vs_case, c->vs_key, alt);
         }
     }
     fflush(stdout);

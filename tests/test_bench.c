@@ -305,6 +305,10 @@ static void test_causal_mask_tensor_is_set_against_opts_causal(void **state)
                      num(mask, "median_s") / num(causal, "median_s"), 1e-9);
         assert_true(num(mask, "ratio_vs_causal") > 0.0);
         assert_null(cJSON_GetObjectItemCaseSensitive(causal, "ratio_vs_causal"));
+        /* the same ratio timed in alternating rounds (--quick: at least 3) */
+        assert_true(num(mask, "ratio_vs_causal_alternating") > 0.0);
+        assert_true(num(mask, "ratio_rounds") >= 3.0);
+        assert_null(cJSON_GetObjectItemCaseSensitive(causal, "ratio_vs_causal_alternating"));
     }
     double diff = num(find_case(root, "sdpa_seed_causal_mask_fused"), "max_abs_diff_vs_reference");
     assert_true(diff >= 0.0 && diff <= 1e-4);
