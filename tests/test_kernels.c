@@ -972,7 +972,10 @@ static void qk_rows_kv_case(const ta_kernels *k, const ta_kernels *ref, int kind
     float *kw;
     const float *q = gfloats(&ar, (mq - 1) * ldq + d, NAN);
     float *qk = gfloats(&ar, (mq - 1) * ldq + d, 0.0f), *qr = gfloats(&ar, (mq - 1) * ldq + d, 0.0f);
-    const void *kk = typed_rows(&ar, kind, nk, d, ldk, &kw);
+    /* rows past the keys: the table points one row past each key's, and the
+     * kernels read it at koff = minus a row (a sweep's shared table and its offset) */
+    const void *kk = typed_rows(&ar, kind, nk + 2, d, ldk, &kw);
+    const int64_t koff = -es * ldk;
     float *s = gfloats(&ar, nk * MQ, SENTINEL), *rs = gfloats(&ar, nk * MQ, SENTINEL);
     permute_q(qk, q, mq, ldq, d, k->attn_vl, kind);
     permute_q(qr, q, mq, ldq, d, ref->attn_vl, kind);
@@ -980,15 +983,16 @@ static void qk_rows_kv_case(const ta_kernels *k, const ta_kernels *ref, int kind
     const void *rows[64 + TA_ROWS_AHEAD];
     assert_true(nk <= 64);
     for (int64_t j = 0; j < nk + TA_ROWS_AHEAD; j++)
-        rows[j] = (const char *)kk + es * ldk * (nk ? nk - 1 - j % nk : 0);
-    k->attn_qk_rows_kv[kind](s, MQ, qk, ldq, mq, rows, nk, d, nk + TA_ROWS_AHEAD, rows, d * es, NULL);
-    ref->attn_qk_rows_kv[kind](rs, MQ, qr, ldq, mq, rows, nk, d, nk, NULL, 0, NULL);
+        rows[j] = (const char *)kk + es * ldk * (nk ? nk - j % nk : 1);
+    k->attn_qk_rows_kv[kind](s, MQ, qk, ldq, mq, rows, koff, nk, d, nk + TA_ROWS_AHEAD, rows,
+                             koff, d * es, NULL);
+    ref->attn_qk_rows_kv[kind](rs, MQ, qr, ldq, mq, rows, koff, nk, d, nk, NULL, 0, 0, NULL);
     { /* with a caller's prefetch stream: the same bits, and every line of it requested */
         float *s2 = gfloats(&ar, nk * MQ, SENTINEL);
         ta_pf_span spans[2] = {{(const char *)kk, (const char *)kk + es * ldk * nk},
                                {(const char *)q, (const char *)(q + d)}};
         ta_pf pf = {spans, spans + 2};
-        k->attn_qk_rows_kv[kind](s2, MQ, qk, ldq, mq, rows, nk, d, nk, NULL, 0, &pf);
+        k->attn_qk_rows_kv[kind](s2, MQ, qk, ldq, mq, rows, koff, nk, d, nk, NULL, 0, 0, &pf);
         assert_memory_equal(s2, s, sizeof(float) * (size_t)(nk * MQ));
         if (nk > 0) assert_true(pf.next == pf.end);
     }
@@ -1037,7 +1041,10 @@ static void pv_rows_kv_case(const ta_kernels *k, int kind, int64_t nk, int64_t d
     float *vw;
     float *o = gfloats(&ar, mq * ldo, NAN), *p = gfloats(&ar, nk * MQ, NAN);
     const float *alpha = gfloats(&ar, MQ, NAN);
-    const void *v = typed_rows(&ar, kind, nk, dv, ldv, &vw);
+    /* rows past the keys: the table points one row past each key's, read at voff
+     * = minus a row (a sweep's shared table and its offset) */
+    const void *v = typed_rows(&ar, kind, nk + 2, dv, ldv, &vw);
+    const int64_t voff = -es * ldv;
     for (int64_t i = 0; i < nk * MQ; i++) p[i] = fabsf(p[i]);
     float *o0 = copy_of(o, mq * ldo), *ow = copy_of(o, mq * ldo);
     /* the table in reverse key order (attn_pv gets the widened rows so reordered) */
@@ -1045,15 +1052,15 @@ static void pv_rows_kv_case(const ta_kernels *k, int kind, int64_t nk, int64_t d
     float *vr = malloc(sizeof(float) * (size_t)(nk * ldv + 1));
     assert_true(nk <= 64 && vr);
     for (int64_t j = 0; j < nk + TA_ROWS_AHEAD; j++)
-        rows[j] = (const char *)v + es * ldv * (nk ? nk - 1 - j % nk : 0);
+        rows[j] = (const char *)v + es * ldv * (nk ? nk - j % nk : 1);
     for (int64_t j = 0; j < nk; j++) memcpy(vr + j * ldv, vw + (nk - 1 - j) * ldv, sizeof(float) * (size_t)dv);
     float *o2 = copy_of(o, mq * ldo);
-    k->attn_pv_rows_kv[kind](o, ldo, p, MQ, alpha, rows, nk, dv, mq, nk + TA_ROWS_AHEAD, NULL);
+    k->attn_pv_rows_kv[kind](o, ldo, p, MQ, alpha, rows, voff, nk, dv, mq, nk + TA_ROWS_AHEAD, NULL);
     { /* with a caller's prefetch stream: the same bits, and every line of it requested */
         ta_pf_span spans[2] = {{(const char *)v, (const char *)v + es * ldv * nk},
                                {(const char *)p, (const char *)(p + nk * MQ)}};
         ta_pf pf = {spans, spans + 2};
-        k->attn_pv_rows_kv[kind](o2, ldo, p, MQ, alpha, rows, nk, dv, mq, nk, &pf);
+        k->attn_pv_rows_kv[kind](o2, ldo, p, MQ, alpha, rows, voff, nk, dv, mq, nk, &pf);
         assert_memory_equal(o2, o, sizeof(float) * (size_t)(mq * ldo));
         if (nk > 0) assert_true(pf.next == pf.end);
         free(o2);

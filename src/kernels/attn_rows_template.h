@@ -50,10 +50,11 @@ ROWS_INLINE VT load_kind(const char *row, int64_t i, const int kind)
 
 /* Every 64-byte line of row j + PF_ROWS of the table, into L2, when the table has it
  * (avail entries). */
-ROWS_INLINE void prefetch_row(const void *const *rows, int64_t j, int64_t avail, int64_t bytes)
+ROWS_INLINE void prefetch_row(const void *const *rows, int64_t off, int64_t j, int64_t avail,
+                              int64_t bytes)
 {
     if (j + PF_ROWS >= avail) return;
-    const char *r = (const char *)rows[j + PF_ROWS];
+    const char *r = (const char *)rows[j + PF_ROWS] + off;
     for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(r + c, 0, 2);
 }
 
@@ -132,7 +133,7 @@ ROWS_INLINE void store_sums(float *s, int64_t mqs, VT sum, int nkb, int nr, cons
  * R rows (nr real; the others repeat row 0 and are not stored). Accumulator k * R + r
  * holds the lane sums of that pair along d; V_HSUM_ALL adds all of them at once. */
 ROWS_INLINE void qk_block(float *s, int64_t mqs, const float *q, int64_t ldq, int nr,
-                          const void *const *k, int nkb, int64_t d, const int R,
+                          const void *const *k, int64_t koff, int nkb, int64_t d, const int R,
                           const int kind)
 {
     const int KB = VL / R;
@@ -144,7 +145,7 @@ ROWS_INLINE void qk_block(float *s, int64_t mqs, const float *q, int64_t ldq, in
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) qr[r] = q + (r < nr ? r : 0) * ldq;
 #pragma GCC unroll 16
-    for (int j = 0; j < KB; j++) kr[j] = (const char *)k[j < nkb ? j : 0];
+    for (int j = 0; j < KB; j++) kr[j] = (const char *)k[j < nkb ? j : 0] + koff;
     if (R == 1) { /* one row: key by key, each K row read front to back (one stream) */
 #pragma GCC unroll 1
         for (int j = 0; j < KB; j++) acc[j] = dot_seq(qr[0], kr[j], d, kind);
@@ -187,8 +188,9 @@ ROWS_INLINE void qk_block(float *s, int64_t mqs, const float *q, int64_t ldq, in
 
 /* The scores of nk keys for mq rows, R rows a pass (R >= mq, a power of two <= VL). */
 ROWS_INLINE void qk_rows(float *s, int64_t mqs, const float *q, int64_t ldq, int mq,
-                         const void *const *k, int64_t nk, int64_t d, int64_t avail,
-                         const void *const *vp, int64_t vbytes, ta_pf *pf, int64_t per,
+                         const void *const *k, int64_t koff, int64_t nk, int64_t d,
+                         int64_t avail, const void *const *vp, int64_t voff, int64_t vbytes,
+                         ta_pf *pf, int64_t per,
                          const int R, const int kind)
 {
     const int KB = VL / R;
@@ -200,10 +202,10 @@ ROWS_INLINE void qk_rows(float *s, int64_t mqs, const float *q, int64_t ldq, int
             for (int64_t i = 0; i < per; i++) TA_PF_STEP(pf);
         else
             for (int i = 0; i < nkb; i++) {
-                prefetch_row(k, j + i, avail, bytes);
-                if (vp) prefetch_row(vp, j + i, avail, vbytes);
+                prefetch_row(k, koff, j + i, avail, bytes);
+                if (vp) prefetch_row(vp, voff, j + i, avail, vbytes);
             }
-        qk_block(s + j * mqs, mqs, q, ldq, mq, k + j, nkb, d, R, kind);
+        qk_block(s + j * mqs, mqs, q, ldq, mq, k + j, koff, nkb, d, R, kind);
     }
     TA_PF_END(pf);
 }
@@ -214,8 +216,8 @@ ROWS_INLINE void qk_rows(float *s, int64_t mqs, const float *q, int64_t ldq, int
  * smallest power of two >= mq up to VL (R = 8 as two passes of 4 below 8 lanes). */
 #define QK_ENTRY(NAME, KIND)                                                                 \
     void NAME(float *s, int64_t mqs, const float *q, int64_t ldq, int64_t mq,                \
-              const void *const *k, int64_t nk, int64_t d, int64_t avail,                   \
-              const void *const *v, int64_t vbytes, ta_pf *pf)                              \
+              const void *const *k, int64_t koff, int64_t nk, int64_t d, int64_t avail,     \
+              const void *const *v, int64_t voff, int64_t vbytes, ta_pf *pf)                \
     {                                                                                        \
         const int rp = mq <= 1 || VL < 2 ? 1 : mq <= 2 || VL < 4 ? 2 : mq <= 4 || VL < 8 ? 4 : 8; \
         /* the stream's lines spread over every block (VL / rp keys) of every pass */       \
@@ -223,10 +225,10 @@ ROWS_INLINE void qk_rows(float *s, int64_t mqs, const float *q, int64_t ldq, int
         for (int64_t r0 = 0; r0 < mq; r0 += rp) {                                            \
             const int nr = (int)(mq - r0 < rp ? mq - r0 : rp);                               \
             const float *qr = q + r0 * ldq;                                                  \
-            if (rp == 1) qk_rows(s + r0, mqs, qr, ldq, nr, k, nk, d, avail, v, vbytes, pf, per, 1, KIND); \
-            else if (rp == 2) qk_rows(s + r0, mqs, qr, ldq, nr, k, nk, d, avail, v, vbytes, pf, per, VL < 2 ? 1 : 2, KIND); \
-            else if (rp == 4) qk_rows(s + r0, mqs, qr, ldq, nr, k, nk, d, avail, v, vbytes, pf, per, VL < 4 ? 1 : 4, KIND); \
-            else qk_rows(s + r0, mqs, qr, ldq, nr, k, nk, d, avail, v, vbytes, pf, per, VL < 8 ? 1 : 8, KIND); \
+            if (rp == 1) qk_rows(s + r0, mqs, qr, ldq, nr, k, koff, nk, d, avail, v, voff, vbytes, pf, per, 1, KIND); \
+            else if (rp == 2) qk_rows(s + r0, mqs, qr, ldq, nr, k, koff, nk, d, avail, v, voff, vbytes, pf, per, VL < 2 ? 1 : 2, KIND); \
+            else if (rp == 4) qk_rows(s + r0, mqs, qr, ldq, nr, k, koff, nk, d, avail, v, voff, vbytes, pf, per, VL < 4 ? 1 : 4, KIND); \
+            else qk_rows(s + r0, mqs, qr, ldq, nr, k, koff, nk, d, avail, v, voff, vbytes, pf, per, VL < 8 ? 1 : 8, KIND); \
         }                                                                                    \
     }
 QK_ENTRY(NAME_QK_F32, KIND_F32)
@@ -239,7 +241,7 @@ QK_ENTRY(NAME_QK_BF16, KIND_BF16)
  * operations of attn_pv (o * alpha, then one FMA per key in key order), so bitwise its
  * results. */
 ROWS_INLINE void pv_group(float *o, int64_t ldo, const float *p, int64_t mqs,
-                          const float *alpha, const void *const *v, int64_t nk,
+                          const float *alpha, const void *const *v, int64_t voff, int64_t nk,
                           int64_t c0, int64_t avail, int64_t bytes, ta_pf *pf, int64_t per,
                           const int R, const int NV, const int kind, const int PFS)
 {
@@ -262,11 +264,11 @@ ROWS_INLINE void pv_group(float *o, int64_t ldo, const float *p, int64_t mqs,
     }
     TA_PF_BEGIN(pf);
     for (int64_t j = 0; j < nk; j++) {
-        const char *vr = (const char *)v[j];
+        const char *vr = (const char *)v[j] + voff;
         if (PFS) /* the caller's stream instead of the rows ahead */
             for (int64_t i = 0; i < per; i++) TA_PF_STEP(pf);
         else if (c0 == 0 && j % 4 == 0) /* the next 4 rows' lines: the key loop stays innermost */
-            for (int64_t i = j; i < j + 4; i++) prefetch_row(v, i, avail, bytes);
+            for (int64_t i = j; i < j + 4; i++) prefetch_row(v, voff, i, avail, bytes);
         VT pb[8];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) pb[r] = V_BCAST(p + j * mqs + r);
@@ -308,15 +310,15 @@ static inline int64_t pv_groups(int64_t dv, int R)
 /* All dv columns of R rows: column groups of the most vectors (8, 4, 2 or 1) that fit
  * PV_ACC accumulators and the columns left (pv_groups counts them). */
 ROWS_INLINE void pv_rows(float *o, int64_t ldo, const float *p, int64_t mqs,
-                         const float *alpha, const void *const *v, int64_t nk,
+                         const float *alpha, const void *const *v, int64_t voff, int64_t nk,
                          int64_t dv, int64_t avail, ta_pf *pf, int64_t per, const int R,
                          const int kind)
 {
     const int64_t bytes = dv * (kind == KIND_F32 ? 4 : 2);
     const int NVMAX = PV_ACC / R >= 8 ? 8 : PV_ACC / R >= 4 ? 4 : PV_ACC / R >= 2 ? 2 : 1;
     /* a stream or the rows ahead: two instances, no test in the key loop */
-#define PV_GROUP(nv) (pf ? pv_group(o, ldo, p, mqs, alpha, v, nk, c0, avail, bytes, pf, per, R, nv, kind, 1) \
-                         : pv_group(o, ldo, p, mqs, alpha, v, nk, c0, avail, bytes, NULL, 0, R, nv, kind, 0))
+#define PV_GROUP(nv) (pf ? pv_group(o, ldo, p, mqs, alpha, v, voff, nk, c0, avail, bytes, pf, per, R, nv, kind, 1) \
+                         : pv_group(o, ldo, p, mqs, alpha, v, voff, nk, c0, avail, bytes, NULL, 0, R, nv, kind, 0))
     for (int64_t c0 = 0; c0 < dv;) {
         const int64_t left = (dv - c0) / VL;
         if (NVMAX >= 8 && left >= 8) {
@@ -342,8 +344,8 @@ ROWS_INLINE void pv_rows(float *o, int64_t ldo, const float *p, int64_t mqs,
  * ROWS_MAX rows. */
 #define PV_ENTRY(NAME, KIND)                                                                 \
     void NAME(float *o, int64_t ldo, const float *p, int64_t mqs, const float *alpha,       \
-              const void *const *v, int64_t nk, int64_t dv, int64_t mq, int64_t avail,      \
-              ta_pf *pf)                                                                     \
+              const void *const *v, int64_t voff, int64_t nk, int64_t dv, int64_t mq,       \
+              int64_t avail, ta_pf *pf)                                                      \
     {                                                                                        \
         /* the stream's lines spread over every key of every column group and pass */       \
         int64_t steps = 0;                                                                   \
@@ -354,14 +356,14 @@ ROWS_INLINE void pv_rows(float *o, int64_t ldo, const float *p, int64_t mqs,
             float *orow = o + r0 * ldo;                                                      \
             const float *pr = p + r0, *ar = alpha + r0;                                      \
             switch (mq - r0 < ROWS_MAX ? mq - r0 : ROWS_MAX) {                               \
-            case 1: pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, pf, per, 1, KIND); break; \
-            case 2: if (ROWS_MAX >= 2) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, pf, per, 2, KIND); break; \
-            case 3: if (ROWS_MAX >= 3) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, pf, per, 3, KIND); break; \
-            case 4: if (ROWS_MAX >= 4) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, pf, per, 4, KIND); break; \
-            case 5: if (ROWS_MAX >= 5) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, pf, per, 5, KIND); break; \
-            case 6: if (ROWS_MAX >= 6) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, pf, per, 6, KIND); break; \
-            case 7: if (ROWS_MAX >= 7) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, pf, per, 7, KIND); break; \
-            case 8: if (ROWS_MAX >= 8) pv_rows(orow, ldo, pr, mqs, ar, v, nk, dv, avail, pf, per, 8, KIND); break; \
+            case 1: pv_rows(orow, ldo, pr, mqs, ar, v, voff, nk, dv, avail, pf, per, 1, KIND); break; \
+            case 2: if (ROWS_MAX >= 2) pv_rows(orow, ldo, pr, mqs, ar, v, voff, nk, dv, avail, pf, per, 2, KIND); break; \
+            case 3: if (ROWS_MAX >= 3) pv_rows(orow, ldo, pr, mqs, ar, v, voff, nk, dv, avail, pf, per, 3, KIND); break; \
+            case 4: if (ROWS_MAX >= 4) pv_rows(orow, ldo, pr, mqs, ar, v, voff, nk, dv, avail, pf, per, 4, KIND); break; \
+            case 5: if (ROWS_MAX >= 5) pv_rows(orow, ldo, pr, mqs, ar, v, voff, nk, dv, avail, pf, per, 5, KIND); break; \
+            case 6: if (ROWS_MAX >= 6) pv_rows(orow, ldo, pr, mqs, ar, v, voff, nk, dv, avail, pf, per, 6, KIND); break; \
+            case 7: if (ROWS_MAX >= 7) pv_rows(orow, ldo, pr, mqs, ar, v, voff, nk, dv, avail, pf, per, 7, KIND); break; \
+            case 8: if (ROWS_MAX >= 8) pv_rows(orow, ldo, pr, mqs, ar, v, voff, nk, dv, avail, pf, per, 8, KIND); break; \
             default: break;                                                                  \
             }                                                                                \
         }                                                                                    \

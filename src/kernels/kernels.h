@@ -162,6 +162,10 @@ typedef struct ta_kernels {
      * of attn_vl. K and V rows come as a table of pointers, one per key (a paged cache's
      * blocks, or rows at a stride), with avail >= nk entries: rows nk .. avail - 1 (the
      * next keys) are only prefetched, TA_ROWS_AHEAD rows ahead of the one in use.
+     * Every entry is read at koff (K's table) or voff (V's) bytes past where it points:
+     * the kv heads of a decode sweep share one table per tile, each head at its own
+     * offset (a head's rows lie a fixed distance from the first head's, in a
+     * contiguous and a paged cache alike).
      * qk: s[j * mqs + r] = q_r . k_j (q rows scaled, q[r * ldq + p]) for r < mq, j < nk;
      *     other rows of s untouched. Summation: lane partials along d, then the lanes.
      *     For bfloat16 (index 2) q's rows come permuted: in each whole block of 2 attn_vl
@@ -178,8 +182,9 @@ typedef struct ta_kernels {
      *     next tile of all kv heads, in address order (docs/inference.md, "Decode
      *     order"). */
     void (*attn_qk_rows_kv[3])(float *s, int64_t mqs, const float *q, int64_t ldq, int64_t mq,
-                               const void *const *k, int64_t nk, int64_t d, int64_t avail,
-                               const void *const *v, int64_t vbytes, ta_pf *pf);
+                               const void *const *k, int64_t koff, int64_t nk, int64_t d,
+                               int64_t avail, const void *const *v, int64_t voff,
+                               int64_t vbytes, ta_pf *pf);
     /* attn_softmax's step for the rows r < mq (<= attn_rows_max) of s [nk, mqs] only
      * (m, l, alpha of rows >= mq untouched): lanes hold (key, row) pairs. With mqs the
      * smallest power of two >= mq (1, 2, 4 or 8) the tile is worked in place on vectors
@@ -189,8 +194,8 @@ typedef struct ta_kernels {
     void (*attn_softmax_rows)(float *s, int64_t mqs, float *m, float *l, float *alpha,
                               int64_t nk, int64_t mq);
     void (*attn_pv_rows_kv[3])(float *o, int64_t ldo, const float *p, int64_t mqs,
-                               const float *alpha, const void *const *v, int64_t nk,
-                               int64_t dv, int64_t mq, int64_t avail, ta_pf *pf);
+                               const float *alpha, const void *const *v, int64_t voff,
+                               int64_t nk, int64_t dv, int64_t mq, int64_t avail, ta_pf *pf);
 } ta_kernels;
 
 /* Rows ahead of the one in use that the few-row kernels prefetch (attn_qk_rows_kv). */

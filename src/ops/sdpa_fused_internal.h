@@ -60,6 +60,12 @@ typedef struct fused_pf {
     int64_t rn, ri, line_key;
     const char *ra;
     bool sweep;
+    /* A sweep's row tables of the current tile: the first head that reads K through a
+     * table fills them (in its own scratch); the other heads of the tile, the same keys
+     * of the same batch row, read them at their head's distance in bytes (kernels.h:
+     * koff, voff). tab_j0 = -1: none yet for this tile. */
+    const void **tab_k, **tab_v;
+    int64_t tab_j0, tab_nk, tab_b, tab_hkv, tab_kn, tab_vn;
 } fused_pf;
 
 /* A thread's scratch, sized once per call. */

@@ -402,36 +402,73 @@ static ta_pf *stream_pv(const fused_plan *f, const fused_item *it, const fused_w
     return pf_ready(s);
 }
 
-/* The row tables of keys [j0, j0 + nk) for a tile whose K rows the few-row kernels read
- * in place (typed_rows): K's in w->krows (returns its entries, the kernels' avail) and,
- * when V's rows are read in place too, V's in w->vrows (*vn entries, else -1). */
-static int64_t tile_tables(const fused_plan *f, const fused_item *it, const fused_ws *w,
-                           int64_t j0, int64_t nk, int64_t *vn)
+/* The row tables of a tile that the few-row kernels read in place: K's (kn entries, the
+ * kernels' avail) and, when V's rows are read in place too, V's (vn entries, else -1),
+ * each entry read koff (voff) bytes past where it points. */
+typedef struct tile_tab {
+    const void *const *k, *const *v;
+    int64_t kn, vn, koff, voff;
+} tile_tab;
+
+/* The distance in bytes from group (b, hkv0)'s rows of K (value false) or V to (b, hkv)'s,
+ * the same for every key (ta_sdpa_kv_offset: hkv enters through stride[1] alone). */
+static int64_t head_off(const ta_sdpa_problem *p, bool value, int64_t hkv, int64_t hkv0)
 {
-    const bool ahead = !w->pfs->sweep; /* a sweep requests its region instead */
-    const int64_t kn = row_table(f, it, false, j0, nk, w->krows, ahead);
-    *vn = typed_rows(f, it, true) ? row_table(f, it, true, j0, nk, w->vrows, ahead) : -1;
-    if (kn == nk && ahead) prefetch_run(f, it, false, j0 + nk); /* a stream: the next tile */
-    return kn;
+    const ta_tensor *t = value ? p->V : p->K;
+    return (hkv - hkv0) * t->stride[1] * (int64_t)ta_dtype_size(t->dtype);
+}
+
+/* The tables of keys [j0, j0 + nk) for a tile whose K rows the few-row kernels read in
+ * place (typed_rows): K's in w->krows and, when V's rows are read in place too, V's in
+ * w->vrows. In a sweep the first head of the tile fills them and the others read them at
+ * their offsets (fused_pf: one table a tile instead of one a head, which took 3 - 5% of
+ * a bfloat16 decode step from L3). */
+static tile_tab tile_tables(const fused_plan *f, const fused_item *it, const fused_ws *w,
+                            int64_t j0, int64_t nk)
+{
+    fused_pf *s = w->pfs;
+    const bool tv = typed_rows(f, it, true);
+    if (s->sweep && s->tab_j0 == j0 && s->tab_nk == nk && s->tab_b == it->b &&
+        (s->tab_vn >= 0) == tv)
+        return (tile_tab){s->tab_k, s->tab_v, s->tab_kn, s->tab_vn,
+                          head_off(f->p, false, it->hkv, s->tab_hkv),
+                          head_off(f->p, true, it->hkv, s->tab_hkv)};
+    const bool ahead = !s->sweep; /* a sweep requests its region instead */
+    tile_tab t = {w->krows, w->vrows, 0, -1, 0, 0};
+    t.kn = row_table(f, it, false, j0, nk, w->krows, ahead);
+    if (tv) t.vn = row_table(f, it, true, j0, nk, w->vrows, ahead);
+    if (t.kn == nk && ahead) prefetch_run(f, it, false, j0 + nk); /* a stream: the next tile */
+    if (s->sweep) {
+        s->tab_k = w->krows;
+        s->tab_v = w->vrows;
+        s->tab_j0 = j0;
+        s->tab_nk = nk;
+        s->tab_b = it->b;
+        s->tab_hkv = it->hkv;
+        s->tab_kn = t.kn;
+        s->tab_vn = t.vn;
+    }
+    return t;
 }
 
 /* The scores of keys [j0, j0 + nk), s = (scale Q) K^T, run by run into the tile's
  * columns: a paged cache's tile spans blocks (its softmax and rescale stay per tile).
- * ss: the tile's row stride (score_ld). Returns the entries of V's row table when it
- * filled w->vrows for tile_pv, else -1. */
-static int64_t tile_scores(const fused_plan *f, const fused_item *it, const fused_ws *w,
-                           int64_t j0, int64_t nk, const int32_t *rowk, int64_t ss)
+ * ss: the tile's row stride (score_ld). *tab: the tables the kernels read, whose V table
+ * (vn >= 0) tile_pv then takes; vn = -1 when none. */
+static void tile_scores(const fused_plan *f, const fused_item *it, const fused_ws *w,
+                        int64_t j0, int64_t nk, const int32_t *rowk, int64_t ss, tile_tab *tab)
 {
     const ta_sdpa_problem *p = f->p;
+    tab->vn = -1;
     if (typed_rows(f, it, false)) { /* K rows in place, through a table (any run) */
-        int64_t vn;
-        const int64_t kn = tile_tables(f, it, w, j0, nk, &vn);
+        *tab = tile_tables(f, it, w, j0, nk);
         fused_pf *s = w->pfs; /* V's rows prefetched with K's when V has a table */
-        f->k->attn_qk_rows_kv[f->kind_k](w->s, ss, w->qp, p->D, it->mq, w->krows, nk,
-                                         p->D, kn, vn >= 0 ? w->vrows : NULL,
+        f->k->attn_qk_rows_kv[f->kind_k](w->s, ss, w->qp, p->D, it->mq, tab->k, tab->koff, nk,
+                                         p->D, tab->kn, tab->vn >= 0 ? tab->v : NULL,
+                                         tab->voff,
                                          p->Dv * (int64_t)ta_dtype_size(p->V->dtype),
                                          s->sweep ? pf_take(s, nk * s->line_key) : NULL);
-        return vn;
+        return;
     }
     int64_t n, ld;
     for (int64_t a = 0; a < nk; a += n) {
@@ -446,7 +483,6 @@ static int64_t tile_scores(const fused_plan *f, const fused_item *it, const fuse
             f->k->attn_qk(s, w->qp, kt, ld, n, p->D, run_rowk(f, w, rowk, nk, a, n),
                           stream_scores(f, it, w, j0 + a, n));
     }
-    return -1;
 }
 
 /* O = O alpha + P V over keys [j0, j0 + nk), run by run: alpha rescales O once, with the
@@ -454,19 +490,24 @@ static int64_t tile_scores(const fused_plan *f, const fused_item *it, const fuse
  * instead, for one attn_pv call, cost prefill more than the kernel's extra passes over O
  * did: docs/inference.md.) */
 static void tile_pv(const fused_plan *f, const fused_item *it, const fused_ws *w, int64_t j0,
-                    int64_t nk, const int32_t *rowk, int64_t vfilled, int64_t ss)
+                    int64_t nk, const int32_t *rowk, const tile_tab *tab, int64_t ss)
 {
     const ta_sdpa_problem *p = f->p;
     if (typed_rows(f, it, true)) { /* V rows in place, through a table (any run) */
         ta_fused_o_ready(f, it, w); /* attn_pv_rows_kv always reads o */
         int64_t keys = rowk ? 0 : nk; /* keys past every row's need hold p = 0: skip */
         for (int64_t r = 0; rowk && r < it->mq; r++) keys = TA_MAX(keys, (int64_t)rowk[r]);
-        /* V's table as tile_scores filled it (vfilled entries), else filled here */
+        /* V's table as tile_scores left it, else filled here */
         fused_pf *s = w->pfs;
-        const int64_t avail =
-            vfilled >= 0 ? vfilled : row_table(f, it, true, j0, nk, w->vrows, !s->sweep);
+        const void *const *vt = tab->v;
+        int64_t avail = tab->vn, voff = tab->voff;
+        if (avail < 0) {
+            vt = w->vrows;
+            voff = 0;
+            avail = row_table(f, it, true, j0, nk, w->vrows, !s->sweep);
+        }
         if (avail == nk && !s->sweep) prefetch_run(f, it, true, j0 + nk);
-        f->k->attn_pv_rows_kv[f->kind_v](w->o, f->ldo, w->s, ss, w->alpha, w->vrows,
+        f->k->attn_pv_rows_kv[f->kind_v](w->o, f->ldo, w->s, ss, w->alpha, vt, voff,
                                          keys, p->Dv, it->mq, avail,
                                          s->sweep ? pf_take(s, nk * s->line_key) : NULL);
         return;
@@ -585,10 +626,10 @@ static int64_t tile_begin(const fused_plan *f, const fused_item *it, const fused
 }
 
 /* The rest of the step once w->s holds the tile's scores: the score variants, the masks,
- * the softmax step and P.V (vfilled: as tile_scores returned; ss: score_ld's stride). */
+ * the softmax step and P.V (tab: as tile_scores left it; ss: score_ld's stride). */
 static void tile_end(const fused_plan *f, const fused_item *it, const fused_ws *w,
                      const item_run *ir, int64_t j0, int64_t nk, const int32_t *rowk,
-                     int64_t vfilled, int64_t ss)
+                     const tile_tab *tab, int64_t ss)
 {
     const ta_sdpa_problem *p = f->p;
     const ta_kernels *k = f->k;
@@ -604,7 +645,7 @@ static void tile_end(const fused_plan *f, const fused_item *it, const fused_ws *
         ta_sdpa_fused_window_mask(w->s, MQ, it->mq, j0, nk, w->lo, w->end);
     if (few) k->attn_softmax_rows(w->s, ss, w->m, w->l, w->alpha, nk, it->mq);
     else k->attn_softmax(w->s, w->m, w->l, w->alpha, nk, it->mq, rowk);
-    if (p->Dv > 0) tile_pv(f, it, w, j0, nk, rowk, vfilled, ss);
+    if (p->Dv > 0) tile_pv(f, it, w, j0, nk, rowk, tab, ss);
 }
 
 /* One online-softmax step of a work item: the key tile from j0; returns its key count. */
@@ -616,8 +657,9 @@ static int64_t item_tile(const fused_plan *f, const fused_item *it, const fused_
     const int64_t nk = tile_begin(f, it, w, ir, j0, &rowk, &skip);
     if (skip) return nk;
     const int64_t ss = score_ld(f, it, ir, j0, nk);
-    const int64_t vfilled = tile_scores(f, it, w, j0, nk, rowk, ss);
-    tile_end(f, it, w, ir, j0, nk, rowk, vfilled, ss);
+    tile_tab tab;
+    tile_scores(f, it, w, j0, nk, rowk, ss, &tab);
+    tile_end(f, it, w, ir, j0, nk, rowk, &tab, ss);
     return nk;
 }
 
@@ -712,7 +754,8 @@ void ta_fused_run_sweep(const fused_plan *f, const fused_item *its, int64_t n, c
 {
     fused_pf *s = ws[0].pfs;
     item_run ir[TA_FUSED_SWEEP_MAX];
-    int64_t j0[TA_FUSED_SWEEP_MAX], nk[TA_FUSED_SWEEP_MAX], vn[TA_FUSED_SWEEP_MAX];
+    int64_t j0[TA_FUSED_SWEEP_MAX], nk[TA_FUSED_SWEEP_MAX];
+    tile_tab tab[TA_FUSED_SWEEP_MAX];
     int64_t ss[TA_FUSED_SWEEP_MAX];
     const int32_t *rowk[TA_FUSED_SWEEP_MAX];
     bool live[TA_FUSED_SWEEP_MAX];
@@ -731,15 +774,16 @@ void ta_fused_run_sweep(const fused_plan *f, const fused_item *its, int64_t n, c
             live[h] = !skip;
         }
         sweep_next(f, s, its, n, j0, nk, next);
+        s->tab_j0 = -1; /* the first head with a table fills this tile's */
         for (int64_t h = 0; h < n; h++) {
             if (!live[h]) continue;
             ss[h] = score_ld(f, &its[h], &ir[h], j0[h], nk[h]);
-            vn[h] = tile_scores(f, &its[h], &ws[h], j0[h], nk[h], rowk[h], ss[h]);
+            tile_scores(f, &its[h], &ws[h], j0[h], nk[h], rowk[h], ss[h], &tab[h]);
         }
         more = false;
         for (int64_t h = 0; h < n; h++) {
             if (j0[h] >= its[h].jhi) continue;
-            if (live[h]) tile_end(f, &its[h], &ws[h], &ir[h], j0[h], nk[h], rowk[h], vn[h], ss[h]);
+            if (live[h]) tile_end(f, &its[h], &ws[h], &ir[h], j0[h], nk[h], rowk[h], &tab[h], ss[h]);
             j0[h] += nk[h];
             more |= j0[h] < its[h].jhi;
         }
