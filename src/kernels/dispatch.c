@@ -45,6 +45,7 @@ static ta_kernels tables[TA_ISA_COUNT];
 int ta_stream_prefetch_rows;
 int ta_stream_prefetch_l1;
 int ta_exp_denormal_assist = 1;
+int ta_pf_stream_l2;
 static int usable[TA_ISA_COUNT];
 static ta_isa active = TA_ISA_SCALAR;
 static char init_error[256];
@@ -134,6 +135,7 @@ static void init_tables(void)
         ta_cpu_is_intel() || ta_cpu_amd_family() >= 0x1A ? TA_STREAM_PREFETCH_ROWS : 0;
     ta_stream_prefetch_l1 = !ta_cpu_is_intel() && ta_cpu_amd_family() >= 0x1A;
     ta_exp_denormal_assist = ta_cpu_is_intel();
+    ta_pf_stream_l2 = ta_cpu_is_intel();
     const char *want = getenv("TA_ARCH");
     if (want && *want)
         for (int i = 0; i < TA_ISA_COUNT; i++)
