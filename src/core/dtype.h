@@ -26,6 +26,14 @@ enum {
     TA_ACCEPT_ANY = (1u << TA_F32) | (1u << TA_F16) | (1u << TA_BF16) | (1u << TA_F64),
 };
 
+/* ta_dtype_size, inlined: the bytes of one element (0 for a value outside the enum). The
+ * fused paths ask per tile and per row table (a call was 1.9% of a B512 L128 causal
+ * forward's samples on an Emerald Rapids). */
+static inline size_t ta_elem_size(ta_dtype dt)
+{
+    return dt == TA_F32 ? 4 : dt == TA_F16 || dt == TA_BF16 ? 2 : dt == TA_F64 ? 8 : 0;
+}
+
 /* Whether dt is one of the four dtypes. */
 static inline int ta_dtype_valid(ta_dtype dt) { return (unsigned)dt <= (unsigned)TA_BF16; }
 

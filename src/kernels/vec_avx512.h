@@ -26,7 +26,8 @@ static const float exp2_32_avx512[32] __attribute__((aligned(64))) = {
     0x1.b7f770p+0f, 0x1.c199bep+0f, 0x1.cb720ep+0f, 0x1.d5818ep+0f, 0x1.dfc974p+0f,
     0x1.ea4afap+0f, 0x1.f50766p+0f};
 
-/* e^x for x >= lo (x clamped there: max(lo, x), NaN passes), 0 in the lanes outside keep:
+/* e^x, 0 in the lanes outside keep, for x >= -104 or NaN in the kept lanes (the other
+ * lanes may hold anything: -inf makes NaN there, which the zero mask drops):
  * k = x log2(e) rounded to a multiple of 1/32 (one FMA adding 1.5 * 2^18, whose float
  * has ulp 1/32: the sum's low 5 bits are then j = 32 k mod 32), r = x - k ln2 (Cody-Waite,
  * two FMAs; |r| <= ln2 / 64), e^x = 2^floor(k) * 2^(j/32) * e^r with 2^(j/32) from the
@@ -34,10 +35,9 @@ static const float exp2_32_avx512[32] __attribute__((aligned(64))) = {
  * 2^-30), the last step one FMA T + T (e^r - 1), and 2^floor(k) by vscalefps (one
  * rounding, also into the denormals). 7 FMA-pipe ops (the Cephes form it replaced had
  * 10); at most 1.02 ulp on every float in [-104, 88.7] (docs/kernels.md). */
-static inline __m512 exp_core_avx512(__m512 x, __m512 lo, __mmask16 keep)
+static inline __m512 exp_poly_avx512(__m512 x, __mmask16 keep)
 {
     const __m512 magic = _mm512_set1_ps(0x1.8p18f);
-    x = _mm512_max_ps(lo, x); /* second operand: NaN passes */
     const __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), magic);
     const __m512 k = _mm512_sub_ps(t, magic);
     __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0x1.62e430p-1f), x);
@@ -51,6 +51,12 @@ static inline __m512 exp_core_avx512(__m512 x, __m512 lo, __mmask16 keep)
     return _mm512_maskz_scalef_ps(keep, _mm512_fmadd_ps(tab, q, tab), k);
 }
 
+/* exp_poly_avx512 on x clamped at lo >= -104 first (max(lo, x): NaN passes). */
+static inline __m512 exp_core_avx512(__m512 x, __m512 lo, __mmask16 keep)
+{
+    return exp_poly_avx512(_mm512_max_ps(lo, x), keep); /* second operand: NaN passes */
+}
+
 /* expf for x <= 88.7 (NaN -> NaN, -inf -> 0). A result below FLT_MIN costs an Intel core
  * a microcode assist (~10x the exp's time: a causal tile's masked -inf scores measured
  * 8x slower in the softmax step on Emerald Rapids; docs/kernels.md), so lanes with
@@ -59,10 +65,13 @@ static inline __m512 exp_core_avx512(__m512 x, __m512 lo, __mmask16 keep)
  * clamped at -104, with the assist: the same bits as one pass clamped at -104. */
 static inline __m512 exp_avx512(__m512 x)
 {
-    const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
-    __m512 y = exp_core_avx512(x, _mm512_set1_ps(-87.0f), (__mmask16)~tiny);
-    if (__builtin_expect(tiny != 0, 0)) {
-        const __mmask16 den = _mm512_mask_cmp_ps_mask(tiny, x, _mm512_set1_ps(-104.0f), _CMP_GE_OQ);
+    /* keep: x >= -87 or NaN (not less than, unordered), so no clamp and no mask
+     * inversion: two operations of the ~16 a score vector takes in the softmax step, on
+     * the two FMA ports of an Intel core; kortest's carry says whether all lanes kept */
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_NLT_UQ);
+    __m512 y = exp_poly_avx512(x, keep);
+    if (__builtin_expect(!_kortestc_mask16_u8(keep, keep), 0)) {
+        const __mmask16 den = _mm512_mask_cmp_ps_mask((__mmask16)~keep, x, _mm512_set1_ps(-104.0f), _CMP_GE_OQ);
         if (den) y = _mm512_mask_mov_ps(y, den, exp_core_avx512(x, _mm512_set1_ps(-104.0f), den));
     }
     return y;

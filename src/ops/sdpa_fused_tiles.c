@@ -81,7 +81,7 @@ static const char *kv_rows(const fused_plan *f, const fused_item *it, bool value
 {
     const ta_tensor *t = value ? f->p->V : f->p->K;
     return (const char *)t->data +
-           ta_dtype_size(t->dtype) * (size_t)ta_sdpa_kv_offset(f->p, value, it->b, it->hkv, j0);
+           ta_elem_size(t->dtype) * (size_t)ta_sdpa_kv_offset(f->p, value, it->b, it->hkv, j0);
 }
 
 /* Whether K's (value false) or V's key rows follow each other in memory, unpaged: a
@@ -105,7 +105,7 @@ static int64_t row_table(const fused_plan *f, const fused_item *it, bool value, 
     const ta_tensor *t = value ? p->V : p->K;
     const bool stream = rows_stream(p, value);
     const int64_t n = stream || !ahead ? nk : TA_MIN(nk + TA_ROWS_AHEAD, it->jhi - j0);
-    const size_t es = ta_dtype_size(t->dtype);
+    const size_t es = ta_elem_size(t->dtype);
     const char *base = (const char *)t->data;
     const int64_t ld = (int64_t)es * t->stride[2];
     /* one run (a block of a paged cache, or all n rows) at a time: one lookup of the
@@ -133,7 +133,7 @@ static bool typed_rows(const fused_plan *f, const fused_item *it, bool value)
 }
 
 /* Bytes between key rows of K or V (within a run). */
-static int64_t kv_ld(const ta_tensor *t) { return (int64_t)ta_dtype_size(t->dtype) * t->stride[2]; }
+static int64_t kv_ld(const ta_tensor *t) { return (int64_t)ta_elem_size(t->dtype) * t->stride[2]; }
 
 static const float *kv_tile(const fused_plan *f, const fused_item *it, bool value, int64_t j0,
                             int64_t nk, float *buf, int64_t *ld)
@@ -272,7 +272,7 @@ static inline __attribute__((always_inline)) void prefetch_run(const fused_plan 
     const ta_tensor *t = value ? p->V : p->K;
     if (!few_rows(f, it) || j >= it->jhi || t->stride[3] != 1) return;
     if (rows_stream(p, value)) return;
-    const int64_t es = (int64_t)ta_dtype_size(t->dtype), bytes = (value ? p->Dv : p->D) * es;
+    const int64_t es = (int64_t)ta_elem_size(t->dtype), bytes = (value ? p->Dv : p->D) * es;
     const int64_t n = TA_MIN(TA_MIN(ta_sdpa_kv_run(p, j), it->jhi - j), TA_FUSED_PREFETCH_ROWS);
     const char *row = (const char *)t->data + es * ta_sdpa_kv_offset(p, value, it->b, it->hkv, j);
     for (int64_t r = 0; r < n; r++, row += es * t->stride[2])
@@ -300,7 +300,7 @@ static void pf_kv_rows(fused_pf *s, const fused_plan *f, const fused_item *it, b
     const ta_tensor *t = value ? f->p->V : f->p->K;
     if (t->stride[3] != 1 || n <= 0) return;
     n = TA_MIN(n, ta_sdpa_kv_run(f->p, j));
-    const int64_t bytes = (value ? f->p->Dv : f->p->D) * (int64_t)ta_dtype_size(t->dtype);
+    const int64_t bytes = (value ? f->p->Dv : f->p->D) * (int64_t)ta_elem_size(t->dtype);
     pf_rows(s, kv_rows(f, it, value, j), kv_ld(t), bytes, n);
 }
 
@@ -327,7 +327,7 @@ static void sweep_region(const fused_plan *f, fused_pf *s, const fused_item *fir
     int64_t lines = 0;
     for (int value = 0; value < 2; value++) {
         const ta_tensor *t = value ? p->V : p->K;
-        const int64_t bytes = (value ? p->Dv : p->D) * (int64_t)ta_dtype_size(t->dtype);
+        const int64_t bytes = (value ? p->Dv : p->D) * (int64_t)ta_elem_size(t->dtype);
         for (int64_t a = j, run; a < je && s->rn < TA_FUSED_REGION_SPANS; a += run) {
             run = TA_MIN(ta_sdpa_kv_run(p, a), je - a);
             const char *lo = kv_rows(f, first, value, a), *hi = kv_rows(f, &last, value, a);
@@ -415,7 +415,7 @@ typedef struct tile_tab {
 static int64_t head_off(const ta_sdpa_problem *p, bool value, int64_t hkv, int64_t hkv0)
 {
     const ta_tensor *t = value ? p->V : p->K;
-    return (hkv - hkv0) * t->stride[1] * (int64_t)ta_dtype_size(t->dtype);
+    return (hkv - hkv0) * t->stride[1] * (int64_t)ta_elem_size(t->dtype);
 }
 
 /* The tables of keys [j0, j0 + nk) for a tile whose K rows the few-row kernels read in
@@ -466,7 +466,7 @@ static void tile_scores(const fused_plan *f, const fused_item *it, const fused_w
         f->k->attn_qk_rows_kv[f->kind_k](w->s, ss, w->qp, p->D, it->mq, tab->k, tab->koff, nk,
                                          p->D, tab->kn, tab->vn >= 0 ? tab->v : NULL,
                                          tab->voff,
-                                         p->Dv * (int64_t)ta_dtype_size(p->V->dtype),
+                                         p->Dv * (int64_t)ta_elem_size(p->V->dtype),
                                          s->sweep ? pf_take(s, nk * s->line_key) : NULL);
         return;
     }

@@ -250,7 +250,7 @@ static ta_status validate(kv_call *k, const char *fn, ta_tensor *O, const ta_ten
  * none). */
 static void *elem(const ta_tensor *t, int64_t off)
 {
-    return t->data && off ? (char *)t->data + (size_t)off * ta_dtype_size(t->dtype) : t->data;
+    return t->data && off ? (char *)t->data + (size_t)off * ta_elem_size(t->dtype) : t->data;
 }
 
 /* Batch row b of a [B, L, H, X] tensor as the [1, H, L, X] view a problem takes. */

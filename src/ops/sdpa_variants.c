@@ -160,7 +160,7 @@ static double at4(const ta_tensor *t, int64_t b, int64_t h, int64_t i, int64_t c
 {
     const int64_t off = b * t->stride[0] + h * t->stride[1] + i * t->stride[2] +
                         (t->ndim > 3 ? c * t->stride[3] : 0);
-    return (double)ta_dtype_load((const char *)t->data + off * (int64_t)ta_dtype_size(t->dtype),
+    return (double)ta_dtype_load((const char *)t->data + off * (int64_t)ta_elem_size(t->dtype),
                                  t->dtype);
 }
 
