@@ -45,7 +45,7 @@ static inline void *ta_tensor_ptr(const ta_tensor *t, const int64_t *idx)
 {
     int64_t off = 0;
     for (int i = 0; i < t->ndim; i++) off += idx[i] * t->stride[i];
-    return (char *)t->data + off * (int64_t)ta_dtype_size(t->dtype);
+    return (char *)t->data + off * (int64_t)ta_elem_size(t->dtype);
 }
 /* C-contiguous element strides for shape. */
 void ta_contiguous_strides(int64_t *stride, int ndim, const int64_t *shape);
@@ -70,7 +70,7 @@ static inline bool ta_tensors_overlap(const ta_tensor *a, const ta_tensor *b)
             if (span < 0) neg += span; else pos += span;
         }
         if (n == 0) return false;
-        uintptr_t base = (uintptr_t)t[k]->data, size = ta_dtype_size(t[k]->dtype);
+        uintptr_t base = (uintptr_t)t[k]->data, size = ta_elem_size(t[k]->dtype);
         lo[k] = base - (uintptr_t)(-neg) * size;
         hi[k] = base + (uintptr_t)(pos + 1) * size;
     }
