@@ -263,8 +263,12 @@ ROWS_INLINE void pv_group(float *o, int64_t ldo, const float *p, int64_t mqs,
         for (int c = 0; c < NV; c++) acc[r][c] = V_MUL(acc[r][c], a);
     }
     TA_PF_BEGIN(pf);
+    /* the group's first column folded into the offset, so that the loads below take
+     * constant displacements (four column offsets held in registers crowded the key
+     * loop: the table's base went to a vector register, the stride to the stack) */
+    const int64_t vo = voff + c0 * (kind == KIND_F32 ? 4 : 2);
     for (int64_t j = 0; j < nk; j++) {
-        const char *vr = (const char *)v[j] + voff;
+        const char *vr = (const char *)v[j] + vo;
         if (PFS) /* the caller's stream instead of the rows ahead */
             for (int64_t i = 0; i < per; i++) TA_PF_STEP(pf);
         else if (c0 == 0 && j % 4 == 0) /* the next 4 rows' lines: the key loop stays innermost */
@@ -275,8 +279,8 @@ ROWS_INLINE void pv_group(float *o, int64_t ldo, const float *p, int64_t mqs,
 #pragma GCC unroll 8
         for (int c = 0; c < NV; c += 1 + EO) {
             VT v0, v1;
-            if (EO) V_LOAD_BF16_EO((const uint16_t *)(const void *)vr + c0 + c * VL, &v0, &v1);
-            else v0 = v1 = load_kind(vr, c0 + c * VL, kind);
+            if (EO) V_LOAD_BF16_EO((const uint16_t *)(const void *)vr + c * VL, &v0, &v1);
+            else v0 = v1 = load_kind(vr, c * VL, kind);
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++) {
                 acc[r][c] = V_FMA(pb[r], v0, acc[r][c]);
