@@ -364,6 +364,71 @@ static int run_pairs(bench_state *s)
     return failed ? -1 : 0;
 }
 
+/* ------------------------------------ fractions of the peak in alternation */
+
+/* Whether c gets peak_fraction_alternating: a compute case that ran (not the reference
+ * path, which the seed's algorithm bounds, nor a memory-bound case). */
+static int peak_alternates(const bench_case *c)
+{
+    return bench_case_ok(c) && c->flops > 0.0 && !(c->bytes > 0.0) && !c->is_reference &&
+           c->median_s > 0.0;
+}
+
+/* c set up, a warm-up call, then rounds of a peak measurement on c's thread count and
+ * ISA and one timed call, as many as time_pair's rounds; then the output is checked
+ * again. Returns 0, or -1 on a failure (said by run_peaks). */
+static int time_against_peak(bench_state *s, bench_case *c)
+{
+    ta_status st = ta_set_num_threads(c->threads);
+    if (st != TA_OK) return bench_lib_fail(c, "ta_set_num_threads", st);
+    c->ref_out = NULL;
+    int rc = 0;
+    if (c->kind->setup(c) || c->kind->run(c)) rc = -1;
+    const int slow = !s->cfg.quick && c->cold_s >= 0.25;
+    const int min_rounds = s->cfg.quick || slow ? 3 : 11;
+    const double min_seconds = slow ? 0.0 : 2.0 * s->cfg.min_seconds, start = bench_seconds_now();
+    int n = 0;
+    while (!rc && n < BENCH_MAX_RUNS && (n < min_rounds || bench_seconds_now() - start < min_seconds)) {
+        double peak = 0.0;
+        const char *why = bench_fma_peak(&peak, ta_active_isa(), c->threads, 0.02);
+        if (why) {
+            snprintf(c->error, sizeof c->error, "the FMA peak: %s", why);
+            rc = -1;
+            break;
+        }
+        const double t0 = bench_seconds_now();
+        if (c->kind->run(c)) rc = -1;
+        const double t = bench_seconds_now() - t0;
+        if (!rc) s->times[n++] = t > 0.0 && peak > 0.0 ? c->flops / t * 1e-9 / peak : NAN;
+    }
+    if (!rc && check_case(c)) rc = -1;
+    if (!rc && n > 0) {
+        c->peak_fraction_alternating = median_of(s->times, n);
+        c->peak_rounds = n;
+    }
+    teardown(c);
+    return rc;
+}
+
+/* Every compute case's fraction of the peak again, in alternation (time_against_peak). */
+static int run_peaks(bench_state *s)
+{
+    int failed = 0;
+    for (int i = 0; i < s->ncases; i++) {
+        bench_case *c = &s->cases[i];
+        if (!peak_alternates(c)) continue;
+        bench_progress(s, "%s against the FMA peak, alternating ...", c->name);
+        if (time_against_peak(s, c)) {
+            bench_progress_clear(s);
+            fprintf(stderr, "tensorattn: error: bench case %s against the FMA peak: %s\n",
+                    c->name, c->error);
+            failed++;
+        }
+    }
+    bench_progress_clear(s);
+    return failed ? -1 : 0;
+}
+
 /* ------------------------------------------------------------ every case */
 
 int bench_run_cases(bench_state *s)
@@ -380,6 +445,8 @@ int bench_run_cases(bench_state *s)
         c->speedup_vs_torch = NAN;
         c->bandwidth_fraction = c->ratio_vs_causal = c->ratio_vs = c->ratio_alternating = NAN;
         c->ratio_rounds = 0;
+        c->peak_fraction_alternating = NAN;
+        c->peak_rounds = 0;
         c->extra_bytes = c->extra_bytes_cold = -1.0;
         if (c->skip_reason[0]) { /* decided when the case was built */
             c->status = "skipped";
@@ -408,6 +475,7 @@ int bench_run_cases(bench_state *s)
     ta_tensor_free(&s->kept); /* a twin that was filtered out or failed before using it */
     s->kept_for = -1;
     failed += run_pairs(s) ? 1 : 0;
+    failed += run_peaks(s) ? 1 : 0;
     ta_set_num_threads(s->cfg.threads);
     return failed ? -1 : 0;
 }

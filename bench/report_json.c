@@ -40,6 +40,9 @@ static cJSON *case_json(const bench_case *c)
     NUM("gflops", c->gflops, ok);
     NUM("peak_gflops", c->peak_gflops, ok);
     NUM("peak_fraction", c->peak_fraction, ok);
+    NUM("peak_fraction_alternating", c->peak_fraction_alternating,
+        isfinite(c->peak_fraction_alternating));
+    NUM("peak_rounds", c->peak_rounds, c->peak_rounds > 0);
     /* sdpa outputs are of order 1: their error is absolute (bench/README.md). */
     NUM(c->kind->abs_err ? "max_abs_err" : "max_rel_err", c->max_rel_err,
         isfinite(c->max_rel_err) && c->max_rel_err >= 0.0 && strcmp(c->status, "skipped"));

@@ -64,6 +64,16 @@ void bench_print_table(const bench_state *s)
                        c->vs_scale, c->vs_case, c->vs_key, alt);
         }
     }
+    int any = 0;
+    for (int i = 0; i < s->ncases; i++) {
+        const bench_case *c = &s->cases[i];
+        if (!c->status || !isfinite(c->peak_fraction_alternating)) continue;
+        if (!any++)
+            printf("fractions of the FMA peak measured between the calls (median of rounds of "
+                   "a 20 ms peak measurement, then one call):\n");
+        printf("  %-32s %5.1f%% in %d rounds (%.1f%% against the run's peak)\n", c->name,
+               100.0 * c->peak_fraction_alternating, c->peak_rounds, 100.0 * c->peak_fraction);
+    }
     fflush(stdout);
 }
 

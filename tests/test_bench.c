@@ -156,6 +156,8 @@ static void check_bandwidth(const cJSON *c, const cJSON *machine, double bytes)
     assert_close(num(c, "read_bandwidth_gbs"), bw, 1e-12); /* one thread: the bench's */
     assert_close(num(c, "bandwidth_fraction"), gbs / bw, 1e-9);
     assert_true(gbs > 0.0);
+    /* memory-bound: no fraction of the FMA peak in alternation (Method, 10) */
+    assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(c, "peak_fraction_alternating")));
 }
 
 /* The fields every attention row carries, and its flop count from the shape. */
@@ -309,6 +311,19 @@ static void test_causal_mask_tensor_is_set_against_opts_causal(void **state)
         assert_true(num(mask, "ratio_vs_causal_alternating") > 0.0);
         assert_true(num(mask, "ratio_rounds") >= 3.0);
         assert_null(cJSON_GetObjectItemCaseSensitive(causal, "ratio_vs_causal_alternating"));
+        /* the fraction of the peak from rounds of a short peak and a call (Method, 10):
+         * fused cases only, of the order of peak_fraction */
+        for (int k = 0; k < 2; k++) {
+            const cJSON *c = k ? mask : causal;
+            if (p == 0) {
+                assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(c, "peak_fraction_alternating")));
+                assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(c, "peak_rounds")));
+                continue;
+            }
+            const double f = num(c, "peak_fraction_alternating");
+            assert_true(f > 0.0 && f < 4.0 * num(c, "peak_fraction") + 0.5);
+            assert_true(num(c, "peak_rounds") >= 3.0);
+        }
     }
     double diff = num(find_case(root, "sdpa_seed_causal_mask_fused"), "max_abs_diff_vs_reference");
     assert_true(diff >= 0.0 && diff <= 1e-4);
