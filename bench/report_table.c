@@ -69,8 +69,9 @@ void bench_print_table(const bench_state *s)
         const bench_case *c = &s->cases[i];
         if (!c->status || !isfinite(c->peak_fraction_alternating)) continue;
         if (!any++)
-            printf("fractions of the FMA peak measured between the calls (median of rounds of "
-                   "a 20 ms peak measurement, then one call):\n");
+            printf("fractions of the FMA peak measured around the calls (median of rounds of "
+                   "one call against the higher of the 20 ms peak measurements before and "
+                   "after it):\n");
         printf("  %-32s %5.1f%% in %d rounds (%.1f%% against the run's peak)\n", c->name,
                100.0 * c->peak_fraction_alternating, c->peak_rounds, 100.0 * c->peak_fraction);
     }
