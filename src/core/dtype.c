@@ -7,16 +7,7 @@
 
 #include <string.h>
 
-size_t ta_dtype_size(ta_dtype dtype)
-{
-    switch (dtype) {
-    case TA_F32: return 4;
-    case TA_F64: return 8;
-    case TA_F16:
-    case TA_BF16: return 2;
-    }
-    return 0;
-}
+size_t ta_dtype_size(ta_dtype dtype) { return ta_elem_size(dtype); }
 
 const char *ta_dtype_name(ta_dtype dtype)
 {
