@@ -137,9 +137,9 @@ struct bench_case {
     double ratio_alternating;
     int ratio_rounds;
     /* A compute case (flops, no bytes; not the reference path): its fraction of the FMA
-     * peak timed in alternation, after every case ran: rounds of a short peak measurement
-     * (bench_fma_peak over ~20 ms) and one call, and the median over the rounds of the
-     * call's GFLOP/s over the peak measured just before it, so that a host whose speed
+     * peak timed in alternation, after every case ran: rounds of one call between two
+     * short peak measurements (bench_fma_peak over ~20 ms), and the median over the rounds
+     * of the call's GFLOP/s over the higher of its two peaks, so that a host whose speed
      * moves within a run weighs both alike. NaN: not measured; rounds: how many. */
     double peak_fraction_alternating;
     int peak_rounds;

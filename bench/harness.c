@@ -307,6 +307,16 @@ static bench_case *ratio_partner(bench_state *s, const bench_case *c)
     return o && o != c && o->threads == c->threads ? (bench_case *)o : NULL;
 }
 
+/* Whether another alternating round is due after n of them, started at `start`: at
+ * least 11 rounds (3 with --quick or when `slow`: a cold call of 0.25 s or more) and,
+ * unless slow, the bench's min_seconds twice over; at most BENCH_MAX_RUNS. */
+static int more_rounds(const bench_state *s, int n, int slow, double start)
+{
+    const int min_rounds = s->cfg.quick || slow ? 3 : 11;
+    const double min_seconds = slow ? 0.0 : 2.0 * s->cfg.min_seconds;
+    return n < BENCH_MAX_RUNS && (n < min_rounds || bench_seconds_now() - start < min_seconds);
+}
+
 /* c and its partner o set up side by side, a warm-up call each, then rounds of one call
  * of each (the first of the two alternating) until at least 11 rounds (--quick, or a
  * case whose cold call took 0.25 s or more: 3) and the bench's min_seconds twice over
@@ -322,10 +332,9 @@ static int time_pair(bench_state *s, bench_case *c, bench_case *o)
     if (!rc && (c->kind->run(c) || o->kind->run(o))) rc = -1;
     /* slow cases (the reference path at the big sizes) as few rounds as time_case allows */
     const int slow = !s->cfg.quick && (c->cold_s >= 0.25 || o->cold_s >= 0.25);
-    const int min_rounds = s->cfg.quick || slow ? 3 : 11;
-    const double min_seconds = slow ? 0.0 : 2.0 * s->cfg.min_seconds, start = bench_seconds_now();
+    const double start = bench_seconds_now();
     int n = 0;
-    while (!rc && n < BENCH_MAX_RUNS && (n < min_rounds || bench_seconds_now() - start < min_seconds)) {
+    while (!rc && more_rounds(s, n, slow, start)) {
         double t[2];
         for (int k = 0; k < 2 && !rc; k++) {
             bench_case *x = (k ^ (n & 1)) ? o : c; /* c first in even rounds */
@@ -385,15 +394,13 @@ static int time_against_peak(bench_state *s, bench_case *c)
     int rc = 0;
     if (c->kind->setup(c) || c->kind->run(c)) rc = -1;
     const int slow = !s->cfg.quick && c->cold_s >= 0.25;
-    const int min_rounds = s->cfg.quick || slow ? 3 : 11;
-    const double min_seconds = slow ? 0.0 : 2.0 * s->cfg.min_seconds, start = bench_seconds_now();
+    const double start = bench_seconds_now();
     /* call n runs between peak measurements n and n + 1, and is set against the higher
      * of the two: a measurement that another guest cut short does not count */
     int n = 0;
     double before = 0.0;
     const char *why = bench_fma_peak(&before, ta_active_isa(), c->threads, 0.02);
-    while (!rc && !why && n < BENCH_MAX_RUNS &&
-           (n < min_rounds || bench_seconds_now() - start < min_seconds)) {
+    while (!rc && !why && more_rounds(s, n, slow, start)) {
         const double t0 = bench_seconds_now();
         if (c->kind->run(c)) rc = -1;
         const double t = bench_seconds_now() - t0;
