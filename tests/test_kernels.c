@@ -433,6 +433,10 @@ static void test_attn_qk_rows(void **state)
 
 /* ---------------------------------------------------------- attn_softmax */
 
+/* With softmax_big set, rows r % 5 == 2 have scores and running m 1e5 times larger
+ * (shifts past TA_EXP2_BIG: a base-2 table's vectors that hold one take the other form). */
+static int softmax_big;
+
 /* Scores of spread 60 (some p underflow to denormals or 0), a masked -inf here and there,
  * a row of only -inf, a row with a NaN; running m = -inf (l = 0) or finite; alpha the
  * sentinel. */
@@ -449,27 +453,66 @@ static void softmax_inputs(arena *ar, int64_t MQ, int64_t nk, float **s, float *
     for (int64_t r = 0; r < MQ; r++) {
         (*m)[r] = r % 3 == 0 ? -INFINITY : 40.0f * (*m)[r];
         (*l)[r] = r % 3 == 0 ? 0.0f : 1.0f + 3.0f * fabsf(frand());
+        if (softmax_big && r % 5 == 2) {
+            (*m)[r] *= 1e5f;
+            for (int64_t j = 0; j < nk; j++) (*s)[j * MQ + r] *= 1e5f;
+        }
     }
 }
 
-/* Row r of a softmax step (s, m, l, alpha from s0, m0, l0 [nk, MQ]) against the float64
- * oracle, with the bounds of the file's header. */
-static void softmax_oracle_row(int64_t r, int64_t MQ, int64_t nk, const float *s0,
-                               const float *m0, const float *l0, const float *s,
-                               const float *m, const float *l, const float *alpha)
+/* Row r's shift u: its running max m0[r] and scores s0, 0 when that is -inf. */
+static double softmax_shift(int64_t r, int64_t MQ, int64_t nk, const float *s0, const float *m0)
 {
     double mx = m0[r];
     for (int64_t j = 0; j < nk; j++) /* a NaN score does not enter the max */
         if (s0[j * MQ + r] > mx) mx = s0[j * MQ + r];
-    const double sub = mx == -INFINITY ? 0.0 : mx, xa = m0[r] - sub, ea = exp(xa);
+    return mx;
+}
+
+/* A base-2 table's carry of shift u (kernels.h, attn_softmax_exp2): u L - fl(u L) where
+ * |fl(u L)| < TA_EXP2_BIG, else 0; and whether some row < mq of row r's vector has no
+ * carry (big: the vector's p then take the two-rounding form). */
+static double exp2_carry(double u)
+{
+    const float uL = (float)u * TA_LOG2E_F;
+    return fabsf(uL) < TA_EXP2_BIG ? u * (double)TA_LOG2E_F - (double)uL : 0.0;
+}
+static int exp2_vector_big(const ta_kernels *k, int64_t r, int64_t MQ, int64_t nk, int64_t mq,
+                           const float *s0, const float *m0)
+{
+    const int64_t VL = k->attn_vl, r0 = r / VL * VL;
+    for (int64_t i = r0; i < r0 + VL && i < mq; i++) {
+        const double mx = softmax_shift(i, MQ, nk, s0, m0);
+        const float uL = (float)(mx == -INFINITY ? 0.0 : mx) * TA_LOG2E_F;
+        if (!(fabsf(uL) < TA_EXP2_BIG)) return 1;
+    }
+    return 0;
+}
+
+/* Row r of a softmax step (s, m, l, alpha from s0, m0, l0 [nk, MQ]; table k, tile rows
+ * mq) against the float64 oracle, with the bounds of the file's header. A base-2 table's
+ * p are y = 2^((s - u) L + c) and alpha 2^((m - u) L + c - c_m) (L = TA_LOG2E_F, c the
+ * carry), whose argument carries one rounding (the one-rounding form: (|x| + 3) u y, x
+ * = s - u) or three (sub, multiply, add of c: (3 |x| + 3) u y, and alpha always). */
+static void softmax_oracle_row(const ta_kernels *k, int64_t r, int64_t MQ, int64_t nk,
+                               int64_t mq, const float *s0, const float *m0, const float *l0,
+                               const float *s, const float *m, const float *l,
+                               const float *alpha)
+{
+    const double mx = softmax_shift(r, MQ, nk, s0, m0);
+    const double sub = mx == -INFINITY ? 0.0 : mx, xa = m0[r] - sub;
+    const int b2 = k->attn_softmax_exp2, big = b2 && exp2_vector_big(k, r, MQ, nk, mq, s0, m0);
+    const double c = b2 ? exp2_carry(sub) : 0.0, L = TA_LOG2E_F;
+    const double pw = b2 && big ? 3.0 : 1.0, aw = b2 ? 3.0 : 1.0; /* argument roundings */
+    const double ea = b2 ? exp2(xa * L + c - (isfinite(m0[r]) ? exp2_carry(m0[r]) : 0.0)) : exp(xa);
     EXPECT_ORACLE("m", r, m[r], mx, 0.0);
-    EXPECT_ORACLE("alpha", r, alpha[r], ea, exp_bound(fabs(xa), ea));
-    double lo = l0[r] * ea, bl = lo > 0.0 ? (fabs(xa) + (double)nk + 6.0) * U * lo : 0.0;
+    EXPECT_ORACLE("alpha", r, alpha[r], ea, exp_bound(aw * fabs(xa), ea));
+    double lo = l0[r] * ea, bl = lo > 0.0 ? (aw * fabs(xa) + (double)nk + 6.0) * U * lo : 0.0;
     for (int64_t j = 0; j < nk; j++) {
-        const double x = s0[j * MQ + r] - sub, p = exp(x);
-        EXPECT_ORACLE("s", j * MQ + r, s[j * MQ + r], p, exp_bound(fabs(x), p));
+        const double x = s0[j * MQ + r] - sub, p = b2 ? exp2(x * L + c) : exp(x);
+        EXPECT_ORACLE("s", j * MQ + r, s[j * MQ + r], p, exp_bound(pw * fabs(x), p));
         lo += p;
-        bl += p > 0.0 ? (fabs(x) + (double)nk + 6.0) * U * p : 0.0;
+        bl += p > 0.0 ? (pw * fabs(x) + (double)nk + 6.0) * U * p : 0.0;
     }
     EXPECT_ORACLE("l", r, l[r], lo, bl + ((double)nk + 1.0) * DENORMAL_SLACK);
 }
@@ -506,6 +549,7 @@ static void softmax_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk,
         ref->attn_softmax(rsb, rm, rl, ra, nk, RQ, NULL);
         for (int64_t r = 0; r < n; r++) {
             EXPECT_SCALAR("m", b0 + r, m[b0 + r], rm[r], 0.0);
+            if (k->attn_softmax_exp2 != ref->attn_softmax_exp2) continue; /* the oracle's */
             EXPECT_SCALAR("alpha", b0 + r, alpha[b0 + r], ra[r], 6 * U * fabs(ra[r]) + DENORMAL_SLACK);
             EXPECT_SCALAR("l", b0 + r, l[b0 + r], rl[r], ((double)nk + 16.0) * U * fabs(rl[r]));
             for (int64_t j = 0; j < nk; j++)
@@ -513,7 +557,10 @@ static void softmax_case(const ta_kernels *k, const ta_kernels *ref, int64_t nk,
                               6 * U * fabs(rsb[j * RQ + r]) + DENORMAL_SLACK);
         }
     }
-    for (int64_t r = 0; r < cover; r++) softmax_oracle_row(r, MQ, nk, s0, m0, l0, s, m, l, alpha);
+    /* rows mq .. cover - 1 are scratch the driver never reads; a base-2 table picks its
+     * form by the rows < mq alone, so only a natural one meets the bounds there too */
+    for (int64_t r = 0; r < cover; r++)
+        if (r < mq || !k->attn_softmax_exp2) softmax_oracle_row(k, r, MQ, nk, mq, s0, m0, l0, s, m, l, alpha);
     free(s0);
     free(m0);
     free(l0);
@@ -583,6 +630,54 @@ static void test_attn_softmax(void **state)
             softmax_rowk_case(k, nk, MQ, pattern);
             softmax_rowk_case(k, nk, MQ - VL + 1, pattern);
         }
+    softmax_big = 1; /* shifts past TA_EXP2_BIG in some rows */
+    for (int64_t nk = 1; nk <= 64; nk += nk < 4 ? 1 : 20) {
+        softmax_case(k, ref, nk, MQ);
+        softmax_case(k, ref, nk, 1);
+        softmax_case(k, ref, nk, 3);
+        softmax_rowk_case(k, nk, MQ, 3);
+    }
+    softmax_big = 0;
+}
+
+/* attn_softmax's exp over its whole range: each row's shift 0 (a key of score 0, the
+ * others in [-110, 0]), so p = exp(s), or 2^(fl(s L)) for a base-2 table (the argument
+ * rounded once), against double's exp / exp2 on 2^19 scores: (|x| + 3) u y + 2^-148. */
+static void test_attn_softmax_exp_range(void **state)
+{
+    (void)state;
+    const ta_kernels *ref, *k = tested(&ref);
+    (void)ref;
+    const int64_t MQ = k->attn_mq, nk = 64;
+    snprintf(where, sizeof where, "%s attn_softmax exp range", k->name);
+    float *s = malloc(sizeof(float) * (size_t)(nk * MQ)), *m = malloc(sizeof(float) * (size_t)MQ);
+    float *l = malloc(sizeof(float) * (size_t)MQ), *alpha = malloc(sizeof(float) * (size_t)MQ);
+    float *s0 = malloc(sizeof(float) * (size_t)(nk * MQ));
+    assert_true(s && m && l && alpha && s0);
+    const int64_t per = (nk - 1) * MQ, calls = ((int64_t)1 << 19) / per + 1;
+    for (int64_t c = 0; c < calls; c++) {
+        for (int64_t r = 0; r < MQ; r++) {
+            m[r] = -INFINITY;
+            l[r] = 0.0f;
+            s0[r] = 0.0f; /* key 0: the shift */
+            for (int64_t j = 1; j < nk; j++) /* evenly over [-110, 0], interleaved by call */
+                s0[j * MQ + r] = (float)(-110.0 * (double)((j - 1) * MQ + r + c * per) / (double)(calls * per));
+        }
+        memcpy(s, s0, sizeof(float) * (size_t)(nk * MQ));
+        k->attn_softmax(s, m, l, alpha, nk, MQ, NULL);
+        for (int64_t i = MQ; i < nk * MQ; i++) {
+            const double x = s0[i];
+            const double xl = (double)(float)(s0[i] * TA_LOG2E_F); /* fl(s L) */
+            const double y = k->attn_softmax_exp2 ? exp2(xl) : exp(x);
+            const double b = k->attn_softmax_exp2 ? exp_bound(fabs(x), y) : exp_bound(0.0, y);
+            EXPECT_ORACLE("s", i, s[i], y, b);
+        }
+    }
+    free(s);
+    free(m);
+    free(l);
+    free(alpha);
+    free(s0);
 }
 
 /* --------------------------------------------------------------- attn_pv */
@@ -1124,7 +1219,7 @@ static void softmax_rows_case(const ta_kernels *k, int64_t nk, int64_t mq)
         expect_near("table's attn_softmax", "alpha", r, alpha[r], aw[r], 0.0);
         for (int64_t j = 0; j < nk; j++)
             expect_near("table's attn_softmax", "s", j * MQ + r, s[j * MQ + r], sw[j * MQ + r], 0.0);
-        softmax_oracle_row(r, MQ, nk, s0, m0, l0, s, m, l, alpha);
+        softmax_oracle_row(k, r, MQ, nk, mq, s0, m0, l0, s, m, l, alpha);
     }
     /* The same tile packed, G = 1, 2, 4 or 8 rows a key (the decode sweep's layout, worked in
      * place): the same bits, in a buffer of just the room the contract asks for (nk
@@ -1238,6 +1333,9 @@ static void test_attn_softmax_rows(void **state)
     const int64_t nks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 63, 64, 65, 130};
     for (size_t i = 0; i < sizeof nks / sizeof nks[0]; i++)
         for (int64_t mq = 1; mq <= k->attn_rows_max; mq++) softmax_rows_case(k, nks[i], mq);
+    softmax_big = 1; /* shifts past TA_EXP2_BIG in some rows */
+    for (int64_t mq = 1; mq <= k->attn_rows_max; mq++) softmax_rows_case(k, 17, mq);
+    softmax_big = 0;
 }
 
 int main(void)
@@ -1255,6 +1353,7 @@ int main(void)
         cmocka_unit_test(test_attn_qk_rows_kv),
         cmocka_unit_test(test_attn_pv_rows_kv),
         cmocka_unit_test(test_attn_softmax_rows),
+        cmocka_unit_test(test_attn_softmax_exp_range),
         cmocka_unit_test(test_exp_forms_bitwise),
         cmocka_unit_test(test_attn_bwd_gemm),
         cmocka_unit_test(test_attn_bwd_dsoftmax),

@@ -38,6 +38,8 @@
 #define ATTN_INLINE static inline __attribute__((always_inline))
 /* The exp of a function instantiated twice (SAFE: 1 where ta_exp_denormal_assist). */
 #define SM_EXPF(v) (SAFE ? V_EXP(v) : V_EXP_ONEPASS(v))
+/* The same for 2^x where the vocabulary has it (V_EXP2: the softmax in base 2). */
+#define SM_EXP2F(v) (SAFE ? V_EXP2(v) : V_EXP2_ONEPASS(v))
 
 /* The limits of the switches below (a tile over them would silently compute nothing). */
 _Static_assert(KJ >= 1 && KJ <= 12, "attn_template.h: QK_SWITCH has cases for 1..12 keys");
@@ -245,6 +247,51 @@ void NAME_QK_ROWS(float *s, const float *q, int64_t ldq, int64_t mq, const float
     }
 }
 
+/* The exps of one vector of rows of the softmax step (s: its first lane, keys MQ floats
+ * apart; keys [0, full) every lane sees, [full, need) through the counts rk): s[j] =
+ * p(s[j]), returning the sum of the p in the step's order (two chains, key j in chain j
+ * mod 2: the add latency, not the exp, bounds one). p by MODE: 0: exp(x - u); in base
+ * 2 (V_EXP2's vocabularies; kernels.h, attn_softmax_exp2) 1: 2^(fl(x L - uL)), 2:
+ * 2^(fl(fl(x - u) L) + c). */
+ATTN_INLINE VT sm_exps(float *s, int64_t full, int64_t need, VI rk, VT u, VT uL, VT c,
+                       const int MODE, const int SAFE)
+{
+#ifdef V_EXP2
+    const VT LG = V_SET1(TA_LOG2E_F);
+#define SM_P(x) (MODE == 1 ? SM_EXP2F(V_FMS(x, LG, uL))                                       \
+                 : MODE == 2 ? SM_EXP2F(V_ADD(V_MUL(V_SUB(x, u), LG), c))                     \
+                             : SM_EXPF(V_SUB(x, u)))
+#else
+    (void)uL, (void)c, (void)MODE;
+#define SM_P(x) SM_EXPF(V_SUB(x, u))
+#endif
+#define SM_PLAIN(j) V_LOADU(s + (j) * MQ)
+#define SM_KEEP(j) V_KEEP_KEYS(V_LOADU(s + (j) * MQ), rk, (int32_t)(j))
+#define SM_EXP2(LOAD)                                                                      \
+    do {                                                                                   \
+        VT p0 = SM_P(LOAD(j));                                                             \
+        VT p1 = SM_P(LOAD(j + 1));                                                         \
+        V_STOREU(s + j * MQ, p0);                                                          \
+        V_STOREU(s + (j + 1) * MQ, p1);                                                    \
+        sum0 = V_ADD(sum0, p0);                                                            \
+        sum1 = V_ADD(sum1, p1);                                                            \
+    } while (0)
+    VT sum0 = V_ZERO(), sum1 = V_ZERO();
+    int64_t j = 0;
+    for (; j + 2 <= full; j += 2) SM_EXP2(SM_PLAIN);
+    for (; j + 2 <= need; j += 2) SM_EXP2(SM_KEEP);
+    if (j < need) { /* j even: chain 0 */
+        VT p0 = SM_P(SM_KEEP(j));
+        V_STOREU(s + j * MQ, p0);
+        sum0 = V_ADD(sum0, p0);
+    }
+#undef SM_EXP2
+#undef SM_PLAIN
+#undef SM_KEEP
+#undef SM_P
+    return V_ADD(sum0, sum1);
+}
+
 /* One online-softmax step over a score tile s [nk, MQ], per query lane r:
  *   m' = max(m, max_j s[j]) (NaN scores do not enter the max; they reach l below),
  *   u  = m' unless m' = -inf (then 0, so that -inf - -inf never makes a NaN),
@@ -288,33 +335,24 @@ ATTN_INLINE void softmax_step(float *s, float *m, float *l, float *alpha, int64_
 #undef SM_MAX4
         for (; i < need; i++) mx = V_MAX(SM_KEEP(i), mx);
         mx = V_MAX(V_MAX(m1, mx), V_MAX(m3, m2));
-        VT u = V_NEGINF_TO_ZERO(mx);
-        VT a = SM_EXPF(V_SUB(mo, u));
-        VT sum0 = V_ZERO(), sum1 = V_ZERO();
-        int64_t j = 0;
-        /* two chains (the add latency, not the exp, bounds one), key j in chain j mod 2 */
-#define SM_EXP2(LOAD)                                                                      \
-    do {                                                                                   \
-        VT p0 = SM_EXPF(V_SUB(LOAD(j), u));                                                \
-        VT p1 = SM_EXPF(V_SUB(LOAD(j + 1), u));                                            \
-        V_STOREU(s + j * MQ + q * VL, p0);                                                 \
-        V_STOREU(s + (j + 1) * MQ + q * VL, p1);                                           \
-        sum0 = V_ADD(sum0, p0);                                                            \
-        sum1 = V_ADD(sum1, p1);                                                            \
-    } while (0)
-        for (; j + 2 <= full; j += 2) SM_EXP2(SM_PLAIN);
-        for (; j + 2 <= need; j += 2) SM_EXP2(SM_KEEP);
-#undef SM_EXP2
-        if (j < need) { /* j even: chain 0 */
-            VT p0 = SM_EXPF(V_SUB(SM_KEEP(j), u));
-            V_STOREU(s + j * MQ + q * VL, p0);
-            sum0 = V_ADD(sum0, p0);
-            j++;
-        }
 #undef SM_PLAIN
 #undef SM_KEEP
-        for (; j < nk; j++) V_STOREU(s + j * MQ + q * VL, V_ZERO()); /* exp(-inf) */
-        V_STOREU(l + q * VL, V_FMA(V_LOADU(l + q * VL), a, V_ADD(sum0, sum1)));
+        const VT u = V_NEGINF_TO_ZERO(mx);
+        VT a, sum;
+#ifdef V_EXP2 /* in base 2 (kernels.h, attn_softmax_exp2): one operation fewer an exp */
+        const VT LG = V_SET1(TA_LOG2E_F), uL = V_MUL(u, LG), c = V_EXP2_CARRY(u, uL);
+        a = SM_EXP2F(V_ADD(V_MUL(V_SUB(mo, u), LG), V_SUB(c, V_EXP2_CARRY(mo, V_MUL(mo, LG)))));
+        const int rows = mq - (int64_t)q * VL < VL ? (int)(mq - (int64_t)q * VL) : VL;
+        if (V_EXP2_ANY_BIG(uL, (1u << rows) - 1u))
+            sum = sm_exps(s + q * VL, full, need, rk, u, uL, c, 2, SAFE);
+        else
+            sum = sm_exps(s + q * VL, full, need, rk, u, uL, c, 1, SAFE);
+#else
+        a = SM_EXPF(V_SUB(mo, u));
+        sum = sm_exps(s + q * VL, full, need, rk, u, u, u, 0, SAFE);
+#endif
+        for (int64_t j = need; j < nk; j++) V_STOREU(s + j * MQ + q * VL, V_ZERO()); /* exp(-inf) */
+        V_STOREU(l + q * VL, V_FMA(V_LOADU(l + q * VL), a, sum));
         V_STOREU(m + q * VL, mx);
         V_STOREU(alpha + q * VL, a);
     }
@@ -623,6 +661,11 @@ void FILL_FN(ta_kernels *k)
     k->attn_qk_rows = NAME_QK_ROWS;
     k->attn_rows_max = ROWS_MAX;
     k->attn_softmax = NAME_SOFTMAX;
+#ifdef V_EXP2
+    k->attn_softmax_exp2 = 1;
+#else
+    k->attn_softmax_exp2 = 0;
+#endif
     k->attn_pv = NAME_PV;
     k->attn_exp = NAME_EXP;
     k->attn_pack_t = NAME_PACKQ;

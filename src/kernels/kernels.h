@@ -7,6 +7,7 @@
 
 #include "tensorattn.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -113,6 +114,17 @@ typedef struct ta_kernels {
      * scores whatever s holds there (p = 0), bitwise as if blocked before the call. */
     void (*attn_softmax)(float *s, float *m, float *l, float *alpha, int64_t nk, int64_t mq,
                          const int32_t *rowk);
+    /* 0: attn_softmax and attn_softmax_rows compute as written above. 1 (AVX-512): in
+     * base 2 (one operation fewer an exp; docs/kernels.md, "The softmax in base 2"), with
+     * L = TA_LOG2E_F, u = m' (0 when m' = -inf), uL = fl(u L) and the carry c = u L - uL
+     * where |uL| < TA_EXP2_BIG (else 0): p = 2^(fl(s L - uL)) when every row < mq of the
+     * vector has |uL| < TA_EXP2_BIG, else 2^(fl(fl(s - u) L) + c); alpha = 2^(fl(m - u) L
+     * + c - c_m) (c_m: m's carry). So p, l and the o that P.V sums from those p carry
+     * the factor 2^c (|c| <= 2^-6): whoever reads l beside m (the LSE, a merge of partial
+     * results) multiplies it by ta_softmax_state_scale(k, m) = 2^-c; o / l needs nothing.
+     * (L ln 2 = 1 - 1.3e-8: the scores as if scaled by that, below the rounding of the
+     * softmax scale itself.) */
+    int attn_softmax_exp2;
     /* o [mq rows, ldo] = o * alpha + p^T V for the rows < mq (rows >= mq not touched),
      * columns < dv (v: nk rows of dv, stride ldv); alpha NULL: o = p^T V (o not read: the
      * first tile of a work item, on a workspace nobody zeroed). rowk as in attn_qk (p
@@ -206,6 +218,21 @@ typedef struct ta_kernels {
                                const float *alpha, const void *const *v, int64_t voff,
                                int64_t nk, int64_t dv, int64_t mq, int64_t avail, ta_pf *pf);
 } ta_kernels;
+
+/* log2(e) rounded to float, and the largest |fl(u L)| whose carry a base-2 softmax
+ * keeps (attn_softmax_exp2): past it a shift's carry would not fit (|c| <= 2^-6 here). */
+#define TA_LOG2E_F 0x1.715476p+0f
+#define TA_EXP2_BIG 0x1p19f
+
+/* The factor that turns the l (and o) of a softmax state with running max m into the
+ * natural sum_j exp(s_j - m): 2^-c (attn_softmax_exp2; exact: the residual of a float
+ * product is a double's), 1 for a natural table, a non-finite m or |fl(m L)| >= 2^19. */
+static inline double ta_softmax_state_scale(const ta_kernels *k, float m)
+{
+    const float mL = m * TA_LOG2E_F;
+    if (!k->attn_softmax_exp2 || !isfinite(m) || !(fabsf(mL) < TA_EXP2_BIG)) return 1.0;
+    return exp2((double)mL - (double)m * (double)TA_LOG2E_F);
+}
 
 /* Rows ahead of the one in use that the few-row kernels prefetch (attn_qk_rows_kv). */
 #define TA_ROWS_AHEAD 16

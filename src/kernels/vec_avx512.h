@@ -77,6 +77,49 @@ static inline __m512 exp_avx512(__m512 x)
     return y;
 }
 
+/* 2^x for the softmax step (x = s log2(e) - u'), 0 in the lanes outside keep: j/32 =
+ * x rounded down to a multiple of 1/32 (one add of 1.5 * 2^18 rounding toward -inf: its
+ * low 5 bits are j mod 32), r = x - that (vreduceps: exact, in [0, 1/32)), 2^(j/32) from
+ * the table, 2^r - 1 ~ r (c1 + r (c2 + r c3)) (minimax on [0, 1/32]: 2^-31.7 relative
+ * with the float coefficients), then 2^floor(x) by vscalefps on x itself (floor(x) is
+ * the integer part of j/32's multiple). 6 FMA-pipe operations, one vreduceps, one
+ * permute. */
+static inline __m512 exp2_poly_avx512(__m512 x, __mmask16 keep)
+{
+    const __m512 t = _mm512_add_round_ps(x, _mm512_set1_ps(0x1.8p18f), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_reduce_ps(x, (5 << 4) | _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const __m512 tab = _mm512_permutex2var_ps(_mm512_load_ps(exp2_32_avx512),
+                                              _mm512_castps_si512(t),
+                                              _mm512_load_ps(exp2_32_avx512 + 16));
+    __m512 q = _mm512_fmadd_ps(r, _mm512_set1_ps(0x1.cb710ap-5f), _mm512_set1_ps(0x1.ebf65ep-3f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(0x1.62e432p-1f));
+    q = _mm512_mul_ps(q, r);
+    return _mm512_maskz_scalef_ps(keep, _mm512_fmadd_ps(tab, q, tab), x);
+}
+
+static inline __m512 exp2_avx512(__m512 x)
+{
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_NLT_UQ);
+    __m512 y = exp2_poly_avx512(x, keep);
+    if (__builtin_expect(!_kortestc_mask16_u8(keep, keep), 0)) {
+        const __mmask16 den = _mm512_mask_cmp_ps_mask((__mmask16)~keep, x, _mm512_set1_ps(-150.0f), _CMP_GE_OQ);
+        if (den) y = _mm512_mask_mov_ps(y, den, exp2_poly_avx512(_mm512_max_ps(_mm512_set1_ps(-150.0f), x), den));
+    }
+    return y;
+}
+#define EXP2_LOG2E TA_LOG2E_F
+#define V_EXP2(v) exp2_avx512(v)
+#define V_FMS(a, b, c) _mm512_fmsub_ps(a, b, c)
+/* The carry of a base-2 softmax shift (kernels.h, attn_softmax_exp2): u L - uL exactly
+ * (one fused multiply-subtract) in the lanes where |uL| < TA_EXP2_BIG, else 0. */
+#define V_EXP2_CARRY(u, uL)                                                                  \
+    _mm512_maskz_fmsub_ps(_mm512_cmp_ps_mask(_mm512_abs_ps(uL), _mm512_set1_ps(TA_EXP2_BIG), _CMP_LT_OQ), \
+                          u, _mm512_set1_ps(TA_LOG2E_F), uL)
+/* Whether a lane of bits (a lane mask) holds |uL| >= TA_EXP2_BIG or NaN. */
+#define V_EXP2_ANY_BIG(uL, bits)                                                             \
+    (_mm512_mask_cmp_ps_mask((__mmask16)(bits), _mm512_abs_ps(uL), _mm512_set1_ps(TA_EXP2_BIG), _CMP_NLT_UQ) != 0)
+#define V_EXP2_ONEPASS(v) exp2_poly_avx512(_mm512_max_ps(_mm512_set1_ps(-150.0f), v), (__mmask16)0xFFFF)
+
 /* c * tanh(x * ic) for c > 0 and ic = 1 / c (softcap; c = ic = 1: tanhf; accuracy:
  * docs/kernels.md, "Attention variants"), from a = |x| with x's sign, y = a * ic, on
  * Cephes' split: y < 0.625: a + a y^2 P(y^2) (degree-4 P; so tiny and denormal x come

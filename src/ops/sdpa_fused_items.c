@@ -50,8 +50,10 @@ void ta_fused_mask_bounds(const ta_mask_plan *mp, int64_t *mt, int64_t rows, int
 }
 
 /* O row and LSE of row r of a tile from nch partial (m, l, o) triples, merged in chunk
- * order in double: M = max m_c, L = sum l_c e^(m_c - M), O = sum o_c e^(m_c - M) / L.
- * A row with L = 0 attends to nothing: O = 0, LSE = -inf. NaN in l or o stays NaN. */
+ * order in double: M = max m_c, f_c = e^(m_c - M) (times ta_softmax_state_scale: a
+ * base-2 softmax's l_c and o_c carry a factor of their own), L = sum l_c f_c, O = sum
+ * o_c f_c / L. A row with L = 0 attends to nothing: O = 0, LSE = -inf. NaN in l or o
+ * stays NaN. */
 static void finish_row(const fused_plan *f, int64_t b, int64_t hkv, int64_t r,
                        const float *const *m, const float *const *l, const float *const *o,
                        int64_t nch)
@@ -64,7 +66,7 @@ static void finish_row(const fused_plan *f, int64_t b, int64_t hkv, int64_t r,
         if (m[c][0] > M) M = m[c][0];
     double u = M == -INFINITY ? 0.0 : M;
     for (int64_t c = 0; c < nch; c++) {
-        fc[c] = exp((double)m[c][0] - u);
+        fc[c] = exp((double)m[c][0] - u) * ta_softmax_state_scale(f->k, m[c][0]);
         L += (double)l[c][0] * fc[c];
     }
     const ta_tensor *O = p->O;
@@ -143,12 +145,14 @@ void ta_fused_finish_item(const fused_plan *f, const fused_item *it, const fused
         float *orow = o_row(p, it->b, h, i);
         const float *o = w->o + r * f->ldo;
         float l = w->l[r], inv = l == 0.0f ? 0.0f : 1.0f / l; /* inv NaN when l is */
+        /* l and o times sc are the natural sums (a base-2 softmax's carry; o / l needs none) */
+        const double sc = ta_softmax_state_scale(f->k, w->m[r]);
         /* the log only when LSE is kept (errno keeps gcc from dropping the call) */
-        double lse = l == 0.0f || !T ? -INFINITY : (double)w->m[r] + log((double)l);
+        double lse = l == 0.0f || !T ? -INFINITY : (double)w->m[r] + log((double)l * sc);
         if (p->var.sinks) { /* the sink joins the denominator: O and LSE change */
             double factor;
-            ta_sdpa_sink_finish(w->m[r], l, ta_sdpa_sink(&p->var, h), &factor, &lse);
-            inv = (float)factor;
+            ta_sdpa_sink_finish(w->m[r], (double)l * sc, ta_sdpa_sink(&p->var, h), &factor, &lse);
+            inv = (float)(factor * sc);
         }
         if (os == 1)
             f->k->attn_scale_row(orow, o, inv, l == 0.0f, Dv, f->stream_o);
