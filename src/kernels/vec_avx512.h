@@ -77,7 +77,9 @@ static inline __m512 exp_avx512(__m512 x)
     return y;
 }
 
-/* 2^x for the softmax step (x = s log2(e) - u'), 0 in the lanes outside keep: j/32 =
+/* 2^x for the softmax step in base 2 (kernels.h, attn_softmax_exp2; docs/kernels.md, "The
+ * softmax in base 2"), for x <= 128 or NaN in the kept lanes (the others may hold
+ * anything, -inf included: the zero mask drops them), 0 in the lanes outside keep: j/32 =
  * x rounded down to a multiple of 1/32 (one add of 1.5 * 2^18 rounding toward -inf: its
  * low 5 bits are j mod 32), r = x - that (vreduceps: exact, in [0, 1/32)), 2^(j/32) from
  * the table, 2^r - 1 ~ r (c1 + r (c2 + r c3)) (minimax on [0, 1/32]: 2^-31.7 relative
@@ -97,6 +99,11 @@ static inline __m512 exp2_poly_avx512(__m512 x, __mmask16 keep)
     return _mm512_maskz_scalef_ps(keep, _mm512_fmadd_ps(tab, q, tab), x);
 }
 
+/* 2^x for x <= 128 (NaN -> NaN, -inf -> 0), as exp_avx512: lanes below -125 are 0 by a
+ * mask and computed again, clamped at -150, only when one lies in [-150, -125) (a
+ * denormal result, with its microcode assist on Intel): exp2_poly_avx512's bits on x
+ * clamped at -150 for every input (V_EXP2_ONEPASS; at most 1.026 ulp, denormals 1.003 x
+ * 2^-149, over every float in [-150, 128): docs/kernels.md). */
 static inline __m512 exp2_avx512(__m512 x)
 {
     const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_NLT_UQ);
@@ -107,7 +114,6 @@ static inline __m512 exp2_avx512(__m512 x)
     }
     return y;
 }
-#define EXP2_LOG2E TA_LOG2E_F
 #define V_EXP2(v) exp2_avx512(v)
 #define V_FMS(a, b, c) _mm512_fmsub_ps(a, b, c)
 /* The carry of a base-2 softmax shift (kernels.h, attn_softmax_exp2): u L - uL exactly
