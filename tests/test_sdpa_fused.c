@@ -3,8 +3,9 @@
  * (the case table both paths share is test_sdpa_cases.c): key tiles a mask tensor blocks
  * entirely are skipped as causal ones are; rows that keep nothing or one key; NaN in a
  * blocked key is discarded (V at blocked keys is never read); bitwise equality over
- * thread counts for both schedules (query tiles, key split); weights refused; and the
- * expf kernel against double exp. */
+ * thread counts for both schedules (query tiles, key split); weights refused; the expf
+ * kernel against double exp; and O and the LSE for scores near 3000, where a base-2
+ * softmax's carry is large, split into key chunks and not. */
 #include "ta_test.h"
 #include "sdpa_cases.h"
 #include "sdpa_oracle.h"
@@ -335,6 +336,69 @@ static void test_expf_kernel_accuracy(void **state)
     free(y);
 }
 
+/* Scores near 3000 (exact in float: a_i + t_j, t_j a multiple of 2^-10 in [-4, 4]),
+ * where a base-2 softmax's carry (kernels.h, attn_softmax_exp2; up to 2.4e-4 here) is
+ * large: O against a float64 oracle for tiles whose keys are split into chunks (Lk 2048:
+ * one tile of 48 rows through attn_softmax, of 1 and 4 rows through attn_softmax_rows,
+ * merged by LSE) and not (Lk 600), and the LSE within half an ulp of the oracle's (plus
+ * 2e-6): without the carry's correction where l meets m, O is off by ~1e-4 and the LSE
+ * by up to 0.7 ulp. */
+static void test_large_shift_carry(void **state)
+{
+    (void)state;
+    const int64_t lqs[3] = {48, 1, 4}, lks[2] = {2048, 600}, D = 64;
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 2; b++) {
+            const int64_t Lq = lqs[a], Lk = lks[b], sq[4] = {1, 1, Lq, D}, sk[4] = {1, 1, Lk, D},
+                          sl[3] = {1, 1, Lq};
+            ta_tensor q, k, v, o, lse;
+            TA_CHECK_OK(ta_tensor_zeros(&q, 4, sq));
+            TA_CHECK_OK(ta_tensor_zeros(&k, 4, sk));
+            TA_CHECK_OK(ta_tensor_empty(&v, 4, sk));
+            TA_CHECK_OK(ta_randn(&v, 91));
+            TA_CHECK_OK(ta_tensor_empty(&o, 4, sq));
+            TA_CHECK_OK(ta_tensor_empty(&lse, 3, sl));
+            float *qd = q.data, *kd = k.data;
+            const float *vd = v.data, *od = o.data, *ld = lse.data;
+            for (int64_t i = 0; i < Lq; i++) { /* scale 1/8: scores a_i + t_j exactly */
+                qd[i * D] = 8.0f * (3000.0f + (float)i);
+                qd[i * D + 1] = 8.0f;
+            }
+            double tmax = -INFINITY;
+            for (int64_t j = 0; j < Lk; j++) {
+                kd[j * D] = 1.0f;
+                kd[j * D + 1] = (float)((int64_t)((j * 2654435761u) % 8193) - 4096) / 1024.0f;
+                if (kd[j * D + 1] > tmax) tmax = kd[j * D + 1];
+            }
+            ta_sdpa_opts op = {.path = TA_SDPA_FUSED, .lse = &lse};
+            TA_CHECK_OK(ta_sdpa(&o, &q, &k, &v, &op));
+            /* the oracle: softmax over t_j alone (the shift a_i cancels) */
+            double den = 0.0, ov[64] = {0}, scale = 0.0;
+            for (int64_t j = 0; j < Lk; j++) {
+                const double w = exp((double)kd[j * D + 1] - tmax);
+                den += w;
+                for (int64_t d = 0; d < D; d++) ov[d] += w * vd[j * D + d];
+            }
+            for (int64_t d = 0; d < D; d++) {
+                ov[d] /= den;
+                if (fabs(ov[d]) > scale) scale = fabs(ov[d]);
+            }
+            for (int64_t i = 0; i < Lq; i++) {
+                for (int64_t d = 0; d < D; d++)
+                    if (!(fabs(od[i * D + d] - ov[d]) <= 4e-6 * scale))
+                        fail_msg("Lq %lld Lk %lld: O[%lld, %lld] = %.9g, oracle %.9g", (long long)Lq,
+                                 (long long)Lk, (long long)i, (long long)d, (double)od[i * D + d], ov[d]);
+                const double want = 3000.0 + (double)i + tmax + log(den);
+                const double ulp = ldexp(1.0, ilogb(want) - 23);
+                if (!(fabs(ld[i] - want) <= 0.5 * ulp + 2e-6))
+                    fail_msg("Lq %lld Lk %lld: LSE[%lld] = %.9g, oracle %.9g (%.2f ulp)", (long long)Lq,
+                             (long long)Lk, (long long)i, (double)ld[i], want, fabs(ld[i] - want) / ulp);
+            }
+            ta_tensor_free(&q); ta_tensor_free(&k); ta_tensor_free(&v);
+            ta_tensor_free(&o); ta_tensor_free(&lse);
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -346,6 +410,7 @@ int main(void)
         cmocka_unit_test(test_key_rows_in_any_layout_bitwise),
         cmocka_unit_test(test_large_output_bitwise),
         cmocka_unit_test(test_weights_are_refused),
+        cmocka_unit_test(test_large_shift_carry),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -145,11 +145,12 @@ void ta_fused_finish_item(const fused_plan *f, const fused_item *it, const fused
         float *orow = o_row(p, it->b, h, i);
         const float *o = w->o + r * f->ldo;
         float l = w->l[r], inv = l == 0.0f ? 0.0f : 1.0f / l; /* inv NaN when l is */
-        /* l and o times sc are the natural sums (a base-2 softmax's carry; o / l needs none) */
-        const double sc = ta_softmax_state_scale(f->k, w->m[r]);
-        /* the log only when LSE is kept (errno keeps gcc from dropping the call) */
-        double lse = l == 0.0f || !T ? -INFINITY : (double)w->m[r] + log((double)l * sc);
+        /* the log only when LSE is kept (errno keeps gcc from dropping the call); l and o
+         * times sc are the natural sums (a base-2 softmax's carry; o / l needs none) */
+        double lse = l == 0.0f || !T ? -INFINITY
+                                     : (double)w->m[r] + log((double)l * ta_softmax_state_scale(f->k, w->m[r]));
         if (p->var.sinks) { /* the sink joins the denominator: O and LSE change */
+            const double sc = ta_softmax_state_scale(f->k, w->m[r]);
             double factor;
             ta_sdpa_sink_finish(w->m[r], (double)l * sc, ta_sdpa_sink(&p->var, h), &factor, &lse);
             inv = (float)(factor * sc);
