@@ -153,6 +153,46 @@ static void test_threads_bitwise_identical(void **state)
     TA_CHECK_OK(ta_set_num_threads(saved));
 }
 
+/* Causal problems whose last query tile would have few rows (Lq mod attn_mq in 1 ..
+ * attn_rows_max): the fused path takes that short tile first (ta_fused_group_tiles);
+ * O and the LSE against the reference path, both alignments. */
+static void test_causal_short_tile_first(void **state)
+{
+    (void)state;
+    const int64_t mq = ta_kernels_active()->attn_mq, lqs[3] = {mq + 1, 2 * mq + 5, 4 * mq + 8};
+    for (int a = 0; a < 3; a++)
+        for (int br = 0; br < 2; br++) {
+            const ta_sdpa_case c = {.B = 2, .H = 2, .Hkv = 1, .Lq = lqs[a], .Lk = lqs[a] + (br ? 37 : 0),
+                                    .D = 64, .Dv = 48, .seed = 40 + (uint64_t)a,
+                                    .causal = br ? TA_CAUSAL_BOTTOM_RIGHT : TA_CAUSAL_TOP_LEFT};
+            ta_sdpa_case_tensors t;
+            ta_sdpa_case_make(&t, &c);
+            size_t no = (size_t)ta_tensor_numel(&t.o), nl = (size_t)ta_tensor_numel(&t.lse);
+            float *o1 = malloc(no * sizeof(float)), *l1 = malloc(nl * sizeof(float));
+            assert_true(o1 && l1);
+            ta_sdpa_opts r = ta_sdpa_case_opts(&c, &t, TA_SDPA_REFERENCE);
+            TA_CHECK_OK(ta_sdpa(&t.o, &t.q, &t.k, &t.v, &r));
+            memcpy(o1, t.o.data, no * sizeof(float));
+            memcpy(l1, t.lse.data, nl * sizeof(float));
+            memset(t.o.data, 0xff, no * sizeof(float)); /* NaN: a row left unwritten fails */
+            memset(t.lse.data, 0xff, nl * sizeof(float));
+            ta_sdpa_opts o = ta_sdpa_case_opts(&c, &t, TA_SDPA_FUSED);
+            run_fused(&t, &o);
+            const float *of = t.o.data, *lf = t.lse.data;
+            for (size_t e = 0; e < no; e++)
+                if (!(fabsf(of[e] - o1[e]) <= 2e-5f))
+                    fail_msg("Lq %lld %s: O[%zu] fused %g, reference %g", (long long)c.Lq,
+                             br ? "bottom_right" : "top_left", e, (double)of[e], (double)o1[e]);
+            for (size_t e = 0; e < nl; e++)
+                if (!(fabsf(lf[e] - l1[e]) <= 2e-5f * (1.0f + fabsf(l1[e]))))
+                    fail_msg("Lq %lld: LSE[%zu] fused %g, reference %g", (long long)c.Lq, e,
+                             (double)lf[e], (double)l1[e]);
+            free(o1);
+            free(l1);
+            ta_sdpa_case_free(&t);
+        }
+}
+
 /* K [B, Hkv, Lk, D] and V as views of [B, Lk, Hkv, D] buffers (varlen's packed layout, a
  * KV cache's), whose rows alias in L1 so that the fused forward reads V through each
  * thread's copy of its group's rows (grown item by item: causal tiles, key chunks, a
@@ -407,6 +447,7 @@ int main(void)
         cmocka_unit_test(test_fully_masked_rows),
         cmocka_unit_test(test_nan_propagates_and_blocked_nan_is_discarded),
         cmocka_unit_test(test_threads_bitwise_identical),
+        cmocka_unit_test(test_causal_short_tile_first),
         cmocka_unit_test(test_key_rows_in_any_layout_bitwise),
         cmocka_unit_test(test_large_output_bitwise),
         cmocka_unit_test(test_weights_are_refused),

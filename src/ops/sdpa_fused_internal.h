@@ -197,8 +197,9 @@ int64_t ta_fused_mask_table_rows(const ta_mask_plan *mp);
  * after it) for the rows of the mask, on nt threads. */
 void ta_fused_mask_bounds(const ta_mask_plan *mp, int64_t *mt, int64_t rows, int nt);
 
-/* The tiles of a group: per head when Lq fills a tile, across heads otherwise. Returns
- * the number of tiles; fills starts/sizes when given. */
+/* The tiles of a group: per head when Lq fills a tile (a short one of <= attn_rows_max
+ * rows last, or first under a causal mask), across heads otherwise. Returns the number
+ * of tiles; fills starts/sizes when given. */
 int64_t ta_fused_group_tiles(const fused_plan *f, int64_t *r0, int64_t *mq);
 
 /* The work list, in schedule order: group by group, and within a group the tiles from
