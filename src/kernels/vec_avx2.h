@@ -108,6 +108,7 @@ static inline float reduce_add_avx2(__m256 v)
 /* Key counts per lane (vec_avx512.h) */
 #define VI __m256i
 #define V_LOADI(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
+#define V_SET1I(x) _mm256_set1_epi32(x)
 #define V_KEEP_KEYS(v, rk, j)                                                                \
     _mm256_blendv_ps(_mm256_set1_ps(-__builtin_inff()), v,                                   \
                      _mm256_castsi256_ps(_mm256_cmpgt_epi32(rk, _mm256_set1_epi32(j))))

@@ -168,10 +168,12 @@ static inline __m512 softcap_avx512(__m512 x, __m512 c, __m512 ic)
 /* exp_avx512's bits in one pass (x < -104 gives 0 either way), for cores where denormal
  * results cost no assist (ta_exp_denormal_assist = 0): no compare, no branch. */
 #define V_EXP_ONEPASS(v) exp_core_avx512(v, _mm512_set1_ps(-104.0f), (__mmask16)0xFFFF)
-/* Key counts per lane: VI holds VL int32 counts; V_KEEP_KEYS(v, rk, j) keeps v in the
+/* Key counts per lane: VI holds VL int32 counts (V_LOADI from memory, V_SET1I one count in
+ * every lane); V_KEEP_KEYS(v, rk, j) keeps v in the
  * lanes whose count exceeds key j and gives -inf in the others. */
 #define VI __m512i
 #define V_LOADI(p) _mm512_loadu_si512((const void *)(p))
+#define V_SET1I(x) _mm512_set1_epi32(x)
 #define V_KEEP_KEYS(v, rk, j) \
     _mm512_mask_blend_ps(_mm512_cmpgt_epi32_mask(rk, _mm512_set1_epi32(j)), _mm512_set1_ps(-__builtin_inff()), v)
 

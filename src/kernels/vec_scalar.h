@@ -77,6 +77,7 @@ static inline float softcap_scalar(float x, float c, float ic)
 /* Key counts per lane (vec_avx512.h): one lane */
 #define VI int32_t
 #define V_LOADI(p) (*(p))
+#define V_SET1I(x) ((int32_t)(x))
 #define V_KEEP_KEYS(v, rk, j) ((rk) > (j) ? (v) : -__builtin_inff())
 #define V_SOFTCAP(v, c, ic) softcap_scalar(v, c, ic)
 #define V_TANH(v) softcap_scalar(v, 1.0f, 1.0f)
