@@ -380,63 +380,72 @@ static void test_expf_kernel_accuracy(void **state)
  * where a base-2 softmax's carry (kernels.h, attn_softmax_exp2; up to 2.4e-4 here) is
  * large: O against a float64 oracle for tiles whose keys are split into chunks (Lk 2048:
  * one tile of 48 rows through attn_softmax, of 1 and 4 rows through attn_softmax_rows,
- * merged by LSE) and not (Lk 600), and the LSE within half an ulp of the oracle's (plus
- * 2e-6): without the carry's correction where l meets m, O is off by ~1e-4 and the LSE
- * by up to 0.7 ulp. */
+ * merged by LSE) and not (Lk 600), with a sink in the denominator and without, and the
+ * LSE within half an ulp of the oracle's (plus 2e-6): without the carry's correction
+ * where l meets m (the merge, the LSE, the sink), O is off by ~1e-4 and the LSE by up to
+ * 0.7 ulp. */
 static void test_large_shift_carry(void **state)
 {
     (void)state;
-    const int64_t lqs[3] = {48, 1, 4}, lks[2] = {2048, 600}, D = 64;
+    const int64_t lqs[3] = {48, 1, 4}, lks[2] = {2048, 600}, D = 64, one = 1;
     for (int a = 0; a < 3; a++)
-        for (int b = 0; b < 2; b++) {
-            const int64_t Lq = lqs[a], Lk = lks[b], sq[4] = {1, 1, Lq, D}, sk[4] = {1, 1, Lk, D},
-                          sl[3] = {1, 1, Lq};
-            ta_tensor q, k, v, o, lse;
-            TA_CHECK_OK(ta_tensor_zeros(&q, 4, sq));
-            TA_CHECK_OK(ta_tensor_zeros(&k, 4, sk));
-            TA_CHECK_OK(ta_tensor_empty(&v, 4, sk));
-            TA_CHECK_OK(ta_randn(&v, 91));
-            TA_CHECK_OK(ta_tensor_empty(&o, 4, sq));
-            TA_CHECK_OK(ta_tensor_empty(&lse, 3, sl));
-            float *qd = q.data, *kd = k.data;
-            const float *vd = v.data, *od = o.data, *ld = lse.data;
-            for (int64_t i = 0; i < Lq; i++) { /* scale 1/8: scores a_i + t_j exactly */
-                qd[i * D] = 8.0f * (3000.0f + (float)i);
-                qd[i * D + 1] = 8.0f;
+        for (int b = 0; b < 2; b++)
+            for (int sink = 0; sink < 2; sink++) {
+                const int64_t Lq = lqs[a], Lk = lks[b];
+                const int64_t sq[4] = {1, 1, Lq, D}, sk[4] = {1, 1, Lk, D}, sl[3] = {1, 1, Lq};
+                ta_tensor q, k, v, o, lse, sg;
+                TA_CHECK_OK(ta_tensor_zeros(&q, 4, sq));
+                TA_CHECK_OK(ta_tensor_zeros(&k, 4, sk));
+                TA_CHECK_OK(ta_tensor_empty(&v, 4, sk));
+                TA_CHECK_OK(ta_randn(&v, 91));
+                TA_CHECK_OK(ta_tensor_empty(&o, 4, sq));
+                TA_CHECK_OK(ta_tensor_empty(&lse, 3, sl));
+                TA_CHECK_OK(ta_tensor_empty(&sg, 1, &one));
+                const double sigma = 3008.0; /* a sink about as heavy as the keys of row 0 */
+                ((float *)sg.data)[0] = (float)sigma;
+                float *qd = q.data, *kd = k.data;
+                const float *vd = v.data, *od = o.data, *ld = lse.data;
+                for (int64_t i = 0; i < Lq; i++) { /* scale 1/8: scores a_i + t_j exactly */
+                    qd[i * D] = 8.0f * (3000.0f + (float)i);
+                    qd[i * D + 1] = 8.0f;
+                }
+                double tmax = -INFINITY;
+                for (int64_t j = 0; j < Lk; j++) {
+                    kd[j * D] = 1.0f;
+                    kd[j * D + 1] = (float)((int64_t)((j * 2654435761u) % 8193) - 4096) / 1024.0f;
+                    if (kd[j * D + 1] > tmax) tmax = kd[j * D + 1];
+                }
+                ta_sdpa_opts op = {.path = TA_SDPA_FUSED, .lse = &lse, .sinks = sink ? &sg : NULL};
+                TA_CHECK_OK(ta_sdpa(&o, &q, &k, &v, &op));
+                /* the oracle: softmax over t_j alone (the shift a_i cancels), the sink at
+                 * sigma - a_i on that scale */
+                double den = 0.0, num[64] = {0};
+                for (int64_t j = 0; j < Lk; j++) {
+                    const double w = exp((double)kd[j * D + 1] - tmax);
+                    den += w;
+                    for (int64_t d = 0; d < D; d++) num[d] += w * vd[j * D + d];
+                }
+                for (int64_t i = 0; i < Lq; i++) {
+                    const double a_i = 3000.0 + (double)i;
+                    const double di = den + (sink ? exp(sigma - a_i - tmax) : 0.0);
+                    double scale = 0.0;
+                    for (int64_t d = 0; d < D; d++)
+                        if (fabs(num[d] / di) > scale) scale = fabs(num[d] / di);
+                    for (int64_t d = 0; d < D; d++)
+                        if (!(fabs(od[i * D + d] - num[d] / di) <= 4e-6 * scale))
+                            fail_msg("Lq %lld Lk %lld sink %d: O[%lld, %lld] = %.9g, oracle %.9g",
+                                     (long long)Lq, (long long)Lk, sink, (long long)i, (long long)d,
+                                     (double)od[i * D + d], num[d] / di);
+                    const double want = a_i + tmax + log(di);
+                    const double ulp = ldexp(1.0, ilogb(want) - 23);
+                    if (!(fabs(ld[i] - want) <= 0.5 * ulp + 2e-6))
+                        fail_msg("Lq %lld Lk %lld sink %d: LSE[%lld] = %.9g, oracle %.9g (%.2f ulp)",
+                                 (long long)Lq, (long long)Lk, sink, (long long)i, (double)ld[i],
+                                 want, fabs(ld[i] - want) / ulp);
+                }
+                ta_tensor_free(&q); ta_tensor_free(&k); ta_tensor_free(&v);
+                ta_tensor_free(&o); ta_tensor_free(&lse); ta_tensor_free(&sg);
             }
-            double tmax = -INFINITY;
-            for (int64_t j = 0; j < Lk; j++) {
-                kd[j * D] = 1.0f;
-                kd[j * D + 1] = (float)((int64_t)((j * 2654435761u) % 8193) - 4096) / 1024.0f;
-                if (kd[j * D + 1] > tmax) tmax = kd[j * D + 1];
-            }
-            ta_sdpa_opts op = {.path = TA_SDPA_FUSED, .lse = &lse};
-            TA_CHECK_OK(ta_sdpa(&o, &q, &k, &v, &op));
-            /* the oracle: softmax over t_j alone (the shift a_i cancels) */
-            double den = 0.0, ov[64] = {0}, scale = 0.0;
-            for (int64_t j = 0; j < Lk; j++) {
-                const double w = exp((double)kd[j * D + 1] - tmax);
-                den += w;
-                for (int64_t d = 0; d < D; d++) ov[d] += w * vd[j * D + d];
-            }
-            for (int64_t d = 0; d < D; d++) {
-                ov[d] /= den;
-                if (fabs(ov[d]) > scale) scale = fabs(ov[d]);
-            }
-            for (int64_t i = 0; i < Lq; i++) {
-                for (int64_t d = 0; d < D; d++)
-                    if (!(fabs(od[i * D + d] - ov[d]) <= 4e-6 * scale))
-                        fail_msg("Lq %lld Lk %lld: O[%lld, %lld] = %.9g, oracle %.9g", (long long)Lq,
-                                 (long long)Lk, (long long)i, (long long)d, (double)od[i * D + d], ov[d]);
-                const double want = 3000.0 + (double)i + tmax + log(den);
-                const double ulp = ldexp(1.0, ilogb(want) - 23);
-                if (!(fabs(ld[i] - want) <= 0.5 * ulp + 2e-6))
-                    fail_msg("Lq %lld Lk %lld: LSE[%lld] = %.9g, oracle %.9g (%.2f ulp)", (long long)Lq,
-                             (long long)Lk, (long long)i, (double)ld[i], want, fabs(ld[i] - want) / ulp);
-            }
-            ta_tensor_free(&q); ta_tensor_free(&k); ta_tensor_free(&v);
-            ta_tensor_free(&o); ta_tensor_free(&lse);
-        }
 }
 
 int main(void)
