@@ -157,7 +157,7 @@ rows_kv Q.K^T d loop, bf16|attn_rows|ta_attn_qk_rows_bf16_ISA|attn_rows_template
 rows_kv Q.K^T d loop, f16|attn_rows|ta_attn_qk_rows_f16_ISA|attn_rows_template.h|acc\[j \* R \+ r\] = V_FMA\(qv\[r\], kv||one vector of d (vcvtph2ps widens each key row): R rows x VL / R keys, VL FMAs
 rows_kv P.V key loop, bf16, 4 rows|attn_rows|ta_attn_pv_rows_bf16_ISA|attn_rows_template.h|acc\[r\]\[c\] = V_FMA\(pb\[r\], v0|fma=PV_ACC,bcast=4|one key: 4 rows x PV_ACC / 4 vectors of its V row, in pairs widened by a shift (even columns) and a mask (odd)
 rows_kv P.V key loop, f16, 4 rows|attn_rows|ta_attn_pv_rows_f16_ISA|attn_rows_template.h|acc\[r\]\[c\] = V_FMA\(pb\[r\], v0|fma=PV_ACC,bcast=4|one key: 4 rows x PV_ACC / 4 vectors of its V row, widened by vcvtph2ps
-softmax_rows exp loop|attn_rows|ta_attn_softmax_rows_ISA|attn_rows_template.h|const VT p1 = SM_P||two vectors of (key, row) lanes (two one-pass exps)
+softmax_rows exp loop|attn_rows|ta_attn_softmax_rows_ISA|attn_rows_template.h|const VT p1 = sm_p||two vectors of (key, row) lanes (two one-pass exps)
 softmax max loop|attn|ta_attn_softmax_ISA_[0-9]+|attn_template.h|for \(; i \+ 4 <= full; i \+= 4\) SM_MAX4||four keys of one query vector (four chains)
 softmax exp loop|attn|ta_attn_softmax_ISA_[0-9]+|attn_template.h|for \(; j \+ 2 <= full; j \+= 2\) SM_EXP2||two keys of one query vector (two one-pass exps: ta_exp_denormal_assist = 0)
 softmax exp loop, Intel|attn|ta_attn_softmax_ISA_[0-9]+|attn_template.h|for \(; j \+ 2 <= full; j \+= 2\) SM_EXP2|masked=most|two keys of one query vector (two exps that mask the lanes below -87 and branch on them: ta_exp_denormal_assist = 1)

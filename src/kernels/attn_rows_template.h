@@ -23,6 +23,7 @@
  * in its own page, beyond the hardware prefetchers. A caller's prefetch stream (pf)
  * replaces those requests: its lines spread over the call's steps, in its order. */
 #include "kernels/kernels.h"
+#include "kernels/softmax_forms.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -30,9 +31,6 @@
 #include <string.h>
 
 #define ROWS_INLINE static inline __attribute__((always_inline))
-/* The exp of a function instantiated twice (SAFE: 1 where ta_exp_denormal_assist). */
-#define SM_EXPF(v) (SAFE ? V_EXP(v) : V_EXP_ONEPASS(v))
-#define SM_EXP2F(v) (SAFE ? V_EXP2(v) : V_EXP2_ONEPASS(v)) /* 2^x (V_EXP2's vocabularies) */
 #define PF_ROWS TA_ROWS_AHEAD /* rows ahead that the kernels prefetch (kernels.h) */
 
 _Static_assert(ROWS_MAX >= 1 && ROWS_MAX <= 8 && ROWS_MAX <= VL * 8,
@@ -391,35 +389,24 @@ PV_ENTRY(NAME_PV_BF16, KIND_BF16)
  * alpha + sum_j s (the lanes' sums of two chains, then the key slots in order), m = m'. */
 #define SM_KEYS 64
 /* The exps of softmax_rows_g's nv vectors at tp (in place), into its two chains (vector v
- * in chain v mod 2); p by MODE as attn_softmax's (attn_template.h, sm_exps): 0 exp(x -
- * u); base 2: 1 2^(fl(x L - uL)), 2 2^(fl(fl(x - u) L) + c). */
-ROWS_INLINE void rows_exps(float *tp, int64_t nv, VT u, VT uL, VT c, VT *sum0, VT *sum1,
+ * in chain v mod 2); p as attn_softmax's (sm_p, form MODE: softmax_forms.h). */
+ROWS_INLINE void rows_exps(float *tp, int64_t nv, const sm_shift *sh, VT *sum0, VT *sum1,
                            const int MODE, const int SAFE)
 {
-#ifdef V_EXP2
-    const VT LG = V_SET1(TA_LOG2E_F);
-#define SM_P(x) (MODE == 1 ? SM_EXP2F(V_FMS(x, LG, uL))                                       \
-                 : MODE == 2 ? SM_EXP2F(V_ADD(V_MUL(V_SUB(x, u), LG), c))                     \
-                             : SM_EXPF(V_SUB(x, u)))
-#else
-    (void)uL, (void)c, (void)MODE;
-#define SM_P(x) SM_EXPF(V_SUB(x, u))
-#endif
     int64_t v = 0;
     for (; v + 2 <= nv; v += 2) {
-        const VT p0 = SM_P(V_LOADU(tp + v * VL));
-        const VT p1 = SM_P(V_LOADU(tp + (v + 1) * VL));
+        const VT p0 = sm_p(V_LOADU(tp + v * VL), sh, MODE, SAFE);
+        const VT p1 = sm_p(V_LOADU(tp + (v + 1) * VL), sh, MODE, SAFE);
         V_STOREU(tp + v * VL, p0);
         V_STOREU(tp + (v + 1) * VL, p1);
         *sum0 = V_ADD(*sum0, p0);
         *sum1 = V_ADD(*sum1, p1);
     }
     if (v < nv) {
-        const VT p0 = SM_P(V_LOADU(tp + v * VL));
+        const VT p0 = sm_p(V_LOADU(tp + v * VL), sh, MODE, SAFE);
         V_STOREU(tp + v * VL, p0);
         *sum0 = V_ADD(*sum0, p0);
     }
-#undef SM_P
 }
 
 ROWS_INLINE void softmax_rows_g(float *s, int64_t mqs, float *m, float *l, float *alpha,
@@ -453,19 +440,11 @@ ROWS_INLINE void softmax_rows_g(float *s, int64_t mqs, float *m, float *l, float
         uv[i] = mr == ninf ? 0.0f : mr;
         sv[i] = m[i % G];
     }
-    const VT u = V_LOADU(uv);
-#ifdef V_EXP2 /* in base 2, attn_softmax's operations (kernels.h, attn_softmax_exp2) */
-    const VT LG = V_SET1(TA_LOG2E_F), uL = V_MUL(u, LG), c = V_EXP2_CARRY(u, uL);
-    const VT mo = V_LOADU(sv); /* alpha per row (every key slot alike) */
-    V_STOREU(sv, SM_EXP2F(V_ADD(V_MUL(V_SUB(mo, u), LG), V_SUB(c, V_EXP2_CARRY(mo, V_MUL(mo, LG))))));
     uint32_t rows = 0; /* the lanes of rows < mq */
     for (int i = 0; i < VL; i++) rows |= (uint32_t)(i % G < mq) << i;
-    const int mode = V_EXP2_ANY_BIG(uL, rows) ? 2 : 1;
-#else
-    V_STOREU(sv, SM_EXPF(V_SUB(V_LOADU(sv), u))); /* alpha per row (every key slot alike) */
-    const VT uL = u, c = u;
-    const int mode = 0;
-#endif
+    VT a; /* alpha per row (every key slot alike) */
+    const sm_shift sh = sm_shift_of(V_LOADU(uv), V_LOADU(sv), rows, &a, SAFE);
+    V_STOREU(sv, a);
     VT sum0 = V_ZERO(), sum1 = V_ZERO();
     for (int64_t j0 = 0; j0 < nk; j0 += SM_KEYS) {
         const int64_t n = nk - j0 < SM_KEYS ? nk - j0 : SM_KEYS, nv = (n + KPV - 1) / KPV;
@@ -474,9 +453,12 @@ ROWS_INLINE void softmax_rows_g(float *s, int64_t mqs, float *m, float *l, float
             for (int64_t j = 0; j < n; j++) memcpy(t + j * G, s + (j0 + j) * mqs, sizeof(float) * (size_t)G);
         for (int64_t j = n; j < nv * KPV; j++) /* padding keys: exp(-inf) = 0 */
             for (int r = 0; r < G; r++) tp[j * G + r] = ninf;
-        if (mode == 2) rows_exps(tp, nv, u, uL, c, &sum0, &sum1, 2, SAFE);
-        else if (mode == 1) rows_exps(tp, nv, u, uL, c, &sum0, &sum1, 1, SAFE);
-        else rows_exps(tp, nv, u, uL, c, &sum0, &sum1, 0, SAFE);
+#ifdef V_EXP2 /* in base 2, as attn_softmax (kernels.h, attn_softmax_exp2) */
+        if (sh.mode == 2) rows_exps(tp, nv, &sh, &sum0, &sum1, 2, SAFE);
+        else rows_exps(tp, nv, &sh, &sum0, &sum1, 1, SAFE);
+#else
+        rows_exps(tp, nv, &sh, &sum0, &sum1, 0, SAFE);
+#endif
         if (!packed) /* rows mq .. G - 1 of s are scratch, as in attn_softmax */
             for (int64_t j = 0; j < n; j++) memcpy(s + (j0 + j) * mqs, t + j * G, sizeof(float) * (size_t)G);
     }

@@ -31,15 +31,12 @@
  * kernel (decode: one row, or a few grouped heads) reads the rows untransposed instead,
  * q[r * ldq + p], and writes the same score layout. */
 #include "kernels/kernels.h"
+#include "kernels/softmax_forms.h"
 
 #include <stdint.h>
 
 #define MQ (QV * VL)
 #define ATTN_INLINE static inline __attribute__((always_inline))
-/* The exp of a function instantiated twice (SAFE: 1 where ta_exp_denormal_assist). */
-#define SM_EXPF(v) (SAFE ? V_EXP(v) : V_EXP_ONEPASS(v))
-/* The same for 2^x where the vocabulary has it (V_EXP2: the softmax in base 2). */
-#define SM_EXP2F(v) (SAFE ? V_EXP2(v) : V_EXP2_ONEPASS(v))
 
 /* The limits of the switches below (a tile over them would silently compute nothing). */
 _Static_assert(KJ >= 1 && KJ <= 12, "attn_template.h: QK_SWITCH has cases for 1..12 keys");
@@ -249,22 +246,12 @@ void NAME_QK_ROWS(float *s, const float *q, int64_t ldq, int64_t mq, const float
 
 /* The exps of one vector of rows of the softmax step (s: its first lane, keys MQ floats
  * apart; keys [0, full) every lane sees, [full, need) through the counts rk): s[j] =
- * p(s[j]), returning the sum of the p in the step's order (two chains, key j in chain j
- * mod 2: the add latency, not the exp, bounds one). p by MODE: 0: exp(x - u); in base
- * 2 (V_EXP2's vocabularies; kernels.h, attn_softmax_exp2) 1: 2^(fl(x L - uL)), 2:
- * 2^(fl(fl(x - u) L) + c). */
-ATTN_INLINE VT sm_exps(float *s, int64_t full, int64_t need, VI rk, VT u, VT uL, VT c,
+ * p(s[j]) (sm_p, form MODE: softmax_forms.h), returning the sum of the p in the step's
+ * order (two chains, key j in chain j mod 2: the add latency, not the exp, bounds one). */
+ATTN_INLINE VT sm_exps(float *s, int64_t full, int64_t need, VI rk, const sm_shift *sh,
                        const int MODE, const int SAFE)
 {
-#ifdef V_EXP2
-    const VT LG = V_SET1(TA_LOG2E_F);
-#define SM_P(x) (MODE == 1 ? SM_EXP2F(V_FMS(x, LG, uL))                                       \
-                 : MODE == 2 ? SM_EXP2F(V_ADD(V_MUL(V_SUB(x, u), LG), c))                     \
-                             : SM_EXPF(V_SUB(x, u)))
-#else
-    (void)uL, (void)c, (void)MODE;
-#define SM_P(x) SM_EXPF(V_SUB(x, u))
-#endif
+#define SM_P(x) sm_p(x, sh, MODE, SAFE)
 #define SM_PLAIN(j) V_LOADU(s + (j) * MQ)
 #define SM_KEEP(j) V_KEEP_KEYS(V_LOADU(s + (j) * MQ), rk, (int32_t)(j))
 #define SM_EXP2(LOAD)                                                                      \
@@ -339,19 +326,14 @@ ATTN_INLINE void softmax_step(float *s, float *m, float *l, float *alpha, int64_
         mx = V_MAX(V_MAX(m1, mx), V_MAX(m3, m2));
 #undef SM_PLAIN
 #undef SM_KEEP
-        const VT u = V_NEGINF_TO_ZERO(mx);
-        VT a, sum;
-#ifdef V_EXP2 /* in base 2 (kernels.h, attn_softmax_exp2): one operation fewer an exp */
-        const VT LG = V_SET1(TA_LOG2E_F), uL = V_MUL(u, LG), c = V_EXP2_CARRY(u, uL);
-        a = SM_EXP2F(V_ADD(V_MUL(V_SUB(mo, u), LG), V_SUB(c, V_EXP2_CARRY(mo, V_MUL(mo, LG)))));
         const int rows = mq - (int64_t)q * VL < VL ? (int)(mq - (int64_t)q * VL) : VL;
-        if (V_EXP2_ANY_BIG(uL, (1u << rows) - 1u))
-            sum = sm_exps(s + q * VL, full, need, rk, u, uL, c, 2, SAFE);
-        else
-            sum = sm_exps(s + q * VL, full, need, rk, u, uL, c, 1, SAFE);
+        VT a, sum;
+        const sm_shift sh = sm_shift_of(V_NEGINF_TO_ZERO(mx), mo, (1u << rows) - 1u, &a, SAFE);
+#ifdef V_EXP2 /* in base 2 (kernels.h, attn_softmax_exp2): one operation fewer an exp */
+        if (sh.mode == 2) sum = sm_exps(s + q * VL, full, need, rk, &sh, 2, SAFE);
+        else sum = sm_exps(s + q * VL, full, need, rk, &sh, 1, SAFE);
 #else
-        a = SM_EXPF(V_SUB(mo, u));
-        sum = sm_exps(s + q * VL, full, need, rk, u, u, u, 0, SAFE);
+        sum = sm_exps(s + q * VL, full, need, rk, &sh, 0, SAFE);
 #endif
         for (int64_t j = need; j < nk; j++) V_STOREU(s + j * MQ + q * VL, V_ZERO()); /* exp(-inf) */
         V_STOREU(l + q * VL, V_FMA(V_LOADU(l + q * VL), a, sum));
