@@ -150,6 +150,7 @@ static void test_npy_errors_name_the_file_and_the_problem(void **state)
          "shape [4611686018427387904, 4611686018427387904] has more bytes than size_t can count"},
         {"bytes_overflow.npy", TA_EFORMAT, "has more bytes than size_t can count"},
         {"huge_truncated.npy", TA_EFORMAT, "need 4398046511104 bytes"},
+        {"wrap_truncated.npy", TA_EFORMAT, "need 18446744073709551608 bytes"},
         {"does_not_exist.npy", TA_EIO, "cannot open: No such file or directory"},
     };
     ta_test_expect_file_errors("ta_npy_load", cases, sizeof cases / sizeof cases[0],

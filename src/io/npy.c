@@ -302,7 +302,10 @@ static ta_status npy_open(npy_file *f, const char *fn, const char *path, unsigne
     ta_free(h);
     if (st) return st;
     /* Fail on a short file before allocating what its header claims. */
-    if (S_ISREG(sb.st_mode) && (uint64_t)sb.st_size < f->offset + (uint64_t)f->data_bytes)
+    /* (in this order: offset + data_bytes can wrap past 2^64 for a shape near the limit
+     * of size_t, and the float32 result of such a shape would then be allocated) */
+    if (S_ISREG(sb.st_mode) && ((uint64_t)sb.st_size < f->offset ||
+                                (uint64_t)sb.st_size - f->offset < (uint64_t)f->data_bytes))
         return npy_fail(f, TA_EFORMAT,
                         "truncated data: the shape and dtype need %zu bytes after the "
                         "%zu-byte header but the file has %llu",
