@@ -194,11 +194,13 @@ static void test_causal_short_tile_first(void **state)
 }
 
 /* K [B, Hkv, Lk, D] and V as views of [B, Lk, Hkv, D] buffers (varlen's packed layout, a
- * KV cache's), whose rows alias in L1 so that the fused forward reads V through each
- * thread's copy of its group's rows (grown item by item: causal tiles, key chunks, a
+ * KV cache's), whose rows alias in L1 so that the fused forward reads V, and in the
+ * later cases K (rows 4 KiB apart, or a group's rows too many for their L2 sets), through
+ * each thread's copy of its group's rows (grown item by item: causal tiles, key chunks, a
  * window's later starts): the same O and LSE bit for bit as the contiguous tensors of
  * the same values, through the library's scratch and through a caller's workspace of
- * exactly the queried size, on 1 and 2 threads; and K alone strided (V contiguous). (A
+ * exactly the queried size, on 1 and 2 threads; and K alone strided (V contiguous),
+ * whose workspace is larger than the contiguous tensors' exactly where K is copied. (A
  * decode step reads strided rows in place with other kernels than contiguous ones: the
  * KV-cache tests cover it.) */
 static void test_key_rows_in_any_layout_bitwise(void **state)
@@ -210,18 +212,30 @@ static void test_key_rows_in_any_layout_bitwise(void **state)
         {.B = 1, .H = 4, .Hkv = 4, .Lq = 70, .Lk = 300, .D = 128, .Dv = 128, .seed = 12},
         /* few tiles and many keys: the keys split into chunks, a thread's V rows grow
          * chunk by chunk */
-        {.B = 1, .H = 8, .Hkv = 8, .Lq = 48, .Lk = 2100, .D = 32, .Dv = 64, .seed = 14},
+        {.B = 1, .H = 8, .Hkv = 8, .Lq = 48, .Lk = 2000, .D = 32, .Dv = 64, .seed = 14},
         /* a sliding window (below): items start past key 0 */
         {.B = 1, .H = 8, .Hkv = 8, .Lq = 300, .Lk = 300, .D = 64, .Dv = 64,
          .causal = TA_CAUSAL_TOP_LEFT, .seed = 15},
+        /* K copied too: rows 4 KiB apart (16 heads of 64) */
+        {.B = 1, .H = 16, .Hkv = 16, .Lq = 130, .Lk = 200, .D = 64, .Dv = 32,
+         .causal = TA_CAUSAL_TOP_LEFT, .seed = 16},
+        /* grouped heads whose tiles span two heads, and a window (below) */
+        {.B = 2, .H = 32, .Hkv = 16, .Lq = 40, .Lk = 300, .D = 64, .Dv = 64, .seed = 17},
+        /* rows 2 KiB apart, but 2100 of them: more than their L2 sets hold */
+        {.B = 1, .H = 8, .Hkv = 8, .Lq = 100, .Lk = 2100, .D = 64, .Dv = 64,
+         .causal = TA_CAUSAL_BOTTOM_RIGHT, .seed = 18},
     };
+    /* whether the plan copies K (k_rows_spill in sdpa_forward_fused.c) */
+    const bool k_copied[] = {false, false, false, false, true, true, true};
+    _Static_assert(sizeof k_copied / sizeof k_copied[0] == sizeof cases / sizeof cases[0],
+                   "one k_copied per case");
     int saved = ta_get_num_threads();
     for (size_t n = 0; n < sizeof cases / sizeof cases[0]; n++) {
         const ta_sdpa_case *c = &cases[n];
         ta_sdpa_case_tensors t;
         ta_sdpa_case_make(&t, c);
         ta_sdpa_opts o = ta_sdpa_case_opts(c, &t, TA_SDPA_FUSED);
-        if (n == 3) {
+        if (n == 3 || n == 5) {
             o.has_window = 1;
             o.window_left = 70;
             o.window_right = -1;
@@ -246,6 +260,14 @@ static void test_key_rows_in_any_layout_bitwise(void **state)
             const ta_tensor *k = &views[0], *v = variant == 2 ? &t.v : &views[1];
             ta_sdpa_opts ow = o;
             void *buf = NULL;
+            if (variant == 2) {
+                size_t strided = 0, contiguous = 0;
+                TA_CHECK_OK(ta_sdpa_workspace_size(&strided, &t.o, &t.q, k, v, &ow));
+                TA_CHECK_OK(ta_sdpa_workspace_size(&contiguous, &t.o, &t.q, &t.k, v, &ow));
+                if ((strided > contiguous) != k_copied[n])
+                    fail_msg("case %zu: workspace %zu with K strided, %zu contiguous", n, strided,
+                             contiguous);
+            }
             if (variant == 1) {
                 size_t bytes = 0;
                 TA_CHECK_OK(ta_sdpa_workspace_size(&bytes, &t.o, &t.q, k, v, &ow));

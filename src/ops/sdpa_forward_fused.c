@@ -146,32 +146,65 @@ bool ta_sdpa_rows_alias(const ta_tensor *t, int64_t cols, int64_t rows)
     return rows * lines > 4 * sets; /* more than a third of 12 ways, half of 8 */
 }
 
-/* V whose rows alias in L1 (ta_sdpa_rows_alias) is read through a contiguous copy when
- * the tiles reread it (tiles of many rows: not a decode step, which reads each row once):
- * attn_pv reads a V tile once per 6 query rows, so the tile must stay in L1. Each thread
- * copies the V rows of the group it works on, as its items need them, into a buffer of
- * its own (hold_v), which stays in its L2 while it works on the group; the kernels see
- * the same values, so the results are bitwise those of the same data in
- * [B, Hkv, Lk, Dv] (tested). K needs no copy: attn_qk reads each key row of a tile once
- * per query tile (its values broadcast across the tile's rows), from L2 either way.
- * Measured on the two-port Xeon, 1 thread, varlen_prefill's sequences (packed [T, H, D])
- * with a copy of the whole V per call: without it 1.09x the time, with a K copy too 1.05x
- * (docs/performance.md). A group of more than TA_FUSED_VCOPY_MAX bytes of V is read in
- * place. */
+/* K and V whose rows lie far apart ([B, L, H, D] tensors, varlen's packed [T, H, D]: a
+ * head's rows are H D floats apart) are read through a contiguous copy where the tiles
+ * reread them. Each thread copies the rows of the group it works on, as its items need
+ * them, into a buffer of its own (hold_v), which stays in its L2 while it works on the
+ * group; the kernels see the same values, so the results are bitwise those of the same
+ * data in [B, Hkv, Lk, D] (tested).
+ *   V: where its rows alias in L1 (ta_sdpa_rows_alias) and the tiles have many rows
+ * (not a decode step, which reads each row once): attn_pv reads a V tile once per 6 query
+ * rows, so the tile must stay in L1. Measured on the two-port Xeon, 1 thread,
+ * varlen_prefill's sequences: without the copy 1.09x the time (docs/performance.md).
+ *   K: attn_qk reads each key row of a tile once per query tile, so K needs a copy only
+ * where a group has several query tiles and its rows miss the caches between them
+ * (k_rows_spill): a row stride that puts a micro-tile's rows and the next ones it
+ * prefetches on fewer L1 sets than they need, or the group's rows on fewer L2 sets than
+ * hold them. Measured (two-port Xeon, 1 thread, causal L1024, all four tensors
+ * [B, L, H, D], with against without the K copy, alternated): H32 D128 47.7 -> 44.6 ms,
+ * H16 D64 13.2 -> 12.0, H8 D128 12.9 -> 12.3, H4 D128 L2048 23.4 -> 22.3, H8 D64 L2048
+ * 24.6 -> 23.8; H8 D64 L1024 (which k_rows_spill leaves in place) 5.97 against 5.94,
+ * and varlen_prefill's sequences 2 - 4% slower with the copy.
+ * A group of more than TA_FUSED_VCOPY_MAX bytes of K or V is read in place. */
 #define TA_FUSED_VCOPY_MAX ((size_t)32 << 20)
 
-/* The floats of a thread's V buffer (0: V is read in place). bound: of any problem with
- * Lk' <= Lk (the sequences of a varlen whole). */
-static int64_t plan_vcopy(const ta_sdpa_problem *p, bool bound)
+/* gcd(a, b) for b a power of two: the sets of a cache of b sets that rows a lines apart
+ * start in are b / gcd(a, b). */
+static int64_t gcd_pow2(int64_t a, int64_t b)
+{
+    a %= b;
+    return a == 0 ? b : a & -a;
+}
+
+/* Whether float32 rows of `cols` floats at t's stride[2] miss the caches that a
+ * contiguous K keeps them in (see above): the 16 rows of a Q.K^T micro-tile and the next
+ * one (64 sets, 8 of the ways: Zen 4's L1 has 8, Golden Cove's 12), or the Lk rows of a
+ * group (2048 sets of 16 ways: Golden Cove's 2 MiB L2; Zen 4's 1 MiB has 8). */
+static bool k_rows_spill(const ta_tensor *t, int64_t cols, int64_t Lk)
+{
+    const int64_t row = cols * (int64_t)sizeof(float), ld = t->stride[2] * (int64_t)sizeof(float);
+    if (t->dtype != TA_F32 || t->stride[3] != 1 || ld == row || ld % 64 != 0) return false;
+    const int64_t lines = (row + 63) / 64, step = ld / 64;
+    const int64_t sets1 = TA_MIN(64, 64 / gcd_pow2(step, 64) * lines);
+    const int64_t sets2 = TA_MIN(2048, 2048 / gcd_pow2(step, 2048) * lines);
+    return 16 * lines > 8 * sets1 || Lk * lines > 16 * sets2;
+}
+
+/* The floats of a thread's copy of K (value false) or V (0: read in place). bound: of any
+ * problem with Lk' <= Lk (the sequences of a varlen whole). */
+static int64_t plan_vcopy(const ta_sdpa_problem *p, bool value, bool bound)
 {
     const ta_kernels *k = ta_kernels_active();
-    if (p->pages.table || p->Dv < 1 || p->Dv > TA_FUSED_DIM_MAX ||
-        TA_MIN(k->attn_mq, p->G * p->Lq) <= k->attn_rows_max ||
-        !ta_sdpa_rows_alias(p->V, p->Dv, TA_FUSED_NK))
+    const ta_tensor *t = value ? p->V : p->K;
+    const int64_t cols = value ? p->Dv : p->D;
+    if (p->pages.table || cols < 1 || cols > TA_FUSED_DIM_MAX) return 0;
+    if (value ? TA_MIN(k->attn_mq, p->G * p->Lq) <= k->attn_rows_max ||
+                    !ta_sdpa_rows_alias(t, cols, TA_FUSED_NK)
+              : p->G * p->Lq <= k->attn_mq || !k_rows_spill(t, cols, p->Lk))
         return 0;
-    const int64_t keys_max = (int64_t)(TA_FUSED_VCOPY_MAX / sizeof(float)) / p->Dv;
-    if (p->Lk > keys_max) return bound ? keys_max * p->Dv : 0;
-    return p->Lk * p->Dv;
+    const int64_t keys_max = (int64_t)(TA_FUSED_VCOPY_MAX / sizeof(float)) / cols;
+    if (p->Lk > keys_max) return bound ? keys_max * cols : 0;
+    return p->Lk * cols;
 }
 
 static fused_plan make_plan(const ta_sdpa_problem *p)
@@ -205,7 +238,8 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
                            : p->Lk;
     if (f.split) f.nchunks = (p->Lk + f.chunk_keys - 1) / f.chunk_keys;
     f.sweep = sweep_heads(&f, false);
-    f.vcopy_floats = f.sweep > 1 ? 0 : plan_vcopy(p, false);
+    f.vcopy_floats = f.sweep > 1 ? 0 : plan_vcopy(p, true, false);
+    f.kcopy_floats = f.sweep > 1 ? 0 : plan_vcopy(p, false, false);
     plan_ws_bytes(&f);
     /* Partials (split only): per tile and chunk, m and l of mq_used rows, then mq_used
      * rows of Dv. */
@@ -226,6 +260,7 @@ static void layout(ta_arena *a, fused_mem *m, const fused_plan *f)
     }
     m->ws = TA_ARENA_TAKE2(a, unsigned char, (int64_t)f->ws_bytes, f->nt);
     m->vbuf = f->vcopy_floats ? TA_ARENA_TAKE2(a, float, f->vcopy_floats, f->nt) : NULL;
+    m->kbuf = f->kcopy_floats ? TA_ARENA_TAKE2(a, float, f->kcopy_floats, f->nt) : NULL;
     m->parts = f->split ? TA_ARENA_TAKE2(a, float, f->part_floats, f->nparts) : NULL;
     m->items = TA_ARENA_TAKE(a, fused_item, f->nitems);
     m->t_r0 = TA_ARENA_TAKE(a, int64_t, f->tpg);
@@ -270,7 +305,8 @@ size_t ta_sdpa_forward_fused_scratch_bound(const ta_sdpa_problem *p)
         f.nt = plan_threads(f.nitems);
     }
     /* a sequence with fewer keys copies its V rows where the whole's are too many */
-    f.vcopy_floats = plan_vcopy(p, true);
+    f.vcopy_floats = plan_vcopy(p, true, true);
+    f.kcopy_floats = plan_vcopy(p, false, true);
     return plan_bytes(&f);
 }
 
@@ -283,37 +319,45 @@ typedef struct held_v {
  * [B, Hkv, Lk, Dv] with strides 0 along B and Hkv: whatever group an item names, its key
  * j is row j of the buffer, which hold_v fills for the item. */
 static const fused_plan *vcopy_plan(const fused_plan *f, fused_plan *fv, ta_sdpa_problem *pv,
-                                    ta_tensor *vt, float *vbuf)
+                                    ta_tensor *kt, float *kbuf, ta_tensor *vt, float *vbuf)
 {
     *pv = *f->p;
-    *vt = ta_tensor_view(vbuf, 4, f->p->V->shape);
-    vt->stride[0] = vt->stride[1] = 0;
-    pv->V = vt;
+    if (vbuf) {
+        *vt = ta_tensor_view(vbuf, 4, f->p->V->shape);
+        vt->stride[0] = vt->stride[1] = 0;
+        pv->V = vt;
+    }
+    if (kbuf) {
+        *kt = ta_tensor_view(kbuf, 4, f->p->K->shape);
+        kt->stride[0] = kt->stride[1] = 0;
+        pv->K = kt;
+    }
     *fv = *f;
     fv->p = pv;
     return fv;
 }
 
-/* V rows [a, b) of group (bi, hkv) into rows a .. b - 1 of vbuf. */
-static void copy_v_rows(const ta_sdpa_problem *p, int64_t bi, int64_t hkv, int64_t a, int64_t b,
-                        float *vbuf)
+/* K's (value false) or V's rows [a, b) of group (bi, hkv) into rows a .. b - 1 of buf. */
+static void copy_v_rows(const ta_sdpa_problem *p, bool value, int64_t bi, int64_t hkv, int64_t a,
+                        int64_t b, float *buf)
 {
-    const float *v = (const float *)p->V->data;
-    for (int64_t j = a; j < b; j++)
-        memcpy(vbuf + j * p->Dv, v + ta_sdpa_kv_offset(p, true, bi, hkv, j),
-               sizeof(float) * (size_t)p->Dv);
+    if (a >= b) return;
+    const ta_tensor *t = value ? p->V : p->K;
+    const float *v = (const float *)t->data + ta_sdpa_kv_offset(p, value, bi, hkv, a);
+    const int64_t cols = value ? p->Dv : p->D, ld = t->stride[2];
+    for (int64_t j = a; j < b; j++, v += ld) memcpy(buf + j * cols, v, sizeof(float) * (size_t)cols);
 }
 
 /* Makes the buffer hold the V rows of the item's keys [jlo, jhi) of its group: copies
  * the rows it lacks (a new group: all of them; the same group: those below and above the
  * rows held, so that the held rows stay one range). */
-static void hold_v(const fused_plan *f, const fused_item *it, float *vbuf, held_v *h)
+static void hold_v(const fused_plan *f, const fused_item *it, bool value, float *buf, held_v *h)
 {
     if (it->jhi <= it->jlo) return;
     if (h->b != it->b || h->hkv != it->hkv) *h = (held_v){it->b, it->hkv, it->jlo, it->jlo};
     const int64_t lo = TA_MIN(it->jlo, h->lo), hi = TA_MAX(it->jhi, h->hi);
-    copy_v_rows(f->p, it->b, it->hkv, lo, h->lo, vbuf);
-    copy_v_rows(f->p, it->b, it->hkv, h->hi, hi, vbuf);
+    copy_v_rows(f->p, value, it->b, it->hkv, lo, h->lo, buf);
+    copy_v_rows(f->p, value, it->b, it->hkv, h->hi, hi, buf);
     h->lo = lo;
     h->hi = hi;
 }
@@ -382,14 +426,14 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
         } else {
             /* with a V copy the items run on a plan whose V is this thread's buffer */
             ta_sdpa_problem pv;
-            ta_tensor vt;
+            ta_tensor kt, vt;
             fused_plan fv;
-            held_v hv = {.b = -1};
+            held_v hk = {.b = -1}, hv = {.b = -1};
             const fused_plan *fp = &f;
-            if (f.vcopy_floats) {
-                fp = vcopy_plan(&f, &fv, &pv, &vt,
-                                m.vbuf + (size_t)omp_get_thread_num() * (size_t)f.vcopy_floats);
-            }
+            const size_t me = (size_t)omp_get_thread_num();
+            float *kbuf = f.kcopy_floats ? m.kbuf + me * (size_t)f.kcopy_floats : NULL;
+            float *vbuf = f.vcopy_floats ? m.vbuf + me * (size_t)f.vcopy_floats : NULL;
+            if (kbuf || vbuf) fp = vcopy_plan(&f, &fv, &pv, &kt, kbuf, &vt, vbuf);
             /* Each thread claims its next chunk of grab items before it runs the current
              * one, so that the last item of a chunk knows the item that follows it on this
              * thread (the next chunk's first, perhaps another group's), whose Q rows and
@@ -405,7 +449,8 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
                     const fused_item *it = &m.items[n];
                     const fused_item *nx = n + 1 < hi ? it + 1
                                            : cn < nchunks ? &m.items[cn * grab] : NULL;
-                    if (f.vcopy_floats) hold_v(&f, it, (float *)vt.data, &hv);
+                    if (kbuf) hold_v(&f, it, false, kbuf, &hk);
+                    if (vbuf) hold_v(&f, it, true, vbuf, &hv);
                     run_one(fp, &m, it, &w, nx);
                 }
                 c = cn;

@@ -102,6 +102,7 @@ typedef struct fused_plan {
                             1 float16, 2 bfloat16), or -1: through kv_tile */
     int64_t vcopy_floats; /* > 0: V's rows alias in L1 and each thread reads them through
                              a contiguous copy of this many floats (plan_vcopy) */
+    int64_t kcopy_floats; /* the same for K */
     bool stream_o;       /* O is large: finish_item writes its rows with non-temporal
                             stores (no read for ownership; plan in make_plan) */
     bool prefetch_o;     /* O's rows do not follow each other (a [B, L, H, Dv] O): request a
@@ -122,6 +123,7 @@ typedef struct fused_mem {
     unsigned char *ws; /* nt per-thread workspaces of ws_bytes */
     float *parts;
     float *vbuf;       /* nt buffers of vcopy_floats: each thread's copy of V rows */
+    float *kbuf;       /* nt buffers of kcopy_floats: K's */
     int64_t *mt;       /* the mask's bound table: 2 per row (ta_fused_mask_bounds) */
 } fused_mem;
 
