@@ -30,8 +30,10 @@
 
 /* Below this many multiply-adds in all, one thread: OpenMP start-up costs more. */
 #define SERIAL_FMAS ((int64_t)1 << 18)
-/* Blocks of at most this many NR panels read an A with a unit stride in place. */
-#define DIRECT_A_PANELS 4
+/* Blocks of C at most this wide read A in place (read_a_in_place): a row-major A (unit
+ * column stride) in columns, a column-major one (unit row stride) in NR panels. */
+#define DIRECT_A_ROW_COLS 512
+#define DIRECT_A_COL_PANELS 1
 /* Largest B (floats) a column chunk packs for the whole of K to be shared by stealing
  * (16 MiB: two chunks stay within the scratch block kept between calls). */
 #define STEAL_B_FLOATS ((int64_t)1 << 22)
@@ -148,11 +150,21 @@ static void macro_kernel(const blocking *bk, float *C, int64_t rsc, int64_t csc,
 
 /* Packing A costs about one pass of loads and stores over it, repaid by reuse across the
  * NR panels of the block. With few panels (attention's P V: N = 64) a unit-stride A is
- * cheaper read in place; measured 81 -> 96 GFLOP/s on 512x64x512, while wide blocks run
- * faster packed (104 vs 96 at 1024^3). The values and their order are the same either way. */
+ * cheaper read in place; measured 81 -> 96 GFLOP/s on 512x64x512 (Zen 4). A row-major A
+ * (a step's MR values in MR rows, each read along its row) is read in place in blocks
+ * of up to DIRECT_A_ROW_COLS columns, and a wider block of C runs as such blocks
+ * (gemm_cols): on the two-port Xeon (1 thread, alternated in one process) 1024^3 203 ->
+ * 216 GFLOP/s, 2048^3 205 -> 216, and 2 threads 403 -> 436, 388 -> 416; the MHA shapes
+ * 8192 x 1536 x 512, 8192 x 512 x 2048 and 512 x 4096 x 4096 3 - 8% faster (512 columns:
+ * the block's B, 512 KiB at KC 512, stays in L2 beside the A rows it meets; the A block
+ * is read once per 512 columns instead of packed once per 2048). A column-major A (a
+ * step's MR values in one row of A^T, a new line and, in 4 KiB pages, a new page every
+ * step) only for one panel: 2048 x 64 x 512 67 against 56 GFLOP/s packed, but
+ * 2048 x 256 x 2048 78 against 137. The values and their order are the same either way. */
 static bool read_a_in_place(const blocking *bk, const problem *pr, int64_t nc)
 {
-    return (pr->rsa == 1 || pr->csa == 1) && nc <= DIRECT_A_PANELS * bk->nr;
+    return (pr->csa == 1 && nc <= DIRECT_A_ROW_COLS) ||
+           (pr->rsa == 1 && nc <= DIRECT_A_COL_PANELS * bk->nr);
 }
 
 /* Rows [m0, m1) of C's columns [jc, jc + nc), k in [pc, pc + kc), against the packed B
@@ -175,6 +187,17 @@ static void gemm_rows(const blocking *bk, const problem *pr, int64_t m0, int64_t
     }
 }
 
+/* gemm_rows over columns [jc, jc + nc) of a packed B block pb, in blocks of
+ * DIRECT_A_ROW_COLS columns when A is row-major (read in place: read_a_in_place). */
+static void gemm_cols(const blocking *bk, const problem *pr, int64_t m0, int64_t m1,
+                      int64_t jc, int64_t nc, int64_t pc, int64_t kc, float *pa,
+                      const float *pb)
+{
+    const int64_t w = pr->csa == 1 ? TA_MAX(bk->nr, DIRECT_A_ROW_COLS / bk->nr * bk->nr) : nc;
+    for (int64_t j = 0; j < nc; j += w)
+        gemm_rows(bk, pr, m0, m1, jc + j, TA_MIN(w, nc - j), pc, kc, pa, pb + j * kc);
+}
+
 /* Rows [m0, m1) x columns [n0, n1) of problem pr, with packing buffers pa, pb. */
 static void gemm_chunk(const blocking *bk, const problem *pr, int64_t m0, int64_t m1,
                        int64_t n0, int64_t n1, float *pa, float *pb)
@@ -185,7 +208,7 @@ static void gemm_chunk(const blocking *bk, const problem *pr, int64_t m0, int64_
             const int64_t kc = TA_MIN(bk->kc, pr->K - pc);
             pack_block(pb, pr->B + pc * pr->rsb + jc * pr->csb, pr->csb, pr->rsb, nc, kc,
                        bk->nr);
-            gemm_rows(bk, pr, m0, m1, jc, nc, pc, kc, pa, pb);
+            gemm_cols(bk, pr, m0, m1, jc, nc, pc, kc, pa, pb);
         }
     }
 }
@@ -220,7 +243,7 @@ static void run_unit(const blocking *bk, const problem *pr, int64_t chunk_n, int
     const int64_t n0 = q * chunk_n, nc = TA_MIN(chunk_n, pr->N - n0);
     const int64_t ldp = ta_round_up(nc, bk->nr), m0 = u * bk->mc;
     for (int64_t pc = 0; pc < pr->K; pc += bk->kc)
-        gemm_rows(bk, pr, m0, TA_MIN(pr->M, m0 + bk->mc), n0, nc, pc,
+        gemm_cols(bk, pr, m0, TA_MIN(pr->M, m0 + bk->mc), n0, nc, pc,
                   TA_MIN(bk->kc, pr->K - pc), pa, pb + pc * ldp);
 }
 
