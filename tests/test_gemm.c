@@ -140,6 +140,26 @@ static void test_sizes_straddling_blocks(void **state)
     }
 }
 
+/* A read in place (gemm.c, read_a_in_place): a row-major A in blocks of C up to 512
+ * columns wide, a block of NC columns cut into such blocks (1100 = 512 + 512 + 76: the
+ * last one partly an edge panel), over two KC passes and two MC blocks, on 1 and 2
+ * threads (2: the column chunks that share their units); a column-major A packed past
+ * one panel and read in place for one. */
+static void test_wide_blocks_read_a_in_place(void **state)
+{
+    (void)state;
+    const int64_t mc = kt()->sgemm_mc, kc = kt()->sgemm_kc, nr = kt()->sgemm_nr;
+    int saved = ta_get_num_threads();
+    for (int threads = 1; threads <= 2; threads++) {
+        TA_CHECK_OK(ta_set_num_threads(threads));
+        run_case(mc + 7, 1100, kc + 3, ROW, ROW, ROW, 1.0f, 0.5f, 0);
+        run_case(2 * mc + 1, 513, 37, ROW, COL, ROW, -0.5f, 0.0f, 1);
+        run_case(mc + 3, 3 * nr + 5, kc + 1, COL, ROW, ROW, 1.0f, 1.0f, 0);
+        run_case(mc + 3, nr, 41, COL, ROW, ROW, 1.0f, 0.0f, 0);
+    }
+    TA_CHECK_OK(ta_set_num_threads(saved));
+}
+
 static void test_transposes(void **state)
 {
     (void)state;
@@ -356,6 +376,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_odd_sizes_row_major),
         cmocka_unit_test(test_sizes_straddling_blocks),
+        cmocka_unit_test(test_wide_blocks_read_a_in_place),
         cmocka_unit_test(test_transposes),
         cmocka_unit_test(test_general_strides),
         cmocka_unit_test(test_alpha_beta),
