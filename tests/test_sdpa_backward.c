@@ -244,8 +244,10 @@ static void test_bitwise_across_threads(void **state)
 
 /* Q, K, V, O, dO and the gradients as [B, H, L, D] views of [B, L, H, D] buffers (the
  * layers' head views, varlen's packed layout), whose rows alias in L1 so that the fused
- * backward reads Q, K and dO through contiguous copies: the same dQ, dK, dV bit for bit
- * as the contiguous tensors of the same values. */
+ * backward reads Q, K and dO through contiguous copies (of each group's rows in plan
+ * "group", this case's): the same dQ, dK, dV bit for bit as the contiguous tensors of the
+ * same values, on 1 and 2 threads and through a caller's workspace of exactly the
+ * queried size. */
 static void test_bshd_layout_bitwise(void **state)
 {
     (void)state;
@@ -266,20 +268,113 @@ static void test_bshd_layout_bitwise(void **state)
     ta_sdpa_opts bo = {.causal = TA_CAUSAL_TOP_LEFT, .path = TA_SDPA_FUSED};
     TA_CHECK_OK(ta_sdpa_backward(&c[5], &c[6], &c[7], &c[4], &c[0], &c[1], &c[2], &c[3], &c[8],
                                  &bo));
-    TA_CHECK_OK(ta_sdpa_backward(&view[5], &view[6], &view[7], &view[4], &view[0], &view[1],
-                                 &view[2], &view[3], &c[8], &bo));
-    for (int t = 5; t < 8; t++) {
-        ta_tensor back;
-        TA_CHECK_OK(ta_tensor_empty(&back, 4, c[t].shape));
-        TA_CHECK_OK(ta_tensor_copy(&back, &view[t]));
-        assert_memory_equal(back.data, c[t].data, sizeof(float) * (size_t)ta_tensor_numel(&back));
-        ta_tensor_free(&back);
+    const int saved = ta_get_num_threads();
+    for (int run = 0; run < 3; run++) { /* 1 thread, 2 threads, 2 threads in a workspace */
+        TA_CHECK_OK(ta_set_num_threads(run == 0 ? 1 : 2));
+        ta_sdpa_opts vo = bo;
+        void *buf = NULL;
+        if (run == 2) {
+            size_t bytes = 0;
+            TA_CHECK_OK(ta_sdpa_backward_workspace_size(&bytes, &view[5], &view[6], &view[7],
+                                                        &view[4], &view[0], &view[1], &view[2],
+                                                        &view[3], &c[8], &vo));
+            buf = malloc(bytes ? bytes : 1);
+            assert_non_null(buf);
+            vo.workspace = (ta_workspace){.data = buf, .size = bytes};
+        }
+        for (int t = 5; t < 8; t++) memset(own[t].data, 0xff, sizeof(float) * (size_t)ta_tensor_numel(&own[t]));
+        TA_CHECK_OK(ta_sdpa_backward(&view[5], &view[6], &view[7], &view[4], &view[0], &view[1],
+                                     &view[2], &view[3], &c[8], &vo));
+        for (int t = 5; t < 8; t++) {
+            ta_tensor back;
+            TA_CHECK_OK(ta_tensor_empty(&back, 4, c[t].shape));
+            TA_CHECK_OK(ta_tensor_copy(&back, &view[t]));
+            if (memcmp(back.data, c[t].data, sizeof(float) * (size_t)ta_tensor_numel(&back)))
+                fail_msg("run %d gradient %d differs from the contiguous call's", run, t - 5);
+            ta_tensor_free(&back);
+        }
+        free(buf);
     }
+    TA_CHECK_OK(ta_set_num_threads(saved));
     for (int t = 0; t < 8; t++) {
         ta_tensor_free(&c[t]);
         ta_tensor_free(&own[t]);
     }
     ta_tensor_free(&c[8]);
+}
+
+/* A varlen backward whose packed [T, H, D] tensors (H = 8, D = 64: rows 2 KiB apart)
+ * run each sequence in plan "group" with each group's rows of Q and dO (and K, with
+ * Hkv = 8) copied: Hkv = 8 and sequences of up to 130 keys (wider than a key tile), and
+ * Hkv = 1, Dv = 32 with one sequence of 64 keys (one key tile: plan "group" for a single
+ * group, whose copies on 2 threads outgrow the whole tensors' copies, so the whole's
+ * bound must count them). Through a caller's workspace of exactly the queried size, the same dQ, dK,
+ * dV bit for bit as the same values laid out head-major ([H, T, D] seen as [T, H, D]:
+ * rows in place, no copy), on 1 and 2 threads. */
+static void test_varlen_group_copies_bitwise(void **state)
+{
+    (void)state;
+    enum { H = 8, D = 64 };
+    const struct {
+        int64_t hkv, dv, ns;
+        int32_t cu[5];
+    } cfg[2] = {{8, 64, 4, {0, 70, 70, 103, 233}}, {1, 32, 1, {0, 64}}};
+    const int saved = ta_get_num_threads();
+    for (int n = 0; n < 2; n++) {
+        const int64_t T = cfg[n].cu[cfg[n].ns], hk = cfg[n].hkv;
+        const int64_t heads[8] = {H, hk, hk, H, H, H, hk, hk}; /* q k v o dO dq dk dv */
+        const int64_t dv = cfg[n].dv, cols[8] = {D, D, dv, dv, dv, D, D, dv};
+        ta_tensor packed[8], own[8], hm[8];
+        for (int t = 0; t < 8; t++) {
+            TA_CHECK_OK(ta_tensor_empty(&packed[t], 3, (int64_t[]){T, heads[t], cols[t]}));
+            TA_CHECK_OK(ta_randn(&packed[t], 70 + (uint64_t)t));
+            TA_CHECK_OK(ta_tensor_empty(&own[t], 3, (int64_t[]){heads[t], T, cols[t]}));
+            TA_CHECK_OK(ta_tensor_permute(&hm[t], &own[t], (int[]){1, 0, 2}));
+        }
+        ta_tensor lse;
+        TA_CHECK_OK(ta_tensor_empty(&lse, 2, (int64_t[]){H, T}));
+        ta_sdpa_opts o = {.causal = TA_CAUSAL_TOP_LEFT, .path = TA_SDPA_FUSED,
+                          .cu_seqlens_q = cfg[n].cu, .cu_seqlens_k = cfg[n].cu,
+                          .num_seqs = cfg[n].ns, .lse = &lse};
+        TA_CHECK_OK(ta_sdpa(&packed[3], &packed[0], &packed[1], &packed[2], &o));
+        o.lse = NULL;
+        for (int t = 0; t < 5; t++) TA_CHECK_OK(ta_tensor_copy(&hm[t], &packed[t]));
+        TA_CHECK_OK(ta_sdpa_backward(&hm[5], &hm[6], &hm[7], &hm[4], &hm[0], &hm[1], &hm[2],
+                                     &hm[3], &lse, &o));
+        for (int th = 1; th <= 2; th++) {
+            TA_CHECK_OK(ta_set_num_threads(th));
+            size_t bytes = 0;
+            TA_CHECK_OK(ta_sdpa_backward_workspace_size(&bytes, &packed[5], &packed[6],
+                                                        &packed[7], &packed[4], &packed[0],
+                                                        &packed[1], &packed[2], &packed[3],
+                                                        &lse, &o));
+            void *buf = malloc(bytes ? bytes : 1);
+            assert_non_null(buf);
+            ta_sdpa_opts w = o;
+            w.workspace = (ta_workspace){.data = buf, .size = bytes};
+            for (int t = 5; t < 8; t++)
+                memset(packed[t].data, 0xff, sizeof(float) * (size_t)ta_tensor_numel(&packed[t]));
+            TA_CHECK_OK(ta_sdpa_backward(&packed[5], &packed[6], &packed[7], &packed[4],
+                                         &packed[0], &packed[1], &packed[2], &packed[3], &lse, &w));
+            for (int t = 5; t < 8; t++) {
+                ta_tensor back;
+                TA_CHECK_OK(ta_tensor_empty(&back, 3, packed[t].shape));
+                TA_CHECK_OK(ta_tensor_copy(&back, &hm[t]));
+                if (memcmp(back.data, packed[t].data,
+                           sizeof(float) * (size_t)ta_tensor_numel(&back)))
+                    fail_msg("case %d threads %d gradient %d differs from the head-major call's",
+                             n, th, t - 5);
+                ta_tensor_free(&back);
+            }
+            free(buf);
+        }
+        for (int t = 0; t < 8; t++) {
+            ta_tensor_free(&packed[t]);
+            ta_tensor_free(&own[t]);
+        }
+        ta_tensor_free(&lse);
+    }
+    TA_CHECK_OK(ta_set_num_threads(saved));
 }
 
 /* Gradients of 16 MiB and more are written with non-temporal stores: the same bits as
@@ -373,6 +468,7 @@ int main(void)
         cmocka_unit_test(test_nan_propagates),
         cmocka_unit_test(test_bitwise_across_threads),
         cmocka_unit_test(test_bshd_layout_bitwise),
+        cmocka_unit_test(test_varlen_group_copies_bitwise),
         cmocka_unit_test(test_large_gradients_bitwise),
         cmocka_unit_test(test_empty_queries_many_keys),
     };

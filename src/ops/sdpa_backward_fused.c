@@ -57,10 +57,12 @@
 
 /* ---------------------------------------------------------------- fused path */
 
-/* A tensor's data and element strides, as the kernels read it. */
+/* A tensor's data and element strides, as the kernels read it: row (b, h, i) at data +
+ * b s[0] + (h - h0) s[1] + i s[2] (h0: the first head a group's copy holds, else 0). */
 typedef struct bwd_view {
     const float *data;
     int64_t s[4];
+    int64_t h0;
 } bwd_view;
 
 typedef struct bwd_plan {
@@ -74,6 +76,10 @@ typedef struct bwd_plan {
                                  (ta_sdpa_stream_rows: a large one) */
     bool var_scores;         /* a window, softcap or ALiBi: the scores of every block are
                                 formed by block_scores */
+    bool gq, gk, gdo;        /* plan "group" reads Q, K, dO through a copy of the group's
+                                rows in the thread's scratch (group_copy) */
+    int64_t qc_rows, kc_rows, doc_rows; /* rows of those copies' buffers (0: none) */
+    bool bound;              /* sizing the scratch of any sequence of a varlen whole */
     size_t ws_bytes;         /* per thread (SIZE_MAX: does not fit) */
 } bwd_plan;
 
@@ -84,6 +90,7 @@ typedef struct bwd_ws {
     float *dk, *dv; /* [NK][D], [NK][Dv] */
     float *dq;      /* [dq_rows][D] */
     float *cap;     /* softcap: [MQ][NK] of 1 - tanh^2 */
+    float *qc, *kc, *doc; /* group copies: Q [G * Lq][D], K [Lk][D], dO [G * Lq][Dv] */
 } bwd_ws;
 
 /* One thread's scratch laid out in arena a (measuring or carving: the plan sizes it with
@@ -98,6 +105,9 @@ static void ws_layout(ta_arena *a, bwd_ws *w, const bwd_plan *f)
     w->dv = TA_ARENA_TAKE2(a, float, BWD_NK, f->Dv);
     w->dq = TA_ARENA_TAKE2(a, float, f->dq_rows, f->D);
     w->cap = f->p->var.softcap > 0.0f ? TA_ARENA_TAKE2(a, float, BWD_MQ, BWD_NK) : NULL;
+    w->qc = f->qc_rows ? TA_ARENA_TAKE2(a, float, f->qc_rows, f->D) : NULL;
+    w->kc = f->kc_rows ? TA_ARENA_TAKE2(a, float, f->kc_rows, f->D) : NULL;
+    w->doc = f->doc_rows ? TA_ARENA_TAKE2(a, float, f->doc_rows, f->Dv) : NULL;
 }
 
 static size_t ws_bytes(const bwd_plan *f)
@@ -110,7 +120,7 @@ static size_t ws_bytes(const bwd_plan *f)
 
 static inline const float *at(const bwd_view *v, int64_t b, int64_t h, int64_t i)
 {
-    return v->data + b * v->s[0] + h * v->s[1] + i * v->s[2];
+    return v->data + b * v->s[0] + (h - v->h0) * v->s[1] + i * v->s[2];
 }
 
 /* K_t^T and V_t^T of keys [j0, j0 + nk) of group (b, hkv), row stride BWD_NK (columns
@@ -309,9 +319,40 @@ static void run_key_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, i
     store_rows(f->k, p->dV, b, hkv, j0, nk, f->Dv, w->dv, 1.0f, f->nt_dv);
 }
 
-/* Plan "group": everything of group (b, hkv). */
-static void run_group(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv)
+/* Rows [0, L) of heads [h, h + nh) of batch b of t (unit stride along its cols) into buf
+ * [nh * L][cols], the source rows requested BWD_AHEAD ahead (they lie apart: group_copy);
+ * returns the view of buf that reads as t does for those heads. */
+static bwd_view copy_heads(const ta_tensor *t, int64_t b, int64_t h, int64_t nh, int64_t L,
+                           int64_t cols, float *buf)
 {
+    for (int64_t g = 0; g < nh; g++) {
+        const float *src = (const float *)t->data + b * t->stride[0] + (h + g) * t->stride[1];
+        float *dst = buf + g * L * cols;
+        for (int64_t i = 0; i < L; i++, src += t->stride[2]) {
+            if (i + BWD_AHEAD < L)
+                for (int64_t c = 0; c < cols; c += 16)
+                    __builtin_prefetch(src + BWD_AHEAD * t->stride[2] + c, 0, 3);
+            memcpy(dst + i * cols, src, sizeof(float) * (size_t)cols);
+        }
+    }
+    return (bwd_view){.data = buf, .s = {0, L * cols, cols, 1}, .h0 = h};
+}
+
+/* Plan "group": everything of group (b, hkv). With group copies (f->gq, gk, gdo) the
+ * group's rows of Q, K and dO are first copied into the thread's scratch, and the group
+ * runs on a plan that reads them there. */
+static void run_group(const bwd_plan *fg, bwd_ws *w, int64_t b, int64_t hkv)
+{
+    bwd_plan fc;
+    const bwd_plan *f = fg;
+    if (fg->gq || fg->gk || fg->gdo) {
+        const ta_sdpa_problem *p = fg->p;
+        fc = *fg;
+        if (fg->gq) fc.q = copy_heads(p->Q, b, hkv * fg->G, fg->G, fg->Lq, fg->D, w->qc);
+        if (fg->gdo) fc.dout = copy_heads(p->dO, b, hkv * fg->G, fg->G, fg->Lq, fg->Dv, w->doc);
+        if (fg->gk) fc.k_ = copy_heads(p->K, b, hkv, 1, fg->Lk, fg->D, w->kc);
+        f = &fc;
+    }
     memset(w->dq, 0, sizeof(float) * (size_t)(f->G * f->Lq * f->D));
     for (int64_t j0 = 0; j0 < f->Lk; j0 += BWD_NK)
         run_key_tile(f, w, b, hkv, j0, TA_MIN(BWD_NK, f->Lk - j0), w->dq);
@@ -344,6 +385,13 @@ static bool needs_copy(const ta_tensor *t)
 {
     return (t->stride[3] != 1 && t->shape[3] > 1) ||
            ta_sdpa_rows_alias(t, t->shape[3], BWD_MQ);
+}
+
+/* t's own view (its strides). */
+static bwd_view unit_view_of(const ta_tensor *t)
+{
+    return (bwd_view){.data = t->data,
+                      .s = {t->stride[0], t->stride[1], t->stride[2], t->stride[3]}};
 }
 
 /* A view of t with unit stride along the last dim: t itself, or a contiguous copy made
@@ -416,6 +464,17 @@ static void row_terms(const bwd_plan *f, float *di, float *lse, int nt)
     }
 }
 
+/* Whether plan "group" reads t (float32, unit stride along its cols) through a copy of
+ * each group's `rows` rows in the thread's scratch instead of a copy of the whole
+ * tensor made before the groups run (needs_copy): the rows that lie apart are read once
+ * into L2 rather than copied out to memory and read back. At most BWD_GROUP_DQ_MAX
+ * bytes a group (the dQ buffer's bound), else the whole copy. */
+static bool group_copy(const ta_tensor *t, int64_t rows)
+{
+    return t->stride[3] == 1 && needs_copy(t) &&
+           4.0 * (double)rows * (double)t->shape[3] <= (double)BWD_GROUP_DQ_MAX;
+}
+
 /* Everything about a call that does not depend on data: the plan, tiles, threads. */
 typedef struct bwd_sched {
     bool group_plan;
@@ -439,6 +498,12 @@ static bwd_plan make_plan(const ta_sdpa_problem *p, bwd_sched *sc)
     double dq_bytes = 4.0 * (double)f.G * (double)f.Lq * (double)f.D;
     sc->group_plan = (sc->groups >= BWD_GROUP_MIN || sc->nkt <= 1) && dq_bytes <= BWD_GROUP_DQ_MAX;
     f.dq_rows = sc->group_plan ? f.G * f.Lq : BWD_MQ;
+    f.gq = sc->group_plan && group_copy(p->Q, f.G * f.Lq);
+    f.gk = sc->group_plan && group_copy(p->K, f.Lk);
+    f.gdo = sc->group_plan && group_copy(p->dO, f.G * f.Lq);
+    f.qc_rows = f.gq ? f.G * f.Lq : 0;
+    f.kc_rows = f.gk ? f.Lk : 0;
+    f.doc_rows = f.gdo ? f.G * f.Lq : 0;
     f.var_scores = p->var.window || p->var.softcap > 0.0f || p->var.alibi;
     f.ws_bytes = ws_bytes(&f);
     sc->qtiles = (f.Lq + BWD_MQ - 1) / BWD_MQ;
@@ -467,9 +532,14 @@ static void layout(ta_arena *a, bwd_mem *m, const bwd_plan *f, const bwd_sched *
     m->ws = TA_ARENA_TAKE2(a, unsigned char, (int64_t)f->ws_bytes, sc->nt);
     m->di = TA_ARENA_TAKE(a, float, sc->rows);
     m->lse = TA_ARENA_TAKE(a, float, sc->rows);
-    m->q = needs_copy(p->Q) ? TA_ARENA_TAKE(a, float, ta_tensor_numel(p->Q)) : NULL;
-    m->k = needs_copy(p->K) ? TA_ARENA_TAKE(a, float, ta_tensor_numel(p->K)) : NULL;
-    m->dout = needs_copy(p->dO) ? TA_ARENA_TAKE(a, float, ta_tensor_numel(p->dO)) : NULL;
+    /* whole copies where the groups do not copy their rows (a varlen whole's bound: a
+     * sequence may do either) */
+    const bool wq = needs_copy(p->Q) && (!f->gq || f->bound);
+    const bool wk = needs_copy(p->K) && (!f->gk || f->bound);
+    const bool wd = needs_copy(p->dO) && (!f->gdo || f->bound);
+    m->q = wq ? TA_ARENA_TAKE(a, float, ta_tensor_numel(p->Q)) : NULL;
+    m->k = wk ? TA_ARENA_TAKE(a, float, ta_tensor_numel(p->K)) : NULL;
+    m->dout = wd ? TA_ARENA_TAKE(a, float, ta_tensor_numel(p->dO)) : NULL;
 }
 
 static size_t plan_bytes(const bwd_plan *f, const bwd_sched *sc)
@@ -499,6 +569,13 @@ size_t ta_sdpa_backward_fused_scratch_bound(const ta_sdpa_problem *p)
     bwd_plan f = make_plan(p, &sc);
     int64_t lq = f.G * f.D > 0 ? TA_MIN(f.Lq, BWD_GROUP_DQ_MAX / (4 * f.G * f.D)) : f.Lq;
     f.dq_rows = TA_MAX(BWD_MQ, f.G * lq);
+    /* a sequence in plan "group" may copy its groups' rows (group_copy: up to
+     * BWD_GROUP_DQ_MAX bytes each), and one in plan "split" the whole tensors */
+    f.bound = true;
+    const int64_t cap = BWD_GROUP_DQ_MAX / 4;
+    f.qc_rows = group_copy(p->Q, 1) ? TA_MIN(f.G * f.Lq, cap / TA_MAX(f.D, 1)) : 0;
+    f.kc_rows = group_copy(p->K, 1) ? TA_MIN(f.Lk, cap / TA_MAX(f.D, 1)) : 0;
+    f.doc_rows = group_copy(p->dO, 1) ? TA_MIN(f.G * f.Lq, cap / TA_MAX(f.Dv, 1)) : 0;
     f.ws_bytes = ws_bytes(&f);
     int64_t most = TA_MAX(sc.groups * TA_MAX(sc.nkt, 1), sc.items2);
     sc.nt = (int)TA_MIN((int64_t)ta_threads(), TA_MAX(most, 1));
@@ -513,9 +590,10 @@ ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
     bwd_mem m;
     layout(scratch, &m, &f, &sc);
     if (scratch->overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", p->fn);
-    f.q = unit_view(p->Q, m.q);
-    f.k_ = unit_view(p->K, m.k);
-    f.dout = unit_view(p->dO, m.dout);
+    /* (a tensor the groups copy: its own strides, which run_group replaces) */
+    f.q = f.gq ? unit_view_of(p->Q) : unit_view(p->Q, m.q);
+    f.k_ = f.gk ? unit_view_of(p->K) : unit_view(p->K, m.k);
+    f.dout = f.gdo ? unit_view_of(p->dO) : unit_view(p->dO, m.dout);
     f.v = (bwd_view){.data = p->V->data,
                      .s = {p->V->stride[0], p->V->stride[1], p->V->stride[2], p->V->stride[3]}};
     row_terms(&f, m.di, m.lse, sc.rows * f.Dv < 32768 ? 1 : sc.nt);
