@@ -376,10 +376,11 @@ static void run_query_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, i
     store_rows(f->k, f->p->dQ, b, h, i0, mq, f->D, w->dq, f->p->scale, f->nt_dq);
 }
 
-/* Whether t is read through a unit-stride copy: its last dim is strided, or its rows
- * alias in L1 (ta_sdpa_rows_alias: [B, L, H, D] layouts), where a query tile's Q and dO
- * rows, reread for every key tile, and K's rows, reread by every query tile's dQ, would
- * miss on every pass. Two-port Xeon, 1 thread, causal B1 H8 D64, [B, L, H, D]: L1024
+/* Whether t is read through a unit-stride copy (of the whole tensor, or in plan "group"
+ * of each group's rows: group_copy): its last dim is strided, or its rows alias in L1
+ * (ta_sdpa_rows_alias: [B, L, H, D] layouts), where a query tile's Q and dO rows, reread
+ * for every key tile, and K's rows, reread by every query tile's dQ, would miss on every
+ * pass. Two-port Xeon, 1 thread, causal B1 H8 D64, [B, L, H, D]: L1024
  * 22.2 - 23.8 ms without the copies, 20.9 - 21.5 with ([B, H, L, D]: 18.8 - 20.0). */
 static bool needs_copy(const ta_tensor *t)
 {
