@@ -76,9 +76,9 @@ typedef struct bwd_plan {
                                  (ta_sdpa_stream_rows: a large one) */
     bool var_scores;         /* a window, softcap or ALiBi: the scores of every block are
                                 formed by block_scores */
-    bool gq, gk, gdo;        /* plan "group" reads Q, K, dO through a copy of the group's
-                                rows in the thread's scratch (group_copy) */
-    int64_t qc_rows, kc_rows, doc_rows; /* rows of those copies' buffers (0: none) */
+    int64_t qc_rows, kc_rows, doc_rows; /* > 0: plan "group" reads Q, K, dO through a copy
+                                of the group's rows (group_copy) in a buffer of this many
+                                rows in the thread's scratch */
     bool bound;              /* sizing the scratch of any sequence of a varlen whole */
     size_t ws_bytes;         /* per thread (SIZE_MAX: does not fit) */
 } bwd_plan;
@@ -338,19 +338,20 @@ static bwd_view copy_heads(const ta_tensor *t, int64_t b, int64_t h, int64_t nh,
     return (bwd_view){.data = buf, .s = {0, L * cols, cols, 1}, .h0 = h};
 }
 
-/* Plan "group": everything of group (b, hkv). With group copies (f->gq, gk, gdo) the
+/* Plan "group": everything of group (b, hkv). With group copies (f->qc_rows, ...) the
  * group's rows of Q, K and dO are first copied into the thread's scratch, and the group
  * runs on a plan that reads them there. */
 static void run_group(const bwd_plan *fg, bwd_ws *w, int64_t b, int64_t hkv)
 {
     bwd_plan fc;
     const bwd_plan *f = fg;
-    if (fg->gq || fg->gk || fg->gdo) {
+    if (fg->qc_rows || fg->kc_rows || fg->doc_rows) {
         const ta_sdpa_problem *p = fg->p;
         fc = *fg;
-        if (fg->gq) fc.q = copy_heads(p->Q, b, hkv * fg->G, fg->G, fg->Lq, fg->D, w->qc);
-        if (fg->gdo) fc.dout = copy_heads(p->dO, b, hkv * fg->G, fg->G, fg->Lq, fg->Dv, w->doc);
-        if (fg->gk) fc.k_ = copy_heads(p->K, b, hkv, 1, fg->Lk, fg->D, w->kc);
+        if (fg->qc_rows) fc.q = copy_heads(p->Q, b, hkv * fg->G, fg->G, fg->Lq, fg->D, w->qc);
+        if (fg->doc_rows)
+            fc.dout = copy_heads(p->dO, b, hkv * fg->G, fg->G, fg->Lq, fg->Dv, w->doc);
+        if (fg->kc_rows) fc.k_ = copy_heads(p->K, b, hkv, 1, fg->Lk, fg->D, w->kc);
         f = &fc;
     }
     memset(w->dq, 0, sizeof(float) * (size_t)(f->G * f->Lq * f->D));
@@ -399,7 +400,7 @@ static bwd_view unit_view_of(const ta_tensor *t)
  * into buf (numel floats, laid out when needs_copy). */
 static bwd_view unit_view(const ta_tensor *t, float *buf)
 {
-    bwd_view v = {.data = t->data, .s = {t->stride[0], t->stride[1], t->stride[2], t->stride[3]}};
+    bwd_view v = unit_view_of(t);
     if (!needs_copy(t)) {
         v.s[3] = 1;
         return v;
@@ -499,12 +500,9 @@ static bwd_plan make_plan(const ta_sdpa_problem *p, bwd_sched *sc)
     double dq_bytes = 4.0 * (double)f.G * (double)f.Lq * (double)f.D;
     sc->group_plan = (sc->groups >= BWD_GROUP_MIN || sc->nkt <= 1) && dq_bytes <= BWD_GROUP_DQ_MAX;
     f.dq_rows = sc->group_plan ? f.G * f.Lq : BWD_MQ;
-    f.gq = sc->group_plan && group_copy(p->Q, f.G * f.Lq);
-    f.gk = sc->group_plan && group_copy(p->K, f.Lk);
-    f.gdo = sc->group_plan && group_copy(p->dO, f.G * f.Lq);
-    f.qc_rows = f.gq ? f.G * f.Lq : 0;
-    f.kc_rows = f.gk ? f.Lk : 0;
-    f.doc_rows = f.gdo ? f.G * f.Lq : 0;
+    f.qc_rows = sc->group_plan && group_copy(p->Q, f.G * f.Lq) ? f.G * f.Lq : 0;
+    f.kc_rows = sc->group_plan && group_copy(p->K, f.Lk) ? f.Lk : 0;
+    f.doc_rows = sc->group_plan && group_copy(p->dO, f.G * f.Lq) ? f.G * f.Lq : 0;
     f.var_scores = p->var.window || p->var.softcap > 0.0f || p->var.alibi;
     f.ws_bytes = ws_bytes(&f);
     sc->qtiles = (f.Lq + BWD_MQ - 1) / BWD_MQ;
@@ -535,9 +533,9 @@ static void layout(ta_arena *a, bwd_mem *m, const bwd_plan *f, const bwd_sched *
     m->lse = TA_ARENA_TAKE(a, float, sc->rows);
     /* whole copies where the groups do not copy their rows (a varlen whole's bound: a
      * sequence may do either) */
-    const bool wq = needs_copy(p->Q) && (!f->gq || f->bound);
-    const bool wk = needs_copy(p->K) && (!f->gk || f->bound);
-    const bool wd = needs_copy(p->dO) && (!f->gdo || f->bound);
+    const bool wq = needs_copy(p->Q) && (!f->qc_rows || f->bound);
+    const bool wk = needs_copy(p->K) && (!f->kc_rows || f->bound);
+    const bool wd = needs_copy(p->dO) && (!f->doc_rows || f->bound);
     m->q = wq ? TA_ARENA_TAKE(a, float, ta_tensor_numel(p->Q)) : NULL;
     m->k = wk ? TA_ARENA_TAKE(a, float, ta_tensor_numel(p->K)) : NULL;
     m->dout = wd ? TA_ARENA_TAKE(a, float, ta_tensor_numel(p->dO)) : NULL;
@@ -592,11 +590,10 @@ ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
     layout(scratch, &m, &f, &sc);
     if (scratch->overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", p->fn);
     /* (a tensor the groups copy: its own strides, which run_group replaces) */
-    f.q = f.gq ? unit_view_of(p->Q) : unit_view(p->Q, m.q);
-    f.k_ = f.gk ? unit_view_of(p->K) : unit_view(p->K, m.k);
-    f.dout = f.gdo ? unit_view_of(p->dO) : unit_view(p->dO, m.dout);
-    f.v = (bwd_view){.data = p->V->data,
-                     .s = {p->V->stride[0], p->V->stride[1], p->V->stride[2], p->V->stride[3]}};
+    f.q = f.qc_rows ? unit_view_of(p->Q) : unit_view(p->Q, m.q);
+    f.k_ = f.kc_rows ? unit_view_of(p->K) : unit_view(p->K, m.k);
+    f.dout = f.doc_rows ? unit_view_of(p->dO) : unit_view(p->dO, m.dout);
+    f.v = unit_view_of(p->V);
     row_terms(&f, m.di, m.lse, sc.rows * f.Dv < 32768 ? 1 : sc.nt);
     f.di = m.di;
     f.lse = m.lse;
