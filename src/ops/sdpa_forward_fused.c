@@ -149,7 +149,7 @@ bool ta_sdpa_rows_alias(const ta_tensor *t, int64_t cols, int64_t rows)
 /* K and V whose rows lie far apart ([B, L, H, D] tensors, varlen's packed [T, H, D]: a
  * head's rows are H D floats apart) are read through a contiguous copy where the tiles
  * reread them. Each thread copies the rows of the group it works on, as its items need
- * them, into a buffer of its own (hold_v), which stays in its L2 while it works on the
+ * them, into a buffer of its own (hold_rows), which stays in its L2 while it works on the
  * group; the kernels see the same values, so the results are bitwise those of the same
  * data in [B, Hkv, Lk, D] (tested).
  *   V: where its rows alias in L1 (ta_sdpa_rows_alias) and the tiles have many rows
@@ -192,7 +192,7 @@ static bool k_rows_spill(const ta_tensor *t, int64_t cols, int64_t Lk)
 
 /* The floats of a thread's copy of K (value false) or V (0: read in place). bound: of any
  * problem with Lk' <= Lk (the sequences of a varlen whole). */
-static int64_t plan_vcopy(const ta_sdpa_problem *p, bool value, bool bound)
+static int64_t plan_kv_copy(const ta_sdpa_problem *p, bool value, bool bound)
 {
     const ta_kernels *k = ta_kernels_active();
     const ta_tensor *t = value ? p->V : p->K;
@@ -238,8 +238,8 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
                            : p->Lk;
     if (f.split) f.nchunks = (p->Lk + f.chunk_keys - 1) / f.chunk_keys;
     f.sweep = sweep_heads(&f, false);
-    f.vcopy_floats = f.sweep > 1 ? 0 : plan_vcopy(p, true, false);
-    f.kcopy_floats = f.sweep > 1 ? 0 : plan_vcopy(p, false, false);
+    f.vcopy_floats = f.sweep > 1 ? 0 : plan_kv_copy(p, true, false);
+    f.kcopy_floats = f.sweep > 1 ? 0 : plan_kv_copy(p, false, false);
     plan_ws_bytes(&f);
     /* Partials (split only): per tile and chunk, m and l of mq_used rows, then mq_used
      * rows of Dv. */
@@ -305,20 +305,22 @@ size_t ta_sdpa_forward_fused_scratch_bound(const ta_sdpa_problem *p)
         f.nt = plan_threads(f.nitems);
     }
     /* a sequence with fewer keys copies its V rows where the whole's are too many */
-    f.vcopy_floats = plan_vcopy(p, true, true);
-    f.kcopy_floats = plan_vcopy(p, false, true);
+    f.vcopy_floats = plan_kv_copy(p, true, true);
+    f.kcopy_floats = plan_kv_copy(p, false, true);
     return plan_bytes(&f);
 }
 
-/* The V rows [lo, hi) of group (b, hkv) that a thread's buffer holds (b = -1: none). */
-typedef struct held_v {
+/* The K or V rows [lo, hi) of group (b, hkv) that a thread's buffer holds (b = -1:
+ * none). */
+typedef struct held_rows {
     int64_t b, hkv, lo, hi;
-} held_v;
+} held_rows;
 
-/* fv: f on pv, which is f's problem with V the thread's buffer vbuf seen as
- * [B, Hkv, Lk, Dv] with strides 0 along B and Hkv: whatever group an item names, its key
- * j is row j of the buffer, which hold_v fills for the item. */
-static const fused_plan *vcopy_plan(const fused_plan *f, fused_plan *fv, ta_sdpa_problem *pv,
+/* fv: f on pv, which is f's problem with K and V the thread's buffers kbuf and vbuf
+ * (those not NULL) seen as [B, Hkv, Lk, D] and [B, Hkv, Lk, Dv] with strides 0 along B
+ * and Hkv: whatever group an item names, its key j is row j of the buffer, which
+ * hold_rows fills for the item. */
+static const fused_plan *copy_plan(const fused_plan *f, fused_plan *fv, ta_sdpa_problem *pv,
                                     ta_tensor *kt, float *kbuf, ta_tensor *vt, float *vbuf)
 {
     *pv = *f->p;
@@ -338,7 +340,7 @@ static const fused_plan *vcopy_plan(const fused_plan *f, fused_plan *fv, ta_sdpa
 }
 
 /* K's (value false) or V's rows [a, b) of group (bi, hkv) into rows a .. b - 1 of buf. */
-static void copy_v_rows(const ta_sdpa_problem *p, bool value, int64_t bi, int64_t hkv, int64_t a,
+static void copy_kv_rows(const ta_sdpa_problem *p, bool value, int64_t bi, int64_t hkv, int64_t a,
                         int64_t b, float *buf)
 {
     if (a >= b) return;
@@ -348,16 +350,17 @@ static void copy_v_rows(const ta_sdpa_problem *p, bool value, int64_t bi, int64_
     for (int64_t j = a; j < b; j++, v += ld) memcpy(buf + j * cols, v, sizeof(float) * (size_t)cols);
 }
 
-/* Makes the buffer hold the V rows of the item's keys [jlo, jhi) of its group: copies
- * the rows it lacks (a new group: all of them; the same group: those below and above the
- * rows held, so that the held rows stay one range). */
-static void hold_v(const fused_plan *f, const fused_item *it, bool value, float *buf, held_v *h)
+/* Makes the buffer hold K's (value false) or V's rows of the item's keys [jlo, jhi) of
+ * its group: copies the rows it lacks (a new group: all of them; the same group: those
+ * below and above the rows held, so that the held rows stay one range). */
+static void hold_rows(const fused_plan *f, const fused_item *it, bool value, float *buf,
+                      held_rows *h)
 {
     if (it->jhi <= it->jlo) return;
-    if (h->b != it->b || h->hkv != it->hkv) *h = (held_v){it->b, it->hkv, it->jlo, it->jlo};
+    if (h->b != it->b || h->hkv != it->hkv) *h = (held_rows){it->b, it->hkv, it->jlo, it->jlo};
     const int64_t lo = TA_MIN(it->jlo, h->lo), hi = TA_MAX(it->jhi, h->hi);
-    copy_v_rows(f->p, value, it->b, it->hkv, lo, h->lo, buf);
-    copy_v_rows(f->p, value, it->b, it->hkv, h->hi, hi, buf);
+    copy_kv_rows(f->p, value, it->b, it->hkv, lo, h->lo, buf);
+    copy_kv_rows(f->p, value, it->b, it->hkv, h->hi, hi, buf);
     h->lo = lo;
     h->hi = hi;
 }
@@ -424,16 +427,17 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
                 u = un;
             }
         } else {
-            /* with a V copy the items run on a plan whose V is this thread's buffer */
+            /* with K or V copies the items run on a plan whose K or V is this thread's
+             * buffer */
             ta_sdpa_problem pv;
             ta_tensor kt, vt;
             fused_plan fv;
-            held_v hk = {.b = -1}, hv = {.b = -1};
+            held_rows hk = {.b = -1}, hv = {.b = -1};
             const fused_plan *fp = &f;
             const size_t me = (size_t)omp_get_thread_num();
             float *kbuf = f.kcopy_floats ? m.kbuf + me * (size_t)f.kcopy_floats : NULL;
             float *vbuf = f.vcopy_floats ? m.vbuf + me * (size_t)f.vcopy_floats : NULL;
-            if (kbuf || vbuf) fp = vcopy_plan(&f, &fv, &pv, &kt, kbuf, &vt, vbuf);
+            if (kbuf || vbuf) fp = copy_plan(&f, &fv, &pv, &kt, kbuf, &vt, vbuf);
             /* Each thread claims its next chunk of grab items before it runs the current
              * one, so that the last item of a chunk knows the item that follows it on this
              * thread (the next chunk's first, perhaps another group's), whose Q rows and
@@ -449,8 +453,8 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
                     const fused_item *it = &m.items[n];
                     const fused_item *nx = n + 1 < hi ? it + 1
                                            : cn < nchunks ? &m.items[cn * grab] : NULL;
-                    if (kbuf) hold_v(&f, it, false, kbuf, &hk);
-                    if (vbuf) hold_v(&f, it, true, vbuf, &hv);
+                    if (kbuf) hold_rows(&f, it, false, kbuf, &hk);
+                    if (vbuf) hold_rows(&f, it, true, vbuf, &hv);
                     run_one(fp, &m, it, &w, nx);
                 }
                 c = cn;

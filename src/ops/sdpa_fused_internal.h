@@ -101,7 +101,7 @@ typedef struct fused_plan {
                             attn_qk_rows_kv / attn_pv_rows_kv of this kind (0 float32,
                             1 float16, 2 bfloat16), or -1: through kv_tile */
     int64_t vcopy_floats; /* > 0: V's rows alias in L1 and each thread reads them through
-                             a contiguous copy of this many floats (plan_vcopy) */
+                             a contiguous copy of this many floats (plan_kv_copy) */
     int64_t kcopy_floats; /* the same for K */
     bool stream_o;       /* O is large: finish_item writes its rows with non-temporal
                             stores (no read for ownership; plan in make_plan) */
