@@ -7,6 +7,7 @@ int ta_cpu_has_scalar(void) { return 1; }
 #if !defined(__x86_64__) && !defined(__i386__)
 int ta_cpu_is_intel(void) { return 0; }
 int ta_cpu_amd_family(void) { return 0; }
+int64_t ta_cpu_l2_bytes(void) { return 0; }
 #endif
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -70,4 +71,14 @@ int ta_cpu_amd_family(void)
 }
 
 int ta_cpu_is_intel(void) { return vendor_is("GenuineIntel"); }
+
+/* A core's L2 in bytes: cpuid leaf 0x80000006, ecx[31:16] in KiB (Intel and AMD alike);
+ * 0 where the leaf is missing. */
+int64_t ta_cpu_l2_bytes(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000006u) return 0;
+    if (!__get_cpuid(0x80000006u, &a, &b, &c, &d)) return 0;
+    return (int64_t)(c >> 16) * 1024;
+}
 #endif

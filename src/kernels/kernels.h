@@ -30,6 +30,10 @@
  * 10.4 GB/s, 2 threads 20.2 -> 22.0, float32 2 threads 20.4 -> 22.9, paged16 bfloat16
  * 11.1 -> 12.1; the seed's causal case, L = 128 and L = 2048 unchanged. */
 extern int ta_pf_stream_l2;
+/* A core's L2 in bytes as cpuid gives it, TA_L2_BYTES_DEFAULT where it does not; set
+ * once, with the tables. */
+#define TA_L2_BYTES_DEFAULT ((int64_t)1 << 20)
+extern int64_t ta_l2_bytes;
 
 typedef struct ta_pf_span {
     const char *a, *b;
@@ -268,6 +272,8 @@ extern int ta_exp_denormal_assist;
 
 /* Whether the CPU is Intel's (cpuid's vendor string; 0 off x86). */
 int ta_cpu_is_intel(void);
+/* A core's L2 cache in bytes (cpuid; 0 where unknown). */
+int64_t ta_cpu_l2_bytes(void);
 /* An AMD CPU's family (base + extended: 0x19 Zen 3 / Zen 4, 0x1A Zen 5), else 0. */
 int ta_cpu_amd_family(void);
 

@@ -207,6 +207,24 @@ static int64_t plan_kv_copy(const ta_sdpa_problem *p, bool value, bool bound)
     return p->Lk * cols;
 }
 
+/* The key count from which an item's K and V rows request themselves through the
+ * kernels' stream (fused_pf.kv; else only a group's first item's do): where the rows go
+ * into L2 (ta_pf_stream_l2) and an item's K and V rows fill 3/4 of it, so that the next
+ * item of the group finds them gone. Rows read through a per-thread copy never. Measured
+ * on the two-port Xeon (2 MiB L2; driver, 1 thread, medians of 5 - 7 alternations, ms
+ * without / with): B1 H4 L4096 D128 174.8 / 157.9 (2 threads 87.5 / 80.4), H1 L8192
+ * D128 176.2 / 156.6, D64 88.4 / 82.5, H8 L4096 D64 170.6 / 165.7, H8 L2048 D128 82.7 /
+ * 78.7; H8 L3072 D64 (1.5 MiB) 92.5 / 92.9; rows that stay in L2, 1 MiB, 1% slower with
+ * (H32/8 L1024 D128 79.1 / 79.7, L2048 D64 causal 42.0 / 42.4). */
+static int64_t plan_kv_far(const fused_plan *f)
+{
+    const ta_sdpa_problem *p = f->p;
+    if (!ta_pf_stream_l2 || f->kcopy_floats > 0 || f->vcopy_floats > 0) return INT64_MAX;
+    const int64_t row = p->D * (int64_t)ta_elem_size(p->K->dtype) +
+                        p->Dv * (int64_t)ta_elem_size(p->V->dtype);
+    return TA_MAX(ta_l2_bytes / 4 * 3 / TA_MAX(row, 1), 1);
+}
+
 static fused_plan make_plan(const ta_sdpa_problem *p)
 {
     fused_plan f = {.p = p, .k = ta_kernels_active(), .G = p->G};
@@ -240,6 +258,7 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
     f.sweep = sweep_heads(&f, false);
     f.vcopy_floats = f.sweep > 1 ? 0 : plan_kv_copy(p, true, false);
     f.kcopy_floats = f.sweep > 1 ? 0 : plan_kv_copy(p, false, false);
+    f.kv_far_keys = plan_kv_far(&f);
     plan_ws_bytes(&f);
     /* Partials (split only): per tile and chunk, m and l of mq_used rows, then mq_used
      * rows of Dv. */

@@ -49,7 +49,8 @@ typedef struct fused_pf {
     const struct fused_item *next;
     int64_t r, share;
     bool o;
-    bool kv;          /* the item requests its K and V rows (its group's first here) */
+    bool kv;          /* the item requests its K and V rows (its group's first, or
+                         fused_plan.kv_far_keys) */
     int64_t b, hkv;   /* the group of the thread's previous item (b = -1: none) */
     /* A sweep's region: the next tile of all its heads, K's rows then V's, as spans in
      * address order (ta_fused_run_sweep), which its kernel calls request a share of each
@@ -103,6 +104,9 @@ typedef struct fused_plan {
     int64_t vcopy_floats; /* > 0: V's rows alias in L1 and each thread reads them through
                              a contiguous copy of this many floats (plan_kv_copy) */
     int64_t kcopy_floats; /* the same for K */
+    int64_t kv_far_keys; /* an item of this many keys or more requests its K and V rows
+                            through the kernels' stream, not only its group's first
+                            (their rows do not stay in L2 from one item to the next) */
     bool stream_o;       /* O is large: finish_item writes its rows with non-temporal
                             stores (no read for ownership; plan in make_plan) */
     bool prefetch_o;     /* O's rows do not follow each other (a [B, L, H, Dv] O): request a

@@ -700,10 +700,10 @@ void ta_fused_run_item(const fused_plan *f, const fused_item *it, const fused_ws
     s->r = 0;
     s->share = next ? (next->mq + tiles - 1) / tiles : 0;
     s->o = !f->stream_o && !f->prefetch_o;
-    /* K and V rows only on the thread's first item of a group: the next ones find them
-     * in its L2 (or, past it, the hardware prefetchers had them as well: the requests
-     * cost the sdpa_L4096 case 1 - 3%) */
-    s->kv = it->b != s->b || it->hkv != s->hkv;
+    /* K and V rows on the thread's first item of a group: the next ones find them in its
+     * L2, unless they are too many to stay there (plan_kv_far; on the Zen 5, whose
+     * stream goes into L1, the requests cost the sdpa_L4096 case 1 - 3%) */
+    s->kv = it->b != s->b || it->hkv != s->hkv || it->jhi - it->jlo >= f->kv_far_keys;
     s->b = it->b;
     s->hkv = it->hkv;
     for (int64_t j0 = it->jlo; j0 < it->jhi;) j0 += item_tile(f, it, w, &ir, j0);
