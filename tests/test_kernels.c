@@ -836,9 +836,21 @@ static void bwd_gemm_case(const ta_kernels *k, const ta_kernels *ref, int64_t m,
     float *c = gfloats(&ar, nc, SENTINEL);
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) c[i * ldc + j] = acc ? frand() : NAN;
-    float *c0 = copy_of(c, nc), *want = copy_of(c, nc);
-    k->attn_bwd_gemm(c, ldc, a, rsa, csa, b, ldb, m, n, K, acc);
-    ref->attn_bwd_gemm(want, ldc, a, rsa, csa, b, ldb, m, n, K, acc);
+    float *c0 = copy_of(c, nc), *want = copy_of(c, nc), *c2 = copy_of(c, nc);
+    /* with a prefetch stream over A and B: the same bits as without, and the stream
+     * advanced (a line every other step: when K >= 2), never past its end */
+    ta_pf_span sp[32], orig[32];
+    const int64_t ns = stream_spans(sp, a, K ? (m - 1) * rsa + (K - 1) * csa + 1 : 0, b,
+                                    K ? (K - 1) * ldb + n : 0);
+    memcpy(orig, sp, sizeof sp);
+    ta_pf pf = {sp, sp + ns};
+    k->attn_bwd_gemm(c, ldc, a, rsa, csa, b, ldb, m, n, K, acc, &pf);
+    check_stream(&pf, sp, orig, ns, K >= 2);
+    k->attn_bwd_gemm(c2, ldc, a, rsa, csa, b, ldb, m, n, K, acc, NULL);
+    if (memcmp(c, c2, sizeof(float) * (size_t)nc) != 0)
+        fail_msg("%s: C with a prefetch stream differs from C without", where);
+    free(c2);
+    ref->attn_bwd_gemm(want, ldc, a, rsa, csa, b, ldb, m, n, K, acc, NULL);
     for (int64_t i = 0; i < m; i++) {
         for (int64_t j = 0; j < n; j++) {
             double e = acc ? (double)c0[i * ldc + j] : 0.0, sum = fabs(e);

@@ -31,7 +31,7 @@ _Static_assert(NV >= 1 && NV <= 8, "attn_bwd_template.h: COLS_TAIL has cases for
  * of C = (acc ? C : 0) + A B over k steps. mr, nv and TAIL are constants after inlining. */
 BWD_INLINE void gemm_micro(float *c, int64_t ldc, const float *a, int64_t rsa, int64_t csa,
                            const float *b, int64_t ldb, int64_t k, int acc, const int mr,
-                           const int nv, const int TAIL, int last)
+                           const int nv, const int TAIL, int last, ta_pf *pf)
 {
     VT cr[MR][NV];
 #pragma GCC unroll 16
@@ -48,7 +48,9 @@ BWD_INLINE void gemm_micro(float *c, int64_t ldc, const float *a, int64_t rsa, i
                 cr[r][v] = V_LOADU(c + r * ldc + v * VL);
         }
     }
+    TA_PF_BEGIN(pf);
     for (int64_t p = 0; p < k; p++) {
+        if (p & 1) TA_PF_STEP(pf); /* the caller's stream, a line every other step */
         VT bv[NV];
         const float *br = b + p * ldb, *ap = a + p * csa;
 #pragma GCC unroll 16
@@ -65,6 +67,7 @@ BWD_INLINE void gemm_micro(float *c, int64_t ldc, const float *a, int64_t rsa, i
                 if (v < nv) cr[r][v] = V_FMA(ab, bv[v], cr[r][v]);
         }
     }
+    TA_PF_END(pf);
 #pragma GCC unroll 16
     for (int r = 0; r < MR; r++) {
         if (r >= mr) break;
@@ -83,13 +86,13 @@ BWD_INLINE void gemm_micro(float *c, int64_t ldc, const float *a, int64_t rsa, i
  * the leftover rows (an instance per count keeps it in registers). */
 BWD_INLINE void gemm_strip(float *c, int64_t ldc, const float *a, int64_t rsa, int64_t csa,
                            const float *b, int64_t ldb, int64_t m, int64_t k, int acc,
-                           const int nv, const int TAIL, int last)
+                           const int nv, const int TAIL, int last, ta_pf *pf)
 {
     int64_t i = 0;
     for (; i + MR <= m; i += MR)
-        gemm_micro(c + i * ldc, ldc, a + i * rsa, rsa, csa, b, ldb, k, acc, MR, nv, TAIL, last);
+        gemm_micro(c + i * ldc, ldc, a + i * rsa, rsa, csa, b, ldb, k, acc, MR, nv, TAIL, last, pf);
     switch (m - i) {
-#define ROWS_TAIL(n) case n: if (n < MR) gemm_micro(c + i * ldc, ldc, a + i * rsa, rsa, csa, b, ldb, k, acc, n, nv, TAIL, last); break;
+#define ROWS_TAIL(n) case n: if (n < MR) gemm_micro(c + i * ldc, ldc, a + i * rsa, rsa, csa, b, ldb, k, acc, n, nv, TAIL, last, pf); break;
     ROWS_TAIL(1) ROWS_TAIL(2) ROWS_TAIL(3) ROWS_TAIL(4) ROWS_TAIL(5) ROWS_TAIL(6) ROWS_TAIL(7)
 #undef ROWS_TAIL
     default: break;
@@ -100,18 +103,19 @@ BWD_INLINE void gemm_strip(float *c, int64_t ldc, const float *a, int64_t rsa, i
  * A[i, p] = a[i * rsa + p * csa] and B[p, j] = b[p * ldb + j]. Each C element is one
  * float32 FMA chain over p = 0, 1, ..., k-1 (after C itself when acc): the order never
  * depends on where the element lies. acc == 0: C is not read. Only the n columns are
- * read or written (masked tails). */
+ * read or written (masked tails). pf: the caller's prefetch stream (NULL: none), a line
+ * every other step of p. */
 void NAME_GEMM(float *c, int64_t ldc, const float *a, int64_t rsa, int64_t csa, const float *b,
-               int64_t ldb, int64_t m, int64_t n, int64_t k, int acc)
+               int64_t ldb, int64_t m, int64_t n, int64_t k, int acc, ta_pf *pf)
 {
     const int64_t W = (int64_t)NV * VL;
     int64_t j = 0;
-    for (; j + W <= n; j += W) gemm_strip(c + j, ldc, a, rsa, csa, b + j, ldb, m, k, acc, NV, 0, VL);
+    for (; j + W <= n; j += W) gemm_strip(c + j, ldc, a, rsa, csa, b + j, ldb, m, k, acc, NV, 0, VL, pf);
     int64_t rest = n - j;
     if (rest <= 0) return;
     int nv = (int)((rest + VL - 1) / VL), last = (int)(rest - (int64_t)(nv - 1) * VL);
     switch (nv) {
-#define COLS_TAIL(x) case x: if (x <= NV) gemm_strip(c + j, ldc, a, rsa, csa, b + j, ldb, m, k, acc, x, 1, last); break;
+#define COLS_TAIL(x) case x: if (x <= NV) gemm_strip(c + j, ldc, a, rsa, csa, b + j, ldb, m, k, acc, x, 1, last, pf); break;
     COLS_TAIL(1) COLS_TAIL(2) COLS_TAIL(3) COLS_TAIL(4) COLS_TAIL(5) COLS_TAIL(6) COLS_TAIL(7)
     COLS_TAIL(8)
 #undef COLS_TAIL

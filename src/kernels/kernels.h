@@ -155,9 +155,11 @@ typedef struct ta_kernels {
      * "Attention backward"). */
     /* C [m, n] (row stride ldc, unit columns) = (acc ? C : 0) + A [m, k] B [k, n] with
      * A[i, p] = a[i * rsa + p * csa], B[p, j] = b[p * ldb + j]; one FMA chain per element
-     * in p order; acc == 0: C is not read; only the n columns are touched. */
+     * in p order; acc == 0: C is not read; only the n columns are touched. pf: a
+     * prefetch stream (NULL: none) advanced a line every other step of p. */
     void (*attn_bwd_gemm)(float *c, int64_t ldc, const float *a, int64_t rsa, int64_t csa,
-                          const float *b, int64_t ldb, int64_t m, int64_t n, int64_t k, int acc);
+                          const float *b, int64_t ldb, int64_t m, int64_t n, int64_t k, int acc,
+                          ta_pf *pf);
     /* Rows r < m (stride ld, n columns): s <- P = exp(s * scale - lse[r]),
      * dp <- dS = P * (dp - di[r]); both rows 0 where lse[r] == -inf. */
     void (*attn_bwd_dsoftmax)(float *s, float *dp, int64_t ld, const float *lse,
