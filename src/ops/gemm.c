@@ -15,9 +15,11 @@
  * Threads: the work is a list of items (batch index, chunk of rows or columns of C);
  * each item is done by one thread with its own packing buffers, so every element of C
  * is computed by one thread, with the k order fixed by KC alone: results are bitwise
- * identical for any thread count. One problem cut into column chunks packs each
+ * identical for any thread count. One problem cut into column chunks may pack each
  * chunk's B for the whole of K, so that a thread done with its chunk can take blocks
- * of rows of another (gemm_stealing): the same arithmetic, whoever computes them.
+ * of rows of another (gemm_stealing): the same arithmetic, whoever computes them. It
+ * does so while a core has recently been seen busy (steal_hold); on idle cores the
+ * chunks run as plain items, each block of B packed just before use.
  * Edge tiles (and a C whose columns are not unit stride) go through a local tile that
  * is first loaded from C, so they run the same arithmetic as interior tiles. */
 #include "core/core.h"
@@ -26,6 +28,7 @@
 #include "core/workspace.h"
 
 #include <omp.h>
+#include <stdatomic.h>
 #include <string.h>
 
 /* Below this many multiply-adds in all, one thread: OpenMP start-up costs more. */
@@ -39,6 +42,22 @@
 #define STEAL_B_FLOATS ((int64_t)1 << 22)
 /* At most this many chunks (threads) share a problem by stealing. */
 #define STEAL_MAX_CHUNKS 64
+/* Calls that share their chunks' units after a sign of a busy core: an eighth of the
+ * units (and at least 2) taken by threads other than their chunk's (one at the end is
+ * the usual jitter of idle cores), or chunks run as plain items whose times per column
+ * differ by more than STEAL_SKEW. */
+#define STEAL_HOLD_CALLS 32
+#define STEAL_SKEW 1.2
+
+int ta_gemm_share_mode = -1;
+/* The calls left that share units (steal_hold > 0: the chunks' B packed for all of K,
+ * units taken by any thread), counted down by calls that see no sign of a busy core.
+ * Sharing keeps a busy core from holding up the call (1024^3 on 2 threads with a busy
+ * loop on one core: ~60 -> ~100 GFLOP/s, commit 50d75a8); on idle cores the plain items
+ * are faster, their B blocks packed just before use and read from L2 (two-port Xeon,
+ * GFLOP/s on 2 threads alternated in one process: 2048^3 416 -> 436, 1024^3 413 ->
+ * 433). A process-wide hint (atomic); the results are the same either way. */
+static atomic_int steal_hold;
 
 typedef struct blocking {
     void (*ukr)(int64_t, float, const float *, int64_t, int64_t, const float *, float, float *,
@@ -264,7 +283,7 @@ static void run_unit(const blocking *bk, const problem *pr, int64_t chunk_n, int
  * pa is this thread's A block, pb the chunks' B (size_b floats apart). */
 static void gemm_stealing(const blocking *bk, const problem *pr, int64_t chunk_n,
                           int64_t chunks, chunk_units *units, float *pa, float *pb,
-                          int64_t size_b)
+                          int64_t size_b, int64_t *taken)
 {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
     for (int64_t q = t; q < chunks; q += nt) {
@@ -287,6 +306,8 @@ static void gemm_stealing(const blocking *bk, const problem *pr, int64_t chunk_n
             if (u >= 0) {
                 run_unit(bk, pr, chunk_n, q, u, pb + q * size_b, pa);
                 busy = true;
+                #pragma omp atomic
+                (*taken)++;
             }
         }
     }
@@ -451,25 +472,52 @@ ta_status ta_gemm_strided(float *C, int64_t rsc, int64_t csc, const float *A, in
     const size_t per_thread = (size_t)(sc.size_a + sc.size_b);
     if (!pack) return ta_error(TA_EINTERNAL, "ta_gemm: no packing buffer (a bug)");
 
-    if (sc.steal) {
+    const int hold = atomic_load_explicit(&steal_hold, memory_order_relaxed);
+    if (sc.steal && (ta_gemm_share_mode > 0 || (ta_gemm_share_mode < 0 && hold > 0))) {
         problem pr = batch_problem(&base, batch, 0);
         chunk_units units[STEAL_MAX_CHUNKS];
         for (int64_t q = 0; q < sc.items; q++)
             units[q] = (chunk_units){0, (M + bk.mc - 1) / bk.mc, false};
         float *pb = pack + (size_t)sc.size_a * (size_t)sc.nt;
+        int64_t taken = 0;
         #pragma omp parallel num_threads(sc.nt)
         gemm_stealing(&bk, &pr, sc.chunk_n, sc.items, units,
-                      pack + (size_t)sc.size_a * (size_t)omp_get_thread_num(), pb, sc.size_b);
+                      pack + (size_t)sc.size_a * (size_t)omp_get_thread_num(), pb, sc.size_b,
+                      &taken);
+        const int64_t all = sc.items * ((M + bk.mc - 1) / bk.mc);
+        if (taken >= 2 && 8 * taken >= all) atomic_store_explicit(&steal_hold, STEAL_HOLD_CALLS, memory_order_relaxed);
+        else if (hold > 0) atomic_fetch_sub_explicit(&steal_hold, 1, memory_order_relaxed);
         return TA_OK;
     }
+    /* the seconds per column of each chunk that could have been shared (sc.steal), and
+     * the thread that ran it */
+    double per_col[STEAL_MAX_CHUNKS];
+    int ran[STEAL_MAX_CHUNKS];
     #pragma omp parallel for num_threads(sc.nt) schedule(dynamic, 1) if (sc.nt > 1)
     for (int64_t it = 0; it < sc.items; it++) {
         float *pa = pack + per_thread * (size_t)omp_get_thread_num(), *pb = pa + sc.size_a;
         const int64_t p = it / (sc.parts_m * sc.parts_n), r = it % (sc.parts_m * sc.parts_n);
         const int64_t m0 = r / sc.parts_n * sc.chunk_m, n0 = r % sc.parts_n * sc.chunk_n;
         problem pr = batch_problem(&base, batch, p);
+        const double t0 = sc.steal ? omp_get_wtime() : 0.0;
         gemm_chunk(&bk, &pr, m0, TA_MIN(M, m0 + sc.chunk_m), n0, TA_MIN(N, n0 + sc.chunk_n),
                    pa, pb);
+        if (sc.steal) {
+            per_col[it] = (omp_get_wtime() - t0) / (double)(TA_MIN(N, n0 + sc.chunk_n) - n0);
+            ran[it] = omp_get_thread_num();
+        }
+    }
+    if (sc.steal) { /* a chunk much slower than another, or a thread that ran two while
+                     * another had not started: a busy core */
+        double lo = per_col[0], hi = per_col[0];
+        bool twice = false;
+        for (int64_t it = 1; it < sc.items; it++) {
+            lo = per_col[it] < lo ? per_col[it] : lo;
+            hi = per_col[it] > hi ? per_col[it] : hi;
+            for (int64_t j = 0; j < it; j++) twice |= ran[j] == ran[it];
+        }
+        if (twice || hi > STEAL_SKEW * lo)
+            atomic_store_explicit(&steal_hold, STEAL_HOLD_CALLS, memory_order_relaxed);
     }
     return TA_OK;
 }

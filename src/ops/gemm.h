@@ -39,4 +39,9 @@ ta_status ta_gemm_run(const char *fn, float *C, int64_t rsc, int64_t csc,
                       int64_t csb, int64_t M, int64_t N, int64_t K, float alpha, float beta,
                       const ta_gemm_batch *batch);
 
+/* How a problem that may share its column chunks' units (gemm.c, gemm_stealing) runs:
+ * -1 (the default) by the recent calls' evidence of a busy core (gemm.c, steal_hold),
+ * 0 never sharing, 1 always: for tests, which check that all three give the same bits. */
+extern int ta_gemm_share_mode;
+
 #endif
