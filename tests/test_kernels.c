@@ -931,6 +931,39 @@ static void dsoftmax_case(const ta_kernels *k, const ta_kernels *ref, int64_t m,
     arena_release(&ar);
 }
 
+/* attn_row_dot: the scalar table's bits on every ISA (kernels.h: one summation order),
+ * and within (n + 1) u64 (|terms|) of a long double sum; n 0 .. 75 and 128, rows at any
+ * float offset, operands of mixed signs and magnitudes. */
+static void test_attn_row_dot(void **state)
+{
+    (void)state;
+    const ta_kernels *ref, *k = tested(&ref);
+    float *x = malloc(sizeof(float) * 140), *y = malloc(sizeof(float) * 140);
+    assert_true(x && y);
+    for (int i = 0; i < 140; i++) {
+        x[i] = frand() * (i % 7 == 3 ? 1e4f : 1.0f);
+        y[i] = frand() * (i % 5 == 1 ? 1e-3f : 1.0f);
+    }
+    for (int64_t n = 0; n <= 128; n = n < 75 ? n + 1 : n + 53)
+        for (int off = 0; off < 3; off++) {
+            snprintf(where, sizeof where, "%s attn_row_dot n=%lld offset %d", k->name,
+                     (long long)n, off);
+            const double got = k->attn_row_dot(x + off, y + off, n);
+            const double want = ref->attn_row_dot(x + off, y + off, n);
+            if (memcmp(&got, &want, sizeof got) != 0)
+                fail_msg("%s: %.17g, the scalar table %.17g", where, got, want);
+            long double e = 0.0L, mag = 0.0L;
+            for (int64_t c = 0; c < n; c++) {
+                e += (long double)x[off + c] * (long double)y[off + c];
+                mag += fabsl((long double)x[off + c] * (long double)y[off + c]);
+            }
+            if (fabsl((long double)got - e) > (long double)(n + 1) * 0x1p-53L * mag)
+                fail_msg("%s: %.17g, the sum %.17Lg", where, got, e);
+        }
+    free(x);
+    free(y);
+}
+
 static void test_attn_bwd_dsoftmax(void **state)
 {
     (void)state;
@@ -1369,6 +1402,7 @@ int main(void)
         cmocka_unit_test(test_exp_forms_bitwise),
         cmocka_unit_test(test_attn_bwd_gemm),
         cmocka_unit_test(test_attn_bwd_dsoftmax),
+        cmocka_unit_test(test_attn_row_dot),
     };
     char group[96];
     snprintf(group, sizeof group, "kernels (%s) against float64 and scalar", ta_isa_name(ta_active_isa()));

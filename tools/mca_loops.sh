@@ -166,6 +166,7 @@ attn_pack_t 8x8 block|attn|ta_attn_pack_t_ISA|attn_template.h|V_TRANSPOSE8_SCALE
 bwd_gemm k loop|attn_bwd|ta_attn_bwd_gemm_ISA_[0-9]+x[0-9]+|attn_bwd_template.h|cr\[r\]\[v\] = V_FMA\(ab||one k step: MR rows x NV vectors
 dsoftmax scale loop|attn_bwd|ta_attn_bwd_dsoftmax_ISA|attn_bwd_template.h|V_STOREU\(sr \+ j, V_SUB\(V_MUL||one vector: s * scale - lse
 dsoftmax dS loop|attn_bwd|ta_attn_bwd_dsoftmax_ISA|attn_bwd_template.h|V_STOREU\(dr \+ j, V_MUL||one vector: P * (dP - di)
+attn_row_dot loop|attn_bwd|ta_attn_row_dot_ISA|attn_bwd_template.h|acc\[v\] = VD_ADD\(acc||8 terms of D = rowsum(dO * O): 8 / VDL vectors of floats widened to doubles, a product and a sum each
 attn_softcap loop|attn_variants|ta_attn_softcap_ISA|attn_variants_template.h|V_STOREU\(s \+ i, V_SOFTCAP||one vector: cap * tanh(s / cap) (polynomial, exp, division, blend)'
 
 # The tile constants of kernel file $1 (#define NAME <integer>), as NAME=value lines.

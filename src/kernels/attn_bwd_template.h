@@ -9,7 +9,9 @@
  *                   accumulators held in registers;
  *   V_ZERO() V_SET1(x) V_LOADU(p) V_STOREU(p, v) V_LOADN(p, n) (lanes >= n read as 0, memory
  *   past them untouched) V_STOREN(p, v, n) V_SUB V_MUL V_FMA(a, b, c) = a*b+c;
- *   NAME_GEMM, NAME_DSOFTMAX, FILL_FN: the exported names.
+ *   VD, VDL         a vector of doubles and its lanes (1, 2, 4 or 8), with VD_ZERO()
+ *                   VD_WIDEN(p) (VDL floats from p, widened) VD_MUL VD_ADD VD_STOREU(p, v);
+ *   NAME_GEMM, NAME_DSOFTMAX, NAME_ROW_DOT, FILL_FN: the exported names.
  *
  * One GEMM form serves all five products of a backward block, because its A operand is
  * read element by element (broadcast) through two arbitrary strides and only B and C need
@@ -153,8 +155,32 @@ void NAME_DSOFTMAX(float *s, float *dp, int64_t ld, const float *lse, const floa
     }
 }
 
+/* sum_c x[c] y[c] in double (kernels.h, attn_row_dot): the 8 chains as 8 / VDL vectors
+ * of VDL doubles (lane l of vector v: chain v VDL + l), the floats widened exactly. */
+double NAME_ROW_DOT(const float *x, const float *y, int64_t n)
+{
+    VD acc[8 / VDL];
+#pragma GCC unroll 8
+    for (int v = 0; v < 8 / VDL; v++) acc[v] = VD_ZERO();
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8)
+#pragma GCC unroll 8
+        for (int v = 0; v < 8 / VDL; v++)
+            acc[v] = VD_ADD(acc[v], VD_MUL(VD_WIDEN(x + c + v * VDL), VD_WIDEN(y + c + v * VDL)));
+    double a[8];
+#pragma GCC unroll 8
+    for (int v = 0; v < 8 / VDL; v++) VD_STOREU(a + v * VDL, acc[v]);
+    double sum = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    for (; c < n; c++) {
+        const double t = (double)x[c] * (double)y[c];
+        sum = sum + t;
+    }
+    return sum;
+}
+
 void FILL_FN(ta_kernels *k)
 {
     k->attn_bwd_gemm = NAME_GEMM;
     k->attn_bwd_dsoftmax = NAME_DSOFTMAX;
+    k->attn_row_dot = NAME_ROW_DOT;
 }

@@ -165,6 +165,11 @@ typedef struct ta_kernels {
     void (*attn_bwd_dsoftmax)(float *s, float *dp, int64_t ld, const float *lse,
                               const float *di, int64_t m, int64_t n, float scale,
                               void (*exp_row)(float *, const float *, int64_t));
+    /* The backward's D_i = sum_c x[c] y[c] of n floats, in double: term c (a product, then
+     * a sum, each rounded to double) into chain c mod 8 for c below the last multiple of
+     * 8, the chains added as ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)), then the rest of
+     * the terms in order. The same bits on every ISA. */
+    double (*attn_row_dot)(const float *x, const float *y, int64_t n);
 
     /* ---- conversions between float32 and the storage types (docs/kernels.md,
      * "Conversions"; filled by ta_cvt_fill_<isa> in src/kernels/cvt_<isa>.c): n >= 0

@@ -432,7 +432,7 @@ static void row_terms_range(const bwd_plan *f, float *di, float *lse, int64_t r0
     const ta_tensor *O = f->p->O, *dO = f->p->dO, *L = f->p->fwd_lse;
     const int64_t H = f->H, Lq = f->Lq;
     const int64_t so = O->stride[3], sd = dO->stride[3];
-    if (so == 1 && sd == 1) { /* unit-stride rows: 8 chains a row, which the compiler packs */
+    if (so == 1 && sd == 1) { /* unit-stride rows: the kernels' 8 chains a row */
         const bool ahead = O->stride[2] != f->Dv || dO->stride[2] != f->Dv; /* BWD_AHEAD */
         for (int64_t r = r0; r < r1; r++) {
             const int64_t b = r / (H * Lq), h = r / Lq % H, i = r % Lq;
@@ -446,13 +446,7 @@ static void row_terms_range(const bwd_plan *f, float *di, float *lse, int64_t r0
                     __builtin_prefetch(o + BWD_AHEAD * O->stride[2] + c, 0, 3);
                     __builtin_prefetch(d + BWD_AHEAD * dO->stride[2] + c, 0, 3);
                 }
-            double acc[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-            int64_t c = 0;
-            for (; c + 8 <= f->Dv; c += 8)
-                for (int k = 0; k < 8; k++) acc[k] += (double)d[c + k] * (double)o[c + k];
-            double sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-            for (; c < f->Dv; c++) sum += (double)d[c] * (double)o[c];
-            di[r] = (float)sum;
+            di[r] = (float)f->k->attn_row_dot(d, o, f->Dv);
         }
         return;
     }
