@@ -96,6 +96,8 @@ typedef struct bwd_ws {
     float *qc, *kc, *doc; /* group copies: Q [G * Lq][D], K [Lk][D], dO [G * Lq][Dv] */
     ta_pf_span *next_rows; /* [2 G]: plan "group", the next group's O and dO rows */
     ta_pf next;            /* their prefetch stream, which the dP products advance */
+    ta_pf_span *kv_rows;   /* [2 BWD_NK]: the next key tile's K and V rows */
+    ta_pf kv_next;         /* their stream, which the S products advance */
 } bwd_ws;
 
 /* One thread's scratch laid out in arena a (measuring or carving: the plan sizes it with
@@ -114,6 +116,7 @@ static void ws_layout(ta_arena *a, bwd_ws *w, const bwd_plan *f)
     w->kc = f->kc_rows ? TA_ARENA_TAKE2(a, float, f->kc_rows, f->D) : NULL;
     w->doc = f->doc_rows ? TA_ARENA_TAKE2(a, float, f->doc_rows, f->Dv) : NULL;
     w->next_rows = TA_ARENA_TAKE(a, ta_pf_span, 2 * f->G);
+    w->kv_rows = TA_ARENA_TAKE(a, ta_pf_span, 2 * BWD_NK);
 }
 
 static size_t ws_bytes(const bwd_plan *f)
@@ -219,7 +222,7 @@ static void run_block(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, int64_
     int64_t qs = f->q.s[2], dos = f->dout.s[2];
     int64_t row0 = (b * f->H + h) * f->Lq + i0;
 
-    k->attn_bwd_gemm(w->s, NK, q, qs, 1, w->kt + jj, NK, mq, nk, D, 0, NULL); /* S = Q K^T */
+    k->attn_bwd_gemm(w->s, NK, q, qs, 1, w->kt + jj, NK, mq, nk, D, 0, &w->kv_next); /* S = Q K^T */
     j0 += jj;
     float sc = p->scale;
     const bool cut = j0 + nk > bd->end_min || j0 < bd->start_max;
@@ -273,6 +276,30 @@ static void store_rows(const ta_kernels *k, ta_tensor *t, int64_t b, int64_t h, 
     }
 }
 
+/* The rows of K and V of keys [j, j + BWD_NK) of group (b, hkv) (V's only when unit-stride
+ * along Dv), as the stream that the tile's S products advance, into L2 on Intel (its
+ * pack then finds them there): spread over the products' steps. Requested instead a
+ * share of rows before each query tile, which the causal tiles skipped at the start of
+ * a key tile issued in one burst, they held up the loop on its prefetches (perf: the
+ * prefetches' loop 1% of the seed causal backward's samples). */
+static void next_key_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, int64_t j)
+{
+    const int64_t n = TA_MIN(BWD_NK, f->Lk - j);
+    int m = 0;
+    for (int t = 0; t < 2 && n > 0; t++) {
+        const bwd_view *x = t ? &f->v : &f->k_;
+        const int64_t cols = t ? f->Dv : f->D;
+        if (x->s[3] != 1 || cols == 0) continue;
+        const char *r = (const char *)at(x, b, hkv, j);
+        const int64_t bytes = cols * (int64_t)sizeof(float), ld = x->s[2] * (int64_t)sizeof(float);
+        if (ld == bytes)
+            w->kv_rows[m++] = (ta_pf_span){r, r + n * bytes};
+        else
+            for (int64_t i = 0; i < n; i++, r += ld) w->kv_rows[m++] = (ta_pf_span){r, r + bytes};
+    }
+    w->kv_next = (ta_pf){w->kv_rows, w->kv_rows + m};
+}
+
 /* dK and dV of keys [j0, j0 + nk) of group (b, hkv), from every query tile of the group's
  * heads in order; with dq (the group's [G * Lq][D] dQ buffer) also adds dS K into it. */
 static void run_key_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, int64_t j0,
@@ -282,24 +309,11 @@ static void run_key_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, i
     pack_kv(f, w, b, hkv, j0, nk);
     memset(w->dk, 0, sizeof(float) * (size_t)(nk * f->D));
     memset(w->dv, 0, sizeof(float) * (size_t)(nk * f->Dv));
-    /* the next key tile's K and V rows, into L2, a share with every query tile (its pack
-     * then finds them there); K's view is unit-stride, V's rows only when V's are */
-    const int64_t nnext = TA_MIN(BWD_NK, f->Lk - j0 - nk);
-    const int64_t steps = TA_MAX(f->G * ((f->Lq + BWD_MQ - 1) / BWD_MQ), 1);
-    const int64_t share = nnext > 0 ? (nnext + steps - 1) / steps : 0;
-    const int64_t vbytes = f->v.s[3] == 1 ? f->Dv * (int64_t)sizeof(float) : 0;
-    int64_t pr = 0;
+    next_key_tile(f, w, b, hkv, j0 + nk);
     for (int64_t gi = 0; gi < f->G; gi++) {
         int64_t h = hkv * f->G + gi;
         for (int64_t i0 = 0; i0 < f->Lq; i0 += BWD_MQ) {
             const int64_t mq = TA_MIN(BWD_MQ, f->Lq - i0);
-            for (const int64_t pe = TA_MIN(nnext, pr + share); pr < pe; pr++) {
-                const char *kr = (const char *)at(&f->k_, b, hkv, j0 + nk + pr);
-                const char *vr = (const char *)at(&f->v, b, hkv, j0 + nk + pr);
-                for (int64_t c = 0; c < f->D * (int64_t)sizeof(float); c += 64)
-                    __builtin_prefetch(kr + c, 0, 2);
-                for (int64_t c = 0; c < vbytes; c += 64) __builtin_prefetch(vr + c, 0, 2);
-            }
             const bwd_bounds bd = row_bounds(f, b, i0, mq);
             /* every row of the tile ends before these keys, or starts after them */
             if (bd.end_max <= j0 || bd.start_min >= j0 + nk) continue;
@@ -384,6 +398,7 @@ static void run_query_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, i
     for (int64_t j0 = bd.start_min / BWD_NK * BWD_NK; j0 < bd.end_max; j0 += BWD_NK) {
         int64_t nk = TA_MIN(BWD_NK, f->Lk - j0);
         pack_kv(f, w, b, h / f->G, j0, nk);
+        next_key_tile(f, w, b, h / f->G, j0 + nk);
         run_block(f, w, b, h, i0, mq, &bd, j0, 0, nk, false, w->dq);
     }
     store_rows(f->k, f->p->dQ, b, h, i0, mq, f->D, w->dq, f->p->scale, f->nt_dq);
@@ -644,7 +659,7 @@ ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
         bwd_ws w;
         ta_arena mine = ta_arena_over(m.ws + (size_t)omp_get_thread_num() * f.ws_bytes, f.ws_bytes);
         ws_layout(&mine, &w, &f);
-        w.next = (ta_pf){NULL, NULL};
+        w.next = w.kv_next = (ta_pf){NULL, NULL};
         if (sc.group_plan) {
             /* dynamic, one group ahead: a thread takes its next group as it starts one,
              * so that it can request that group's O and dO rows (next_stream) */
