@@ -485,8 +485,10 @@ ta_status ta_gemm_strided(float *C, int64_t rsc, int64_t csc, const float *A, in
                       pack + (size_t)sc.size_a * (size_t)omp_get_thread_num(), pb, sc.size_b,
                       &taken);
         const int64_t all = sc.items * ((M + bk.mc - 1) / bk.mc);
-        if (taken >= 2 && 8 * taken >= all) atomic_store_explicit(&steal_hold, STEAL_HOLD_CALLS, memory_order_relaxed);
-        else if (hold > 0) atomic_fetch_sub_explicit(&steal_hold, 1, memory_order_relaxed);
+        if (taken >= 2 && 8 * taken >= all)
+            atomic_store_explicit(&steal_hold, STEAL_HOLD_CALLS, memory_order_relaxed);
+        else if (hold > 0)
+            atomic_fetch_sub_explicit(&steal_hold, 1, memory_order_relaxed);
         return TA_OK;
     }
     /* the seconds per column of each chunk that could have been shared (sc.steal), and

@@ -222,7 +222,8 @@ static void run_block(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, int64_
     int64_t qs = f->q.s[2], dos = f->dout.s[2];
     int64_t row0 = (b * f->H + h) * f->Lq + i0;
 
-    k->attn_bwd_gemm(w->s, NK, q, qs, 1, w->kt + jj, NK, mq, nk, D, 0, &w->kv_next); /* S = Q K^T */
+    /* S = Q K^T (advancing the next key tile's stream) */
+    k->attn_bwd_gemm(w->s, NK, q, qs, 1, w->kt + jj, NK, mq, nk, D, 0, &w->kv_next);
     j0 += jj;
     float sc = p->scale;
     const bool cut = j0 + nk > bd->end_min || j0 < bd->start_max;
@@ -234,14 +235,16 @@ static void run_block(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, int64_
             ta_mask_apply(&p->mask, b, h, i0 + r, j0, nk, p->scale, w->s + r * NK, 1);
         sc = 1.0f;
     }
-    k->attn_bwd_gemm(w->dp, NK, dout, dos, 1, w->vt + jj, NK, mq, nk, Dv, 0, &w->next); /* dP = dO V^T */
+    /* dP = dO V^T (advancing the next group's stream) */
+    k->attn_bwd_gemm(w->dp, NK, dout, dos, 1, w->vt + jj, NK, mq, nk, Dv, 0, &w->next);
     k->attn_bwd_dsoftmax(w->s, w->dp, NK, f->lse + row0, f->di + row0, mq, nk, sc, k->attn_exp);
     if (w->cap) /* softcap: d s / d (scale q.k) = 1 - tanh^2 */
         for (int64_t r = 0; r < mq; r++)
             for (int64_t t = 0; t < nk; t++) w->dp[r * NK + t] *= w->cap[r * NK + t];
     if (kv) {
-        k->attn_bwd_gemm(w->dv + jj * Dv, Dv, w->s, 1, NK, dout, dos, nk, Dv, mq, 1, NULL); /* dV += P^T dO */
-        k->attn_bwd_gemm(w->dk + jj * D, D, w->dp, 1, NK, q, qs, nk, D, mq, 1, NULL);      /* dK += dS^T Q */
+        /* dV += P^T dO, dK += dS^T Q */
+        k->attn_bwd_gemm(w->dv + jj * Dv, Dv, w->s, 1, NK, dout, dos, nk, Dv, mq, 1, NULL);
+        k->attn_bwd_gemm(w->dk + jj * D, D, w->dp, 1, NK, q, qs, nk, D, mq, 1, NULL);
     }
     if (dq) /* dQ += dS K */
         k->attn_bwd_gemm(dq, D, w->dp, NK, 1, at(&f->k_, b, h / f->G, j0), f->k_.s[2], mq, D,
