@@ -52,6 +52,20 @@ static __attribute__((noinline, unused)) ta_pf_span ta_pf_next(ta_pf *pf)
     return (ta_pf_span){NULL, NULL};
 }
 
+/* Appends to a stream's spans sp[*n .. cap) rows [0, rows) of `bytes` bytes each at
+ * base + r * ld bytes: one span when they follow each other, else one a row (as many as
+ * fit). */
+static inline void ta_pf_add_rows(ta_pf_span *sp, int64_t *n, int64_t cap, const void *base,
+                                  int64_t ld, int64_t bytes, int64_t rows)
+{
+    const char *b = (const char *)base;
+    if (ld == bytes && rows > 0 && *n < cap)
+        sp[(*n)++] = (ta_pf_span){b, b + rows * bytes};
+    else
+        for (int64_t r = 0; r < rows && *n < cap; r++)
+            sp[(*n)++] = (ta_pf_span){b + r * ld, b + r * ld + bytes};
+}
+
 /* A kernel's start, step and end on a stream pf (NULL: none), its current span [pf_a,
  * pf_b) in registers: a step requests the line at pf_a, then moves to the next line or
  * the next span. */

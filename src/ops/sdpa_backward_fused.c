@@ -288,17 +288,13 @@ static void store_rows(const ta_kernels *k, ta_tensor *t, int64_t b, int64_t h, 
 static void next_key_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, int64_t j)
 {
     const int64_t n = TA_MIN(BWD_NK, f->Lk - j);
-    int m = 0;
+    int64_t m = 0;
     for (int t = 0; t < 2 && n > 0; t++) {
         const bwd_view *x = t ? &f->v : &f->k_;
         const int64_t cols = t ? f->Dv : f->D;
         if (x->s[3] != 1 || cols == 0) continue;
-        const char *r = (const char *)at(x, b, hkv, j);
-        const int64_t bytes = cols * (int64_t)sizeof(float), ld = x->s[2] * (int64_t)sizeof(float);
-        if (ld == bytes)
-            w->kv_rows[m++] = (ta_pf_span){r, r + n * bytes};
-        else
-            for (int64_t i = 0; i < n; i++, r += ld) w->kv_rows[m++] = (ta_pf_span){r, r + bytes};
+        ta_pf_add_rows(w->kv_rows, &m, 2 * BWD_NK, at(x, b, hkv, j),
+                       x->s[2] * (int64_t)sizeof(float), cols * (int64_t)sizeof(float), n);
     }
     w->kv_next = (ta_pf){w->kv_rows, w->kv_rows + m};
 }

@@ -280,16 +280,10 @@ static inline __attribute__((always_inline)) void prefetch_run(const fused_plan 
 }
 
 /* Appends to a thread's prefetch stream rows [0, rows) of `bytes` bytes each at base +
- * r * ld bytes: one span when they follow each other, else one a row (as many as it
- * holds). */
+ * r * ld bytes (ta_pf_add_rows, as many as it holds). */
 static void pf_rows(fused_pf *s, const void *base, int64_t ld, int64_t bytes, int64_t rows)
 {
-    const char *b = (const char *)base;
-    if (ld == bytes && rows > 0 && s->n < TA_FUSED_PF_SPANS)
-        s->spans[s->n++] = (ta_pf_span){b, b + rows * bytes};
-    else
-        for (int64_t r = 0; r < rows && s->n < TA_FUSED_PF_SPANS; r++)
-            s->spans[s->n++] = (ta_pf_span){b + r * ld, b + r * ld + bytes};
+    ta_pf_add_rows(s->spans, &s->n, TA_FUSED_PF_SPANS, base, ld, bytes, rows);
 }
 
 /* The rows [j, j + n) of K (value false) or V of the item's group that lie in one run
