@@ -282,15 +282,19 @@ static void test_strided_multidim_batch(void **state)
 
 /* The same call on 1, 2 and 3 threads gives the same bits: one big problem (split over
  * columns or rows), odd batches of small and of larger problems (split inside
- * problems). */
+ * problems); a problem that its threads may share (column chunks whose units a free
+ * thread takes: gemm.c, gemm_stealing) whether the chunks run shared (ta_gemm_share_mode
+ * 1), as plain items (0) or as the recent calls decide (-1, before and after the
+ * others): several MC blocks (units) and KC passes, an edge panel, beta applied once. */
 static void test_threads_bitwise_identical(void **state)
 {
     (void)state;
     const int64_t kc = kt()->sgemm_kc, mc = kt()->sgemm_mc, nr = kt()->sgemm_nr;
     const struct { int64_t nb, M, N, K; } cs[] = {
         {1, 2 * mc + 5, 301, kc + 37}, {1, 517, 2 * mc + 7, 2 * kc + 1}, {3, 97, 143, kc + 2},
-        {3, 3 * mc + 1, 3 * nr + 5, kc + 3}};
-    for (int t = 0; t < 4; t++) {
+        {3, 3 * mc + 1, 3 * nr + 5, kc + 3}, {1, 3 * mc + 5, 4 * nr + 3, 2 * kc + 7}};
+    const int modes[4] = {-1, 0, 1, -1}, saved_mode = ta_gemm_share_mode;
+    for (int t = 0; t < 5; t++) {
         const int64_t nb = cs[t].nb, M = cs[t].M, N = cs[t].N, K = cs[t].K;
         mat A, B;
         mat_make(&A, nb * M, K, ROW);
@@ -306,14 +310,18 @@ static void test_threads_bitwise_identical(void **state)
         TA_CHECK_OK(ta_set_num_threads(1));
         TA_CHECK_OK(ta_sgemm_batched(c1, M * N, N, 1, A.at, M * K, K, 1, B.at, K * N, N, 1, nb,
                                      M, N, K, 0.7f, 0.3f));
-        for (int threads = 2; threads <= 3; threads++) {
-            for (size_t i = 0; i < nc; i++) c2[i] = c0[i];
-            TA_CHECK_OK(ta_set_num_threads(threads));
-            TA_CHECK_OK(ta_sgemm_batched(c2, M * N, N, 1, A.at, M * K, K, 1, B.at, K * N, N, 1,
-                                         nb, M, N, K, 0.7f, 0.3f));
-            if (memcmp(c1, c2, nc * sizeof *c1) != 0)
-                fail_msg("case %d: 1 and %d threads differ", t, threads);
-        }
+        for (int threads = 2; threads <= 3; threads++)
+            for (int m = 0; m < 4; m++) {
+                ta_gemm_share_mode = modes[m];
+                for (size_t i = 0; i < nc; i++) c2[i] = c0[i];
+                TA_CHECK_OK(ta_set_num_threads(threads));
+                TA_CHECK_OK(ta_sgemm_batched(c2, M * N, N, 1, A.at, M * K, K, 1, B.at, K * N, N,
+                                             1, nb, M, N, K, 0.7f, 0.3f));
+                if (memcmp(c1, c2, nc * sizeof *c1) != 0)
+                    fail_msg("case %d: 1 and %d threads differ (share mode %d)", t, threads,
+                             modes[m]);
+            }
+        ta_gemm_share_mode = saved_mode;
         TA_CHECK_OK(ta_set_num_threads(saved));
         free(c0);
         free(c1);
@@ -321,45 +329,6 @@ static void test_threads_bitwise_identical(void **state)
         ta_guard_release(&A.g);
         ta_guard_release(&B.g);
     }
-}
-
-/* One problem that its threads may share (column chunks whose units a free thread
- * takes: gemm.c, gemm_stealing) gives the 1-thread bits whether the chunks run shared
- * (ta_gemm_share_mode 1), as plain items (0) or as the recent calls decide (-1): several
- * MC blocks (units) and KC passes, an edge panel, beta applied once. */
-static void test_shared_chunks_bitwise(void **state)
-{
-    (void)state;
-    const int64_t kc = kt()->sgemm_kc, mc = kt()->sgemm_mc, nr = kt()->sgemm_nr;
-    const int64_t M = 3 * mc + 5, N = 4 * nr + 3, K = 2 * kc + 7;
-    mat A, B;
-    mat_make(&A, M, K, ROW);
-    mat_make(&B, K, N, ROW);
-    const size_t nc = (size_t)(M * N);
-    float *c0 = malloc(nc * sizeof *c0), *c1 = malloc(nc * sizeof *c1), *c2 = malloc(nc * sizeof *c2);
-    assert_non_null(c0);
-    assert_non_null(c1);
-    assert_non_null(c2);
-    for (size_t i = 0; i < nc; i++) c0[i] = c1[i] = rnd();
-    const int saved = ta_get_num_threads(), saved_mode = ta_gemm_share_mode;
-    TA_CHECK_OK(ta_set_num_threads(1));
-    TA_CHECK_OK(ta_sgemm(c1, N, 1, A.at, K, 1, B.at, N, 1, M, N, K, 0.7f, 0.3f));
-    TA_CHECK_OK(ta_set_num_threads(2));
-    for (int mode = -1; mode <= 1; mode++)
-        for (int rep = 0; rep < 2; rep++) {
-            ta_gemm_share_mode = mode;
-            memcpy(c2, c0, nc * sizeof *c2);
-            TA_CHECK_OK(ta_sgemm(c2, N, 1, A.at, K, 1, B.at, N, 1, M, N, K, 0.7f, 0.3f));
-            if (memcmp(c1, c2, nc * sizeof *c1) != 0)
-                fail_msg("share mode %d: 1 and 2 threads differ", mode);
-        }
-    ta_gemm_share_mode = saved_mode;
-    TA_CHECK_OK(ta_set_num_threads(saved));
-    free(c0);
-    free(c1);
-    free(c2);
-    ta_guard_release(&A.g);
-    ta_guard_release(&B.g);
 }
 
 static void test_errors(void **state)
@@ -424,7 +393,6 @@ int main(void)
         cmocka_unit_test(test_batched_shared_operands),
         cmocka_unit_test(test_strided_multidim_batch),
         cmocka_unit_test(test_threads_bitwise_identical),
-        cmocka_unit_test(test_shared_chunks_bitwise),
         cmocka_unit_test(test_errors),
     };
     char name[64];

@@ -476,16 +476,15 @@ ta_status ta_gemm_strided(float *C, int64_t rsc, int64_t csc, const float *A, in
     if (sc.steal && (ta_gemm_share_mode > 0 || (ta_gemm_share_mode < 0 && hold > 0))) {
         problem pr = batch_problem(&base, batch, 0);
         chunk_units units[STEAL_MAX_CHUNKS];
-        for (int64_t q = 0; q < sc.items; q++)
-            units[q] = (chunk_units){0, (M + bk.mc - 1) / bk.mc, false};
+        const int64_t per_chunk = (M + bk.mc - 1) / bk.mc; /* units: blocks of MC rows */
+        for (int64_t q = 0; q < sc.items; q++) units[q] = (chunk_units){0, per_chunk, false};
         float *pb = pack + (size_t)sc.size_a * (size_t)sc.nt;
         int64_t taken = 0;
         #pragma omp parallel num_threads(sc.nt)
         gemm_stealing(&bk, &pr, sc.chunk_n, sc.items, units,
                       pack + (size_t)sc.size_a * (size_t)omp_get_thread_num(), pb, sc.size_b,
                       &taken);
-        const int64_t all = sc.items * ((M + bk.mc - 1) / bk.mc);
-        if (taken >= 2 && 8 * taken >= all)
+        if (taken >= 2 && 8 * taken >= sc.items * per_chunk)
             atomic_store_explicit(&steal_hold, STEAL_HOLD_CALLS, memory_order_relaxed);
         else if (hold > 0)
             atomic_fetch_sub_explicit(&steal_hold, 1, memory_order_relaxed);
