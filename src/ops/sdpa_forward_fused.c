@@ -335,6 +335,14 @@ typedef struct held_rows {
     int64_t b, hkv, lo, hi;
 } held_rows;
 
+/* buf seen as a tensor of like's shape with strides 0 along B and Hkv (copy_plan). */
+static const ta_tensor *buffer_rows(ta_tensor *view, float *buf, const ta_tensor *like)
+{
+    *view = ta_tensor_view(buf, 4, like->shape);
+    view->stride[0] = view->stride[1] = 0;
+    return view;
+}
+
 /* fv: f on pv, which is f's problem with K and V the thread's buffers kbuf and vbuf
  * (those not NULL) seen as [B, Hkv, Lk, D] and [B, Hkv, Lk, Dv] with strides 0 along B
  * and Hkv: whatever group an item names, its key j is row j of the buffer, which
@@ -343,16 +351,8 @@ static const fused_plan *copy_plan(const fused_plan *f, fused_plan *fv, ta_sdpa_
                                     ta_tensor *kt, float *kbuf, ta_tensor *vt, float *vbuf)
 {
     *pv = *f->p;
-    if (vbuf) {
-        *vt = ta_tensor_view(vbuf, 4, f->p->V->shape);
-        vt->stride[0] = vt->stride[1] = 0;
-        pv->V = vt;
-    }
-    if (kbuf) {
-        *kt = ta_tensor_view(kbuf, 4, f->p->K->shape);
-        kt->stride[0] = kt->stride[1] = 0;
-        pv->K = kt;
-    }
+    if (vbuf) pv->V = buffer_rows(vt, vbuf, f->p->V);
+    if (kbuf) pv->K = buffer_rows(kt, kbuf, f->p->K);
     *fv = *f;
     fv->p = pv;
     return fv;
