@@ -15,6 +15,7 @@
 #include "sdpa_grad_oracle.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,6 +243,19 @@ static void test_bitwise_across_threads(void **state)
     TA_CHECK_OK(ta_set_num_threads(saved));
 }
 
+
+/* Whether the float32 values of view (any strides) are bit for bit those of the
+ * contiguous tensor want of the same shape. */
+static bool same_bits(const ta_tensor *view, const ta_tensor *want)
+{
+    ta_tensor back;
+    TA_CHECK_OK(ta_tensor_empty(&back, want->ndim, want->shape));
+    TA_CHECK_OK(ta_tensor_copy(&back, view));
+    const bool same =
+        memcmp(back.data, want->data, sizeof(float) * (size_t)ta_tensor_numel(&back)) == 0;
+    ta_tensor_free(&back);
+    return same;
+}
 /* Q, K, V, O, dO and the gradients as [B, H, L, D] views of [B, L, H, D] buffers (the
  * layers' head views, varlen's packed layout), whose rows alias in L1 so that the fused
  * backward reads Q, K and dO through contiguous copies (of each group's rows in plan
@@ -285,14 +299,9 @@ static void test_bshd_layout_bitwise(void **state)
         for (int t = 5; t < 8; t++) memset(own[t].data, 0xff, sizeof(float) * (size_t)ta_tensor_numel(&own[t]));
         TA_CHECK_OK(ta_sdpa_backward(&view[5], &view[6], &view[7], &view[4], &view[0], &view[1],
                                      &view[2], &view[3], &c[8], &vo));
-        for (int t = 5; t < 8; t++) {
-            ta_tensor back;
-            TA_CHECK_OK(ta_tensor_empty(&back, 4, c[t].shape));
-            TA_CHECK_OK(ta_tensor_copy(&back, &view[t]));
-            if (memcmp(back.data, c[t].data, sizeof(float) * (size_t)ta_tensor_numel(&back)))
+        for (int t = 5; t < 8; t++)
+            if (!same_bits(&view[t], &c[t]))
                 fail_msg("run %d gradient %d differs from the contiguous call's", run, t - 5);
-            ta_tensor_free(&back);
-        }
         free(buf);
     }
     TA_CHECK_OK(ta_set_num_threads(saved));
@@ -356,16 +365,10 @@ static void test_varlen_group_copies_bitwise(void **state)
                 memset(packed[t].data, 0xff, sizeof(float) * (size_t)ta_tensor_numel(&packed[t]));
             TA_CHECK_OK(ta_sdpa_backward(&packed[5], &packed[6], &packed[7], &packed[4],
                                          &packed[0], &packed[1], &packed[2], &packed[3], &lse, &w));
-            for (int t = 5; t < 8; t++) {
-                ta_tensor back;
-                TA_CHECK_OK(ta_tensor_empty(&back, 3, packed[t].shape));
-                TA_CHECK_OK(ta_tensor_copy(&back, &hm[t]));
-                if (memcmp(back.data, packed[t].data,
-                           sizeof(float) * (size_t)ta_tensor_numel(&back)))
+            for (int t = 5; t < 8; t++)
+                if (!same_bits(&hm[t], &packed[t]))
                     fail_msg("case %d threads %d gradient %d differs from the head-major call's",
                              n, th, t - 5);
-                ta_tensor_free(&back);
-            }
             free(buf);
         }
         for (int t = 0; t < 8; t++) {
