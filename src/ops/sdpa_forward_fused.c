@@ -239,7 +239,6 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
     f.pack_v = (p->V->stride[3] != 1 && p->Dv > 1) || p->V->dtype != TA_F32;
     f.kind_k = rows_kind(p->K, p->D, f.k->attn_vl);
     f.kind_v = rows_kind(p->V, p->Dv, f.k->attn_vl);
-    f.prefetch_o = p->O->stride[3] == 1 && p->O->stride[2] != p->Dv && p->Dv > 0;
     /* a large O with non-temporal stores (ta_sdpa_stream_rows). Measured on the two-port
      * Xeon (driver, medians, alternated): causal B512 H8 L128 D64 (O 128 MiB) 161 -> 152
      * ms on 1 thread, 84.2 -> 79.1 on 2; the seed's causal case (32 MiB) 89.1 -> 85.9 and
@@ -409,8 +408,16 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
     const int64_t nitems = ta_fused_build_items(&f, &m);
 
     /* Threads take whole groups while there are plenty (each core keeps one group's K
-     * and V in its own L2), single tiles otherwise (to balance few large groups). */
-    const int64_t grab = !f.split && f.ngroups >= 8 * (int64_t)f.nt ? f.tpg : 1;
+     * and V in its own L2), single tiles otherwise (to balance few large groups), unless
+     * the threads copy K or V rows (hold_rows: each thread its own copy of the group it
+     * works on) and the groups divide evenly among them: whole groups then, so that a
+     * group's rows are copied once, not once per thread. Two-port Xeon, 2 threads
+     * (driver, medians of 21 - 61 alternations): varlen_prefill's sequences 6.03 -> 5.90
+     * ms; causal B4 H8 L1024 D64 as [B, L, H, D] 13.02 -> 12.86; B2 H16 L2048 D128 184.3
+     * -> 178.8. */
+    const bool copies = f.vcopy_floats || f.kcopy_floats;
+    const int64_t grab = !f.split && (f.ngroups >= 8 * (int64_t)f.nt ||
+                                      (copies && f.ngroups % f.nt == 0)) ? f.tpg : 1;
     int64_t next_chunk = 0; /* the next chunk of grab items a thread claims */
 #pragma omp parallel num_threads(f.nt)
     {

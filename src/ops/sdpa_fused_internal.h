@@ -109,8 +109,6 @@ typedef struct fused_plan {
                             (their rows do not stay in L2 from one item to the next) */
     bool stream_o;       /* O is large: finish_item writes its rows with non-temporal
                             stores (no read for ownership; plan in make_plan) */
-    bool prefetch_o;     /* O's rows do not follow each other (a [B, L, H, Dv] O): request a
-                            many-row item's O rows for writing at its start (prefetch_o) */
     bool scores_var;     /* softcap or ALiBi change the scores (ta_sdpa_fused_scores) */
     int64_t mrows;       /* rows of the mask's bound table (0: none) */
     const int64_t *mt;   /* the table, once laid out (ta_fused_mask_bounds) */

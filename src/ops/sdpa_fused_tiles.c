@@ -657,35 +657,22 @@ static int64_t item_tile(const fused_plan *f, const fused_item *it, const fused_
     return nk;
 }
 
-/* The O rows of an item of many rows, requested for writing when the item starts, where
- * they lie apart (a [B, L, H, Dv] O, varlen's packed [T, H, Dv]: a head's rows H Dv
- * floats apart, each in a page of its own, out of the hardware prefetchers' reach): the
- * item's finish then writes them without waiting on each line's read for ownership.
- * Measured on the two-port Xeon, varlen_prefill's sequences (driver, min of 60 calls,
- * 8 alternations): 1 thread 18.9 -> 18.3 ms, 2 threads 9.52 -> 9.40 ms. */
-static inline __attribute__((always_inline)) void prefetch_o(const fused_plan *f, const fused_item *it)
-{
-    const int64_t bytes = f->p->Dv * (int64_t)sizeof(float);
-    int64_t h, i;
-    row_hi(f, it->hkv, it->r0, &h, &i);
-    for (int64_t r = 0; r < it->mq; r++, row_next(f, &h, &i)) {
-        const char *row = (const char *)o_row(f->p, it->b, h, i);
-        for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(row + c, 1, 2);
-    }
-}
-
 void ta_fused_run_item(const fused_plan *f, const fused_item *it, const fused_ws *w,
                        const fused_item *next)
 {
     item_run ir;
     if (!item_begin(f, it, w, &ir)) return;
-    if (f->prefetch_o && !few_rows(f, it)) prefetch_o(f, it);
     /* The next item's Q rows (unit-stride along D only), and its O rows unless O is
-     * streamed (non-temporal stores need no line) or prefetch_o requests them when that
-     * item starts: a share after each key tile, through the kernels' prefetch stream
-     * (stream_pv). Measured on the Zen 5, 1 thread, the seed's causal case (driver,
-     * medians of 11 alternations, when they were a burst of prefetches per tile): 160 ->
-     * 167 GFLOP/s; non-causal 191 -> 195. */
+     * streamed (non-temporal stores need no line): a share after each key tile, through
+     * the kernels' prefetch stream (stream_pv), whether the rows follow each other or lie
+     * apart (a [B, L, H, Dv] O, varlen's packed one: a span a row). Measured on the Zen 5,
+     * 1 thread, the seed's causal case (driver, medians of 11 alternations, when they
+     * were a burst of prefetches per tile): 160 -> 167 GFLOP/s; non-causal 191 -> 195.
+     * O rows that lie apart were requested for writing, all of an item's at its start,
+     * until session 22: the stream instead, on the two-port Xeon ([B, L, H, D] tensors,
+     * driver, medians of 15 - 21 alternations): causal B4 H8 L1024 D64 24.04 -> 23.42 ms
+     * on 1 thread, 11.87 -> 11.76 on 2; B64 H8 L128 D64 7.12 -> 6.48 (2 threads); B2
+     * H16 L2048 D128 171.1 -> 169.4 (2 threads). */
     if (next && (few_rows(f, next) || next->jhi <= next->jlo || f->p->Q->stride[3] != 1))
         next = NULL;
     const int64_t tiles = (it->jhi - it->jlo + TA_FUSED_NK - 1) / TA_FUSED_NK + 1;
@@ -693,7 +680,7 @@ void ta_fused_run_item(const fused_plan *f, const fused_item *it, const fused_ws
     s->next = next;
     s->r = 0;
     s->share = next ? (next->mq + tiles - 1) / tiles : 0;
-    s->o = !f->stream_o && !f->prefetch_o;
+    s->o = !f->stream_o;
     /* K and V rows on the thread's first item of a group: the next ones find them in its
      * L2, unless they are too many to stay there (plan_kv_far; on the Zen 5, whose
      * stream goes into L1, the requests cost the sdpa_L4096 case 1 - 3%) */
