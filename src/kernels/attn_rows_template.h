@@ -132,10 +132,18 @@ ROWS_INLINE void store_sums(float *s, int64_t mqs, VT sum, int nkb, int nr, cons
  * R rows (nr real; the others repeat row 0 and are not stored). Accumulator k * R + r
  * holds the lane sums of that pair along d; V_HSUM_ALL adds all of them at once. */
 ROWS_INLINE void qk_block(float *s, int64_t mqs, const float *q, int64_t ldq, int nr,
-                          const void *const *k, int64_t koff, int nkb, int64_t d, const int R,
-                          const int kind)
+                          const void *const *k, int64_t koff, int nkb, int64_t d, ta_pf *pf,
+                          int64_t per, const int R, const int kind, const int PFS)
 {
     const int KB = VL / R;
+    TA_PF_BEGIN(pf);
+    int64_t left = PFS ? per : 0; /* the stream's requests of this block, spread over it */
+    const int64_t pst = PFS ? (per + (d / VL > 0 ? d / VL : 1) - 1) / (d / VL > 0 ? d / VL : 1) : 0;
+#define QK_PF(n)                                                                             \
+    do {                                                                                     \
+        if (PFS)                                                                             \
+            for (int64_t i_ = 0; i_ < (n) && left > 0; i_++, left--) TA_PF_STEP(pf);         \
+    } while (0)
     VT acc[VL];
     const float *qr[8];
     const char *kr[VL];
@@ -147,13 +155,19 @@ ROWS_INLINE void qk_block(float *s, int64_t mqs, const float *q, int64_t ldq, in
     for (int j = 0; j < KB; j++) kr[j] = (const char *)k[j < nkb ? j : 0] + koff;
     if (R == 1) { /* one row: key by key, each K row read front to back (one stream) */
 #pragma GCC unroll 1
-        for (int j = 0; j < KB; j++) acc[j] = dot_seq(qr[0], kr[j], d, kind);
+        for (int j = 0; j < KB; j++) {
+            QK_PF((per + KB - 1) / KB);
+            acc[j] = dot_seq(qr[0], kr[j], d, kind);
+        }
+        QK_PF(left);
+        TA_PF_END(pf);
         store_sums(s, mqs, V_HSUM_ALL(acc), nkb, nr, 1);
         return;
     }
     int64_t p = 0;
     if (kind == KIND_BF16) /* q blocks of 2 VL hold their even elements, then the odd */
         for (; p + 2 * VL <= d; p += 2 * VL) {
+            QK_PF(2 * pst);
             VT qe[8], qo[8];
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++) {
@@ -172,6 +186,7 @@ ROWS_INLINE void qk_block(float *s, int64_t mqs, const float *q, int64_t ldq, in
             }
         }
     for (; p < d; p += VL) {
+        QK_PF(pst);
         VT qv[8];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) qv[r] = V_LOADU(qr[r] + p);
@@ -182,6 +197,9 @@ ROWS_INLINE void qk_block(float *s, int64_t mqs, const float *q, int64_t ldq, in
             for (int r = 0; r < R; r++) acc[j * R + r] = V_FMA(qv[r], kv, acc[j * R + r]);
         }
     }
+    QK_PF(left);
+    TA_PF_END(pf);
+#undef QK_PF
     store_sums(s, mqs, V_HSUM_ALL(acc), nkb, nr, R);
 }
 
@@ -194,19 +212,18 @@ ROWS_INLINE void qk_rows(float *s, int64_t mqs, const float *q, int64_t ldq, int
 {
     const int KB = VL / R;
     const int64_t bytes = d * (kind == KIND_F32 ? 4 : 2);
-    TA_PF_BEGIN(pf);
     for (int64_t j = 0; j < nk; j += KB) {
         const int nkb = (int)(nk - j < KB ? nk - j : KB);
-        if (pf) /* the caller's stream instead of the rows ahead */
-            for (int64_t i = 0; i < per; i++) TA_PF_STEP(pf);
-        else
-            for (int i = 0; i < nkb; i++) {
-                prefetch_row(k, koff, j + i, avail, bytes);
-                if (vp) prefetch_row(vp, voff, j + i, avail, vbytes);
-            }
-        qk_block(s + j * mqs, mqs, q, ldq, mq, k + j, koff, nkb, d, R, kind);
+        if (pf) { /* the caller's stream instead of the rows ahead, spread over the block */
+            qk_block(s + j * mqs, mqs, q, ldq, mq, k + j, koff, nkb, d, pf, per, R, kind, 1);
+            continue;
+        }
+        for (int i = 0; i < nkb; i++) {
+            prefetch_row(k, koff, j + i, avail, bytes);
+            if (vp) prefetch_row(vp, voff, j + i, avail, vbytes);
+        }
+        qk_block(s + j * mqs, mqs, q, ldq, mq, k + j, koff, nkb, d, NULL, 0, R, kind, 0);
     }
-    TA_PF_END(pf);
 }
 
 /* s [nk, mqs] (rows < mq only, mq <= 8) = q [mq rows, ldq] K^T for the nk key rows the

@@ -223,10 +223,10 @@ typedef struct ta_kernels {
      *     keys in order (bitwise attn_pv's results).
      * pf: NULL, or the caller's prefetch stream, which then replaces the rows-ahead
      *     requests (nothing is prefetched from avail or v): the call requests every line
-     *     of it (when nk > 0), spread evenly over its steps (qk: its key blocks; pv: its
-     *     keys of each column group). A decode sweep hands each call its share of the
-     *     next tile of all kv heads, in address order (docs/inference.md, "Decode
-     *     order"). */
+     *     of it (when nk > 0), spread evenly over its steps (qk: the d steps of each
+     *     key block, a block's share at a time; pv: its keys of each column group). A
+     *     decode sweep hands each call its share of the next tile of all kv heads, in
+     *     address order (docs/inference.md, "Decode order"). */
     void (*attn_qk_rows_kv[3])(float *s, int64_t mqs, const float *q, int64_t ldq, int64_t mq,
                                const void *const *k, int64_t koff, int64_t nk, int64_t d,
                                int64_t avail, const void *const *v, int64_t voff,
