@@ -410,14 +410,16 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
     /* Threads take whole groups while there are plenty (each core keeps one group's K
      * and V in its own L2), single tiles otherwise (to balance few large groups), unless
      * the threads copy K or V rows (hold_rows: each thread its own copy of the group it
-     * works on) and the groups divide evenly among them: whole groups then, so that a
-     * group's rows are copied once, not once per thread. Two-port Xeon, 2 threads
-     * (driver, medians of 21 - 61 alternations): varlen_prefill's sequences 6.03 -> 5.90
-     * ms; causal B4 H8 L1024 D64 as [B, L, H, D] 13.02 -> 12.86; B2 H16 L2048 D128 184.3
-     * -> 178.8. */
-    const bool copies = f.vcopy_floats || f.kcopy_floats;
-    const int64_t grab = !f.split && (f.ngroups >= 8 * (int64_t)f.nt ||
-                                      (copies && f.ngroups % f.nt == 0)) ? f.tpg : 1;
+     * works on) and the groups divide evenly among them, each as costly as the next (no
+     * mask tensor, which may cut one batch's keys more than another's): whole groups
+     * then, so that a group's rows are copied once, not once per thread. Two-port Xeon,
+     * 2 threads (driver, medians of 21 - 61 alternations): varlen_prefill's sequences
+     * 6.03 -> 5.90 ms; causal B4 H8 L1024 D64 as [B, L, H, D] 13.02 -> 12.86; B2 H16
+     * L2048 D128 184.3 -> 178.8. */
+    const bool even_copies = (f.vcopy_floats || f.kcopy_floats) && !p->mask.mask &&
+                             f.ngroups % f.nt == 0;
+    const bool whole = f.ngroups >= 8 * (int64_t)f.nt || even_copies;
+    const int64_t grab = !f.split && whole ? f.tpg : 1;
     int64_t next_chunk = 0; /* the next chunk of grab items a thread claims */
 #pragma omp parallel num_threads(f.nt)
     {
