@@ -408,16 +408,18 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
     const int64_t nitems = ta_fused_build_items(&f, &m);
 
     /* Threads take whole groups while there are plenty (each core keeps one group's K
-     * and V in its own L2), single tiles otherwise (to balance few large groups), unless
+     * and V in its own L2), single tiles otherwise (to balance few large groups). Where
      * the threads copy K or V rows (hold_rows: each thread its own copy of the group it
-     * works on) and the groups divide evenly among them, each as costly as the next (no
-     * mask tensor, which may cut one batch's keys more than another's): whole groups
-     * then, so that a group's rows are copied once, not once per thread. Two-port Xeon,
-     * 2 threads (driver, medians of 21 - 61 alternations): varlen_prefill's sequences
-     * 6.03 -> 5.90 ms; causal B4 H8 L1024 D64 as [B, L, H, D] 13.02 -> 12.86; B2 H16
-     * L2048 D128 184.3 -> 178.8. */
+     * works on), whole groups from 4 a thread, when they divide evenly among the threads
+     * and are equally costly (no mask tensor, which may cut one batch's keys more than
+     * another's): a group's rows are then copied once, not once per thread. Fewer would
+     * not do: a thread claims its next chunk before it runs the current one (below), so
+     * with 2 groups and 2 threads the first thread took both (B1 H2 L4096 D64 causal as
+     * [B, L, H, D]: 21.7 ms against 10.9 with tiles). Two-port Xeon, 2 threads, in one
+     * driver alternating the rule: varlen_prefill's 8 sequences (H8: 8 groups) 5.62 -
+     * 5.80 ms against 5.72 - 5.83 with tiles. */
     const bool even_copies = (f.vcopy_floats || f.kcopy_floats) && !p->mask.mask &&
-                             f.ngroups % f.nt == 0;
+                             f.ngroups >= 4 * (int64_t)f.nt && f.ngroups % f.nt == 0;
     const bool whole = f.ngroups >= 8 * (int64_t)f.nt || even_copies;
     const int64_t grab = !f.split && whole ? f.tpg : 1;
     int64_t next_chunk = 0; /* the next chunk of grab items a thread claims */
