@@ -621,15 +621,16 @@ size_t ta_sdpa_backward_fused_scratch_bound(const ta_sdpa_problem *p)
  * own rows first 129.7 / 130.7, with this stream 127.4 / 129.4. */
 static void next_stream(const bwd_plan *f, bwd_ws *w, int64_t g, int64_t groups)
 {
-    int n = 0;
+    int64_t n = 0;
+    const int64_t row = f->Dv * (int64_t)sizeof(float);
     for (int t = 0; t < 2 && g < groups; t++) {
         const ta_tensor *x = t ? f->p->dO : f->p->O;
         if (x->stride[3] != 1 || x->stride[2] != f->Dv) continue;
-        for (int64_t gi = 0; gi < f->G; gi++) {
-            const float *r = (const float *)x->data + g / f->Hkv * x->stride[0] +
-                             (g % f->Hkv * f->G + gi) * x->stride[1];
-            w->next_rows[n++] = (ta_pf_span){(const char *)r, (const char *)(r + f->Lq * f->Dv)};
-        }
+        for (int64_t gi = 0; gi < f->G; gi++) /* a head's Lq rows follow each other: a span */
+            ta_pf_add_rows(w->next_rows, &n, 2 * f->G,
+                           (const float *)x->data + g / f->Hkv * x->stride[0] +
+                               (g % f->Hkv * f->G + gi) * x->stride[1],
+                           row, row, f->Lq);
     }
     w->next = (ta_pf){w->next_rows, w->next_rows + n};
 }
