@@ -49,6 +49,18 @@ char *ta_shape_str(char *buf, size_t size, int ndim, const int64_t *shape);
 /* Threads to use for the next parallel region. */
 int ta_threads(void);
 
+/* Chunks of work (0, 1, ...) that the threads of a parallel region take one ahead (a
+ * thread claims its next chunk before it runs the current one, to prefetch for it):
+ * call inside the region. A thread's first chunk is its own index in the team
+ * (ta_claim_first), the next ones come from *counter (0 before the region) past the
+ * team's size (ta_claim_next), so no thread claims a second chunk before every thread
+ * holds a first: with a shared counter for both, the first thread to arrive took its
+ * first and its next chunk before the others started, and with as many chunks as
+ * threads ran all of them (backward, B1 H2 Lq16384 Lk64 on 2 threads: 7.9 ms against 8.3
+ * on 1). Each chunk is taken once whatever the team's size. */
+int64_t ta_claim_first(void);
+int64_t ta_claim_next(int64_t *counter);
+
 /* Monotonic time in seconds. */
 double ta_now(void);
 

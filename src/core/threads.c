@@ -26,6 +26,13 @@ int ta_get_num_threads(void)
 
 int ta_threads(void) { return ta_get_num_threads(); }
 
+int64_t ta_claim_first(void) { return omp_get_thread_num(); }
+
+int64_t ta_claim_next(int64_t *counter)
+{
+    return omp_get_num_threads() + __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
+}
+
 double ta_now(void)
 {
     struct timespec ts;

@@ -651,7 +651,7 @@ ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
     if (!sc.group_plan) row_terms(&f, m.di, m.lse, sc.rows * f.Dv < 32768 ? 1 : sc.nt);
     f.di = m.di;
     f.lse = m.lse;
-    int64_t claimed = 0; /* plan "group": the groups the threads have taken */
+    int64_t claimed = 0; /* plan "group": groups claimed past the first (ta_claim_next) */
 
     const int64_t groups = sc.groups, items1 = sc.items1, items2 = sc.items2;
 #pragma omp parallel num_threads(sc.nt)
@@ -663,12 +663,9 @@ ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
         if (sc.group_plan) {
             /* dynamic, one group ahead: a thread takes its next group as it starts one,
              * so that it can request that group's O and dO rows (next_stream) */
-            int64_t it, next;
-#pragma omp atomic capture
-            it = claimed++;
+            int64_t it = ta_claim_first();
             while (it < groups) {
-#pragma omp atomic capture
-                next = claimed++;
+                const int64_t next = ta_claim_next(&claimed);
                 next_stream(&f, &w, next, groups);
                 run_group(&f, &w, it / f.Hkv, it % f.Hkv, m.di, m.lse);
                 it = next;

@@ -412,17 +412,18 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
      * the threads copy K or V rows (hold_rows: each thread its own copy of the group it
      * works on), whole groups from 4 a thread, when they divide evenly among the threads
      * and are equally costly (no mask tensor, which may cut one batch's keys more than
-     * another's): a group's rows are then copied once, not once per thread. Fewer would
-     * not do: a thread claims its next chunk before it runs the current one (below), so
-     * with 2 groups and 2 threads the first thread took both (B1 H2 L4096 D64 causal as
-     * [B, L, H, D]: 21.7 ms against 10.9 with tiles). Two-port Xeon, 2 threads, in one
+     * another's): a group's rows are then copied once, not once per thread. Fewer
+     * groups a thread leave no room to balance a busy core (the bound came in when the
+     * claim ahead below let the first thread take both of 2 groups, B1 H2 L4096 D64
+     * causal as [B, L, H, D]: 21.7 ms against 10.9 with tiles, before ta_claim_first
+     * gave every thread its own first chunk). Two-port Xeon, 2 threads, in one
      * driver alternating the rule: varlen_prefill's 8 sequences (H8: 8 groups) 5.62 -
      * 5.80 ms against 5.72 - 5.83 with tiles. */
     const bool even_copies = (f.vcopy_floats || f.kcopy_floats) && !p->mask.mask &&
                              f.ngroups >= 4 * (int64_t)f.nt && f.ngroups % f.nt == 0;
     const bool whole = f.ngroups >= 8 * (int64_t)f.nt || even_copies;
     const int64_t grab = !f.split && whole ? f.tpg : 1;
-    int64_t next_chunk = 0; /* the next chunk of grab items a thread claims */
+    int64_t next_chunk = 0; /* chunks of grab items claimed past the first (ta_claim_next) */
 #pragma omp parallel num_threads(f.nt)
     {
         fused_ws w;
@@ -445,9 +446,9 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
             /* units claimed one ahead, as below: a unit's last tile requests the next
              * unit's first */
             const int64_t units = nitems / f.sweep;
-            int64_t u = __atomic_fetch_add(&next_chunk, 1, __ATOMIC_RELAXED);
+            int64_t u = ta_claim_first();
             while (u < units) {
-                const int64_t un = __atomic_fetch_add(&next_chunk, 1, __ATOMIC_RELAXED);
+                const int64_t un = ta_claim_next(&next_chunk);
                 const fused_item *its = &m.items[u * f.sweep];
                 ta_fused_run_sweep(&f, its, f.sweep, ws, un < units ? &m.items[un * f.sweep] : NULL);
                 for (int64_t h = 0; h < f.sweep; h++) {
@@ -475,9 +476,9 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
              * most one chunk it has not started; the list runs from the costly items to
              * the cheap ones, so that costs the end little. */
             const int64_t nchunks = (nitems + grab - 1) / grab;
-            int64_t c = __atomic_fetch_add(&next_chunk, 1, __ATOMIC_RELAXED);
+            int64_t c = ta_claim_first();
             while (c < nchunks) {
-                const int64_t cn = __atomic_fetch_add(&next_chunk, 1, __ATOMIC_RELAXED);
+                const int64_t cn = ta_claim_next(&next_chunk);
                 const int64_t hi = TA_MIN((c + 1) * grab, nitems);
                 for (int64_t n = c * grab; n < hi; n++) {
                     const fused_item *it = &m.items[n];
