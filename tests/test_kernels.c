@@ -1054,6 +1054,52 @@ static void test_attn_scale_row(void **state)
                 for (int stream = 0; stream < 2; stream++) scale_row_case(k, n, offset, zero, stream);
 }
 
+/* ------------------------------------------------------- attn_finish_rows */
+
+/* dst rows (stride ldd, at offset floats into the buffer) = src rows (stride lds) times
+ * 1 / l[r], rows whose l is 0 zero, a NaN l NaN: bitwise the plain products of the
+ * reciprocal, streamed or not, and the floats between and around the rows untouched. */
+static void finish_rows_case(const ta_kernels *k, int64_t rows, int64_t n, int64_t offset,
+                             int stream)
+{
+    snprintf(where, sizeof where, "%s attn_finish_rows rows=%lld n=%lld offset=%lld stream=%d",
+             k->name, (long long)rows, (long long)n, (long long)offset, stream);
+    arena ar = {0};
+    const int64_t ldd = n + 5, lds = n + 3, len = offset + rows * ldd;
+    float *src = gfloats(&ar, rows * lds, NAN), *buf = gfloats(&ar, len, SENTINEL);
+    float *l = gfloats(&ar, rows, NAN), *dst = buf + offset;
+    for (int64_t r = 0; r < rows; r++) {
+        l[r] = r % 4 == 1 ? 0.0f : r % 7 == 3 ? NAN : 0.75f + 0.37f * (float)r;
+        for (int64_t c = 0; c < n; c++)
+            src[r * lds + c] = (c + r) % 13 == 6 ? INFINITY : 0.1f * (float)(c - 3 * r);
+    }
+    k->attn_finish_rows(dst, ldd, src, lds, l, rows, n, stream);
+    for (int64_t c = 0; c < len; c++) {
+        const int64_t r = (c - offset) / ldd, col = (c - offset) % ldd;
+        if ((c < offset || col >= n) && buf[c] != SENTINEL)
+            fail_msg("%s: buffer float %lld outside the rows written", where, (long long)c);
+        if (c < offset || col >= n) continue;
+        const float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r];
+        const float want = l[r] == 0.0f ? 0.0f : src[r * lds + col] * inv;
+        if (memcmp(&buf[c], &want, sizeof want) != 0 && !(isnan(want) && isnan(buf[c])))
+            fail_msg("%s: row %lld col %lld = %g, want %g", where, (long long)r,
+                     (long long)col, (double)buf[c], (double)want);
+    }
+    arena_release(&ar);
+}
+
+static void test_attn_finish_rows(void **state)
+{
+    (void)state;
+    const ta_kernels *ref, *k = tested(&ref);
+    (void)ref;
+    for (int64_t rows = 1; rows <= 9; rows += 4)
+        for (int64_t n = 1; n <= 70; n += n < 20 ? 3 : 11)
+            for (int64_t offset = 0; offset <= 16; offset += 16)
+                for (int stream = 0; stream < 2; stream++)
+                    finish_rows_case(k, rows, n, offset, stream);
+}
+
 /* ---------------------------------------- few-row kernels on typed rows */
 
 static const char *const kind_names[3] = {"f32", "f16", "bf16"};
@@ -1395,6 +1441,7 @@ int main(void)
         cmocka_unit_test(test_attn_exp),
         cmocka_unit_test(test_attn_pack_t),
         cmocka_unit_test(test_attn_scale_row),
+        cmocka_unit_test(test_attn_finish_rows),
         cmocka_unit_test(test_attn_qk_rows_kv),
         cmocka_unit_test(test_attn_pv_rows_kv),
         cmocka_unit_test(test_attn_softmax_rows),

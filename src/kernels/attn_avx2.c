@@ -24,6 +24,7 @@
 #define NAME_EXP ta_expf_avx2
 #define NAME_PACKQ ta_attn_pack_t_avx2
 #define NAME_SCALE_ROW ta_attn_scale_row_avx2
+#define NAME_FINISH_ROWS ta_attn_finish_rows_avx2
 #define FILL_FN ta_attn_fill_avx2
 
 #include "kernels/attn_template.h"

@@ -25,6 +25,7 @@
 #define NAME_EXP ta_expf_avx512
 #define NAME_PACKQ ta_attn_pack_t_avx512
 #define NAME_SCALE_ROW ta_attn_scale_row_avx512
+#define NAME_FINISH_ROWS ta_attn_finish_rows_avx512
 #define FILL_FN ta_attn_fill_avx512
 
 #include "kernels/attn_template.h"

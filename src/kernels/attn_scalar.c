@@ -23,6 +23,7 @@
 #define NAME_EXP ta_expf_scalar
 #define NAME_PACKQ ta_attn_pack_t_scalar
 #define NAME_SCALE_ROW ta_attn_scale_row_scalar
+#define NAME_FINISH_ROWS ta_attn_finish_rows_scalar
 #define FILL_FN ta_attn_fill_scalar
 
 #include "kernels/attn_template.h"

@@ -23,6 +23,7 @@
  *   scale * rows[r][p0 + i] for an 8 x 8 block), V_TRANSPOSE16_SCALED (optional: the
  *   same for a 16 x 16 block);
  *   NAME_QK, NAME_QK_ROWS, NAME_SOFTMAX, NAME_PV, NAME_EXP, NAME_PACKQ, NAME_SCALE_ROW,
+ *   NAME_FINISH_ROWS,
  *   FILL_FN: the exported names.
  *
  * Layout (lanes are queries, so the online softmax is vertical, never a horizontal
@@ -621,7 +622,8 @@ void NAME_PACKQ(float *qp, int64_t ld, const float *q, const int64_t *qoff, int6
  * vectors from an address aligned to the vector with non-temporal stores (an output far
  * larger than the caches; the caller fences), the rest plainly. The same products either
  * way. */
-void NAME_SCALE_ROW(float *dst, const float *src, float alpha, int zero, int64_t n, int stream)
+ATTN_INLINE void scale_row(float *dst, const float *src, float alpha, int zero, int64_t n,
+                           int stream)
 {
     const VT a = V_SET1(alpha);
     int64_t c = 0;
@@ -634,6 +636,21 @@ void NAME_SCALE_ROW(float *dst, const float *src, float alpha, int zero, int64_t
         V_STOREN(dst + c, zero ? V_ZERO() : V_MUL(V_LOADN(src + c, t), a), t);
     }
 #undef SCALED
+}
+
+void NAME_SCALE_ROW(float *dst, const float *src, float alpha, int zero, int64_t n, int stream)
+{
+    scale_row(dst, src, alpha, zero, n, stream);
+}
+
+void NAME_FINISH_ROWS(float *dst, int64_t ldd, const float *src, int64_t lds, const float *l,
+                      int64_t rows, int64_t n, int stream)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float lr = l[r];
+        scale_row(dst + r * ldd, src + r * lds, lr == 0.0f ? 0.0f : 1.0f / lr, lr == 0.0f, n,
+                  stream);
+    }
 }
 
 void FILL_FN(ta_kernels *k)
@@ -654,4 +671,5 @@ void FILL_FN(ta_kernels *k)
     k->attn_exp = NAME_EXP;
     k->attn_pack_t = NAME_PACKQ;
     k->attn_scale_row = NAME_SCALE_ROW;
+    k->attn_finish_rows = NAME_FINISH_ROWS;
 }

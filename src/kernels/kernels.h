@@ -163,6 +163,12 @@ typedef struct ta_kernels {
      * far larger than the caches); the same products either way. */
     void (*attn_scale_row)(float *dst, const float *src, float alpha, int zero, int64_t n,
                            int stream);
+    /* The online softmax's output rows: dst[r * ldd + c] = src[r * lds + c] * (1 / l[r])
+     * (one reciprocal a row, then the products of attn_scale_row) for r < rows, c < n; a
+     * row whose l is 0 gets zeros whatever src holds (a NaN l gives NaN); stream as
+     * attn_scale_row. */
+    void (*attn_finish_rows)(float *dst, int64_t ldd, const float *src, int64_t lds,
+                             const float *l, int64_t rows, int64_t n, int stream);
 
     /* ---- attention backward (FlashAttention-2 backward, src/ops/sdpa_backward_fused.c;
      * filled by ta_attn_bwd_fill_<isa> in src/kernels/attn_bwd_<isa>.c; docs/kernels.md,
