@@ -52,6 +52,19 @@ typedef struct fused_pf {
     bool kv;          /* the item requests its K and V rows (its group's first, or
                          fused_plan.kv_far_keys) */
     int64_t b, hkv;   /* the group of the thread's previous item (b = -1: none) */
+    /* The thread's next group (its first item, ahead_item, set before each item; NULL:
+     * none): the K and V rows of its first key tile and its first item's Q rows, three
+     * byte ranges (ahead_base, ahead_len) that the calls of the current group's later
+     * items request after their own lines, as far as their steps reach; ahead_at: the
+     * bytes requested so far, of ahead_total. In the current call's stream the ahead
+     * spans start at ahead_first (-1: none), span k at cursor ahead_off[k] from
+     * address ahead_a[k]. */
+    const struct fused_item *ahead_item, *ahead;
+#define AHEAD_RANGES 3 /* K's first tile, the first item's Q rows, V's first tile */
+    const char *ahead_base[AHEAD_RANGES];
+    int64_t ahead_len[AHEAD_RANGES], ahead_at, ahead_total, ahead_first, ahead_off[AHEAD_RANGES];
+    const char *ahead_a[AHEAD_RANGES];
+    bool ahead_on;    /* the current item requests ahead */
     /* A sweep's region: the next tile of all its heads, K's rows then V's, as spans in
      * address order (ta_fused_run_sweep), which its kernel calls request a share of each
      * (line_key lines per key they read): where the next call's share starts is span ri
@@ -104,6 +117,8 @@ typedef struct fused_plan {
     int64_t vcopy_floats; /* > 0: V's rows alias in L1 and each thread reads them through
                              a contiguous copy of this many floats (plan_kv_copy) */
     int64_t kcopy_floats; /* the same for K */
+    bool ahead;          /* a group's later items request the next group's first rows
+                            (fused_pf.ahead_item) */
     int64_t kv_far_keys; /* an item of this many keys or more requests its K and V rows
                             through the kernels' stream, not only its group's first
                             (their rows do not stay in L2 from one item to the next) */

@@ -298,9 +298,42 @@ static void pf_kv_rows(fused_pf *s, const fused_plan *f, const fused_item *it, b
     pf_rows(s, kv_rows(f, it, value, j), kv_ld(t), bytes, n);
 }
 
+/* Appends the next group's rows from the cursor on (fused_pf.ahead). */
+static void ahead_add(fused_pf *s)
+{
+    s->ahead_first = -1;
+    if (!s->ahead_on || s->ahead_at >= s->ahead_total) return;
+    int64_t start = 0;
+    for (int k = 0; k < AHEAD_RANGES; start += s->ahead_len[k++]) {
+        const int64_t from = TA_MAX(s->ahead_at - start, 0);
+        if (from >= s->ahead_len[k] || s->n >= TA_FUSED_PF_SPANS) continue;
+        if (s->ahead_first < 0) s->ahead_first = s->n;
+        const int64_t i = s->n - s->ahead_first;
+        s->ahead_off[i] = start + from;
+        s->ahead_a[i] = s->ahead_base[k] + from;
+        s->spans[s->n++] = (ta_pf_span){s->ahead_a[i], s->ahead_base[k] + s->ahead_len[k]};
+    }
+}
+
+/* After a kernel call: how far its steps took the stream into the ahead spans. */
+static void ahead_sync(fused_pf *s)
+{
+    if (s->ahead_first < 0) return;
+    const int64_t k = s->pf.next - s->spans;
+    if (k >= s->n) {
+        const int64_t i = s->n - 1 - s->ahead_first;
+        s->ahead_at = s->ahead_off[i] + (s->spans[s->n - 1].b - s->ahead_a[i]);
+    } else if (k >= s->ahead_first) {
+        const int64_t i = k - s->ahead_first;
+        s->ahead_at = s->ahead_off[i] + (s->spans[k].a - s->ahead_a[i]);
+    }
+    s->ahead_first = -1;
+}
+
 /* The stream, once filled, as the kernels take it. */
 static ta_pf *pf_ready(fused_pf *s)
 {
+    ahead_add(s);
     s->pf = (ta_pf){s->spans, s->spans + s->n};
     return &s->pf;
 }
@@ -476,6 +509,7 @@ static void tile_scores(const fused_plan *f, const fused_item *it, const fused_w
         else
             f->k->attn_qk(s, w->qp, kt, ld, n, p->D, run_rowk(f, w, rowk, nk, a, n),
                           stream_scores(f, it, w, j0 + a, n));
+        ahead_sync(w->pfs);
     }
 }
 
@@ -517,6 +551,7 @@ static void tile_pv(const fused_plan *f, const fused_item *it, const fused_ws *w
         f->k->attn_pv(w->o, f->ldo, w->s + a * f->mq_max, alpha, vt, ld, n, p->Dv, it->mq,
                       run_rowk(f, w, rowk, nk, a, n),
                       a + n == nk && !few_rows(f, it) ? stream_pv(f, it, w, j0 + nk) : NULL);
+        ahead_sync(w->pfs);
         *w->o_live = 1;
     }
 }
@@ -657,6 +692,33 @@ static int64_t item_tile(const fused_plan *f, const fused_item *it, const fused_
     return nk;
 }
 
+/* Whether the item requests the next group's first rows (fused_pf.ahead): a later item
+ * of its group, when the thread's next group is known; the ranges set up on the first
+ * such item. */
+static void ahead_begin(const fused_plan *f, fused_pf *s)
+{
+    const fused_item *a = s->ahead_item;
+    s->ahead_on = f->ahead && !s->kv && a && a->jhi > a->jlo;
+    s->ahead_first = -1;
+    if (!s->ahead_on || s->ahead == a) return;
+    const ta_sdpa_problem *p = f->p;
+    const int64_t nk = TA_MIN(TA_FUSED_NK, a->jhi - a->jlo);
+    s->ahead = a;
+    s->ahead_base[0] = kv_rows(f, a, false, a->jlo);
+    s->ahead_len[0] = nk * p->D * (int64_t)sizeof(float);
+    int64_t h, i;
+    row_hi(f, a->hkv, a->r0, &h, &i);
+    const ta_tensor *Q = p->Q;
+    s->ahead_base[1] = (const char *)((const float *)Q->data + a->b * Q->stride[0] +
+                                      h * Q->stride[1] + i * Q->stride[2]);
+    s->ahead_len[1] = TA_MIN(a->mq, p->Lq - i) * p->D * (int64_t)sizeof(float);
+    s->ahead_base[2] = kv_rows(f, a, true, a->jlo);
+    s->ahead_len[2] = nk * p->Dv * (int64_t)sizeof(float);
+    s->ahead_at = 0;
+    s->ahead_total = 0;
+    for (int k = 0; k < AHEAD_RANGES; k++) s->ahead_total += s->ahead_len[k];
+}
+
 void ta_fused_run_item(const fused_plan *f, const fused_item *it, const fused_ws *w,
                        const fused_item *next)
 {
@@ -687,6 +749,7 @@ void ta_fused_run_item(const fused_plan *f, const fused_item *it, const fused_ws
     s->kv = it->b != s->b || it->hkv != s->hkv || it->jhi - it->jlo >= f->kv_far_keys;
     s->b = it->b;
     s->hkv = it->hkv;
+    ahead_begin(f, s);
     for (int64_t j0 = it->jlo; j0 < it->jhi;) j0 += item_tile(f, it, w, &ir, j0);
 }
 
