@@ -5,6 +5,8 @@
  * of distinct layers. Errors stay on their own thread (ta_last_error). */
 #include "ta_test.h"
 
+#include "core/core.h"
+
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,11 +120,55 @@ static void test_einsum_and_layers_from_callers_region(void **state)
     ta_tensor_free(&x); ta_tensor_free(&yref);
 }
 
+/* The work loops' claims (core.h: ta_claim_first, ta_claim_next; a claim taken one chunk
+ * ahead of the one running): every chunk runs once, and a thread's first chunk is its
+ * own, so a thread that arrives first cannot take a chunk another thread would have
+ * started with. Thread 0 runs its whole loop before the others start (they wait for
+ * it): with as many chunks as threads it must take one, not all (the bug of one shared
+ * counter for the first claims too, fixed in session 22: a backward with 2 groups on 2
+ * threads ran on one). */
+static void test_claims(void **state)
+{
+    (void)state;
+    for (int nt = 1; nt <= 4; nt++)
+        for (int64_t nchunks = 0; nchunks <= 3 * nt + 2; nchunks++) {
+            int taken[64] = {0}, mine[8] = {0}, team = 0, go = 0;
+            int64_t counter = 0;
+#pragma omp parallel num_threads(nt)
+            {
+                const int me = omp_get_thread_num();
+                if (me == 0) team = omp_get_num_threads();
+                if (me != 0)
+                    while (!__atomic_load_n(&go, __ATOMIC_ACQUIRE)) {
+                    }
+                int64_t c = ta_claim_first();
+                while (c < nchunks) {
+                    const int64_t cn = ta_claim_next(&counter);
+                    __atomic_fetch_add(&taken[c], 1, __ATOMIC_RELAXED);
+                    mine[me]++;
+                    c = cn;
+                }
+                if (me == 0) __atomic_store_n(&go, 1, __ATOMIC_RELEASE);
+            }
+            for (int64_t c = 0; c < nchunks; c++)
+                if (taken[c] != 1)
+                    fail_msg("%d threads, %lld chunks: chunk %lld ran %d times", nt,
+                             (long long)nchunks, (long long)c, taken[c]);
+            /* thread 0 ran alone first: its own chunk, then all those past the team's first
+             * ones; every other thread its own chunk (when there is one) and nothing more */
+            for (int t = 1; t < team; t++)
+                if (mine[t] != (t < nchunks))
+                    fail_msg("%d threads, %lld chunks: thread %d ran %d chunks", team,
+                             (long long)nchunks, t, mine[t]);
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sdpa_from_callers_region),
         cmocka_unit_test(test_einsum_and_layers_from_callers_region),
+        cmocka_unit_test(test_claims),
     };
     return cmocka_run_group_tests_name("threading", tests, NULL, NULL);
 }
