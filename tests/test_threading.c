@@ -123,32 +123,38 @@ static void test_einsum_and_layers_from_callers_region(void **state)
 /* The work loops' claims (core.h: ta_claim_first, ta_claim_next; a claim taken one chunk
  * ahead of the one running): every chunk runs once, and a thread's first chunk is its
  * own, so a thread that arrives first cannot take a chunk another thread would have
- * started with. Thread 0 runs its whole loop before the others start (they wait for
- * it): with as many chunks as threads it must take one, not all (the bug of one shared
+ * started with. Thread 0 runs its whole loop before the others start (they wait at a
+ * barrier): with as many chunks as threads it must take one, not all (the bug of one shared
  * counter for the first claims too, fixed in session 22: a backward with 2 groups on 2
  * threads ran on one). */
+/* A thread's loop over the chunks it claims, counting the runs of each chunk and its own. */
+static void claim_loop(int64_t nchunks, int64_t *counter, int *taken, int *mine)
+{
+    int64_t c = ta_claim_first();
+    while (c < nchunks) {
+        const int64_t cn = ta_claim_next(counter);
+        __atomic_fetch_add(&taken[c], 1, __ATOMIC_RELAXED);
+        ++*mine;
+        c = cn;
+    }
+}
+
 static void test_claims(void **state)
 {
     (void)state;
     for (int nt = 1; nt <= 4; nt++)
         for (int64_t nchunks = 0; nchunks <= 3 * nt + 2; nchunks++) {
-            int taken[64] = {0}, mine[8] = {0}, team = 0, go = 0;
+            int taken[64] = {0}, mine[8] = {0}, team = 0;
             int64_t counter = 0;
 #pragma omp parallel num_threads(nt)
             {
                 const int me = omp_get_thread_num();
-                if (me == 0) team = omp_get_num_threads();
-                if (me != 0)
-                    while (!__atomic_load_n(&go, __ATOMIC_ACQUIRE)) {
-                    }
-                int64_t c = ta_claim_first();
-                while (c < nchunks) {
-                    const int64_t cn = ta_claim_next(&counter);
-                    __atomic_fetch_add(&taken[c], 1, __ATOMIC_RELAXED);
-                    mine[me]++;
-                    c = cn;
+                if (me == 0) {
+                    team = omp_get_num_threads();
+                    claim_loop(nchunks, &counter, taken, &mine[0]);
                 }
-                if (me == 0) __atomic_store_n(&go, 1, __ATOMIC_RELEASE);
+#pragma omp barrier
+                if (me != 0) claim_loop(nchunks, &counter, taken, &mine[me]);
             }
             for (int64_t c = 0; c < nchunks; c++)
                 if (taken[c] != 1)
