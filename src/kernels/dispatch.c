@@ -75,8 +75,8 @@ const char *ta_isa_name(ta_isa isa)
 int ta_kernels_check(const ta_kernels *k, char *why, size_t n)
 {
     CHECK(k->sgemm_ukr && k->attn_qk && k->attn_qk_rows && k->attn_softmax && k->attn_pv &&
-              k->attn_exp && k->attn_pack_t && k->attn_scale_row && k->attn_finish_rows && k->attn_bwd_gemm &&
-              k->attn_bwd_dsoftmax && k->attn_row_dot &&
+              k->attn_exp && k->attn_pack_t && k->attn_scale_row && k->attn_finish_rows &&
+              k->attn_bwd_gemm && k->attn_bwd_dsoftmax && k->attn_row_dot &&
               k->cvt_f16_f32 && k->cvt_f32_f16 && k->cvt_bf16_f32 && k->cvt_f32_bf16 &&
               k->attn_softcap && k->attn_qk_rows_kv[0] && k->attn_qk_rows_kv[1] &&
               k->attn_qk_rows_kv[2] && k->attn_pv_rows_kv[0] && k->attn_pv_rows_kv[1] &&

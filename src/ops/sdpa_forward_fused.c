@@ -263,15 +263,15 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
      * comes ahead stays there, and a short group's last items have the steps to spare:
      * a long group's last item requests the next one's first rows in time through
      * stream_pv), where the stream goes into L2 (ta_pf_stream_l2: Intel; where it goes
-     * into L1, up to 44 KiB ahead would evict the tiles at work). Two-port Xeon, causal B512 H8 L128 D64, one driver alternating, ms:
-     * 1 thread 68.3 -> 65.5, 65.9 -> 63.7; 2 threads 33.6 -> 32.4; non-causal 100.8 ->
-     * 100.2, 99.2 -> 98.5 (1 thread). */
+     * into L1, up to 44 KiB ahead would evict the tiles at work). Two-port Xeon, causal
+     * B512 H8 L128 D64, one driver alternating, ms: 1 thread 68.3 -> 65.5, 65.9 -> 63.7;
+     * 2 threads 33.6 -> 32.4; non-causal 100.8 -> 100.2, 99.2 -> 98.5 (1 thread). */
     {
         const ta_tensor *Q = p->Q, *K = p->K, *V = p->V;
         const int64_t bytes =
             (int64_t)sizeof(float) * (p->G * p->Lq * p->D + p->Lk * (p->D + p->Dv));
-        f.ahead = ta_pf_stream_l2 && f.sweep <= 1 && !f.split && !p->pages.table && !f.kcopy_floats &&
-                  !f.vcopy_floats && Q->dtype == TA_F32 && K->dtype == TA_F32 &&
+        f.ahead = ta_pf_stream_l2 && f.sweep <= 1 && !f.split && !p->pages.table &&
+                  !f.kcopy_floats && !f.vcopy_floats && Q->dtype == TA_F32 && K->dtype == TA_F32 &&
                   V->dtype == TA_F32 && Q->stride[3] == 1 && K->stride[3] == 1 &&
                   V->stride[3] == 1 && Q->stride[2] == p->D && K->stride[2] == p->D &&
                   V->stride[2] == p->Dv && bytes <= ta_l2_bytes / 4;

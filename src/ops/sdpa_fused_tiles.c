@@ -415,10 +415,8 @@ static ta_pf *stream_pv(const fused_plan *f, const fused_item *it, const fused_w
          * one tile more than the item may have: the causal diagonal's) */
         const int64_t want = j >= it->jhi ? nx->mq - s->r : TA_MIN(s->share, nx->mq - s->r);
         const int64_t n = TA_MIN(want, p->Lq - i); /* one head */
-        const ta_tensor *Q = p->Q;
-        const float *q = (const float *)Q->data + nx->b * Q->stride[0] + h * Q->stride[1] +
-                         i * Q->stride[2];
-        pf_rows(s, q, Q->stride[2] * (int64_t)sizeof(float), p->D * (int64_t)sizeof(float), n);
+        pf_rows(s, q_row(p, nx->b, h, i), p->Q->stride[2] * (int64_t)sizeof(float),
+                p->D * (int64_t)sizeof(float), n);
         if (s->o)
             pf_rows(s, o_row(p, nx->b, h, i), p->O->stride[2] * (int64_t)sizeof(float),
                     p->Dv * (int64_t)sizeof(float), n);
@@ -722,9 +720,7 @@ static void ahead_begin(const fused_plan *f, fused_pf *s)
     s->ahead_len[0] = nk * p->D * (int64_t)sizeof(float);
     int64_t h, i;
     row_hi(f, a->hkv, a->r0, &h, &i);
-    const ta_tensor *Q = p->Q;
-    s->ahead_base[1] = (const char *)((const float *)Q->data + a->b * Q->stride[0] +
-                                      h * Q->stride[1] + i * Q->stride[2]);
+    s->ahead_base[1] = (const char *)q_row(p, a->b, h, i);
     s->ahead_len[1] = TA_MIN(a->mq, p->Lq - i) * p->D * (int64_t)sizeof(float);
     s->ahead_base[2] = kv_rows(f, a, true, a->jlo);
     s->ahead_len[2] = nk * p->Dv * (int64_t)sizeof(float);
