@@ -426,6 +426,124 @@ static void run_one(const fused_plan *fp, const fused_mem *m, const fused_item *
     else ta_fused_finish_item(fp, it, w);
 }
 
+/* The chunks a call's threads claim: the work lists of n plans (one problem each: a
+ * dense call's, or the sequences of a variable-length batch, ta_sdpa_forward_fused_seqs)
+ * in the order `order` gives, plan order[k]'s items in chunks of grab[order[k]], which
+ * are chunks cbase[k] .. cbase[k + 1] - 1 of the claims (cbase[n] in all). kbuf, vbuf:
+ * the threads' copies of K and V rows (kcopy_floats, vcopy_floats each), for the plans
+ * that copy. */
+typedef struct fused_job {
+    const fused_plan *plans;
+    const fused_mem *mems;
+    const int64_t *order, *cbase, *grab;
+    int64_t n;
+    float *kbuf, *vbuf;
+    int64_t kcopy_floats, vcopy_floats;
+} fused_job;
+
+/* The place in j's order of the plan whose chunks hold chunk c, from place k on (c lies at
+ * or past plan order[k]'s first chunk). */
+static int64_t job_place(const fused_job *j, int64_t c, int64_t k)
+{
+    while (k + 1 < j->n && j->cbase[k + 1] <= c) k++;
+    return k;
+}
+
+/* A thread's share of a job (its workspace w, its prefetch stream pfs; next_chunk: the
+ * claims' counter, ta_claim_next). Each thread claims its next chunk before it runs the
+ * current one, so that the last item of a chunk knows the item that follows it on this
+ * thread (the next chunk's first, perhaps another group's), whose Q rows and first keys
+ * it requests meanwhile (ta_fused_run_item). A thread so holds at most one chunk it has
+ * not started; each work list runs from the costly items to the cheap ones, and the job's
+ * order puts the plans of costly chunks first, so that costs the end little. */
+static void run_chunks(const fused_job *j, const fused_ws *w, fused_pf *pfs, int64_t *next_chunk)
+{
+    const size_t me = (size_t)omp_get_thread_num();
+    float *kbuf = j->kcopy_floats ? j->kbuf + me * (size_t)j->kcopy_floats : NULL;
+    float *vbuf = j->vcopy_floats ? j->vbuf + me * (size_t)j->vcopy_floats : NULL;
+    /* the current plan (place k of the order): with K or V copies its items run on a
+     * plan whose K or V is this thread's buffer */
+    int64_t k = -1;
+    const fused_plan *f = NULL, *fp = NULL;
+    const fused_mem *m = NULL;
+    fused_plan fv;
+    ta_sdpa_problem pv;
+    ta_tensor kt, vt;
+    held_rows hk = {.b = -1}, hv = {.b = -1};
+    float *kb = NULL, *vb = NULL;
+    const int64_t nchunks = j->cbase[j->n];
+    int64_t c = ta_claim_first();
+    while (c < nchunks) {
+        const int64_t cn = ta_claim_next(next_chunk);
+        const int64_t kc = job_place(j, c, k < 0 ? 0 : k);
+        if (kc != k) { /* another plan: its own rows, groups and copies */
+            k = kc;
+            f = fp = &j->plans[j->order[k]];
+            m = &j->mems[j->order[k]];
+            kb = f->kcopy_floats ? kbuf : NULL;
+            vb = f->vcopy_floats ? vbuf : NULL;
+            if (kb || vb) fp = copy_plan(f, &fv, &pv, &kt, kb, &vt, vb);
+            hk = hv = (held_rows){.b = -1};
+            pfs->b = -1;
+            pfs->ahead_item = NULL;
+        }
+        const int64_t g = j->grab[j->order[k]], lo = (c - j->cbase[k]) * g;
+        const int64_t hi = TA_MIN(lo + g, m->nitems);
+        /* the first item of the thread's next chunk, where it is of the same plan */
+        const int64_t first =
+            cn < nchunks && job_place(j, cn, k) == k ? (cn - j->cbase[k]) * g : -1;
+        for (int64_t n = lo; n < hi; n++) {
+            const fused_item *it = &m->items[n];
+            const fused_item *nx = n + 1 < hi ? it + 1 : first >= 0 ? &m->items[first] : NULL;
+            if (kb) hold_rows(f, it, false, kb, &hk);
+            if (vb) hold_rows(f, it, true, vb, &hv);
+            if (f->ahead) pfs->ahead_item = next_group(m, it, hi, first, pfs->ahead_item);
+            run_one(fp, m, it, w, nx);
+        }
+        c = cn;
+    }
+}
+
+/* Items a chunk of plan f claims: whole groups while there are plenty (each core keeps
+ * one group's K and V in its own L2), single tiles otherwise (to balance few large
+ * groups). Where the threads copy K or V rows (hold_rows: each thread its own copy of
+ * the group it works on), whole groups from 4 a thread, when they divide evenly among
+ * the threads and are equally costly (no mask tensor, which may cut one batch's keys
+ * more than another's): a group's rows are then copied once, not once per thread. Fewer
+ * groups a thread leave no room to balance a busy core (the bound came in when the claim
+ * ahead let the first thread take both of 2 groups, B1 H2 L4096 D64 causal as [B, L, H,
+ * D]: 21.7 ms against 10.9 with tiles, before ta_claim_first gave every thread its own
+ * first chunk). Two-port Xeon, 2 threads, in one driver alternating the rule:
+ * varlen_prefill's 8 sequences (H8: 8 groups) 5.62 - 5.80 ms against 5.72 - 5.83 with
+ * tiles. Short groups (at most 4 Mi multiply-adds, ~20 us on one core) go four to a
+ * claim where there are at least 256 a thread (so the last claims balance within 2%): a
+ * claim is an atomic add, which waits for the previous item's non-temporal O stores to
+ * drain. Two-port Xeon, causal B512 H8 L128 D64, one driver alternating, ms: 67.26 /
+ * 66.43 on 1 thread, 33.73 / 33.29 on 2 (one group / four a claim). */
+static int64_t plan_grab(const fused_plan *f, int nt)
+{
+    const ta_sdpa_problem *p = f->p;
+    const bool even_copies = (f->vcopy_floats || f->kcopy_floats) && !p->mask.mask &&
+                             f->ngroups >= 4 * (int64_t)nt && f->ngroups % nt == 0;
+    const bool whole = f->ngroups >= 8 * (int64_t)nt || even_copies;
+    const bool short_groups = p->G * p->Lq * p->Lk * (p->D + p->Dv) <= ((int64_t)4 << 20) &&
+                              f->ngroups >= 256 * (int64_t)nt;
+    return !f->split && whole ? f->tpg * (short_groups ? 4 : 1) : 1;
+}
+
+/* A thread's workspace (carved from its own piece of scratch, mine) and prefetch stream,
+ * ready for plan f's items (any plan of a job: their workspaces are alike). */
+static void thread_ws(ta_arena *mine, fused_ws *w, fused_pf *pfs, const fused_plan *f)
+{
+    *pfs = (fused_pf){.next = NULL, .b = -1};
+    ws_layout(mine, w, f);
+    w->pfs = pfs;
+    /* Scores a kernel skips stay as they were (the caller masks those of real rows): the
+     * padding lanes hold a previous item's values, finite or not, after this. */
+    memset(w->s, 0, sizeof(float) * (size_t)(f->mq_max * TA_FUSED_NK));
+    for (int64_t r = 0; r < f->mq_max; r++) w->ones[r] = 1.0f;
+}
+
 ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
 {
     if (p->B * p->H * p->Lq == 0) return TA_OK;
@@ -438,43 +556,19 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
         f.mt = m.mt;
     }
     ta_fused_group_tiles(&f, m.t_r0, m.t_mq);
-    const int64_t nitems = ta_fused_build_items(&f, &m);
-
-    /* Threads take whole groups while there are plenty (each core keeps one group's K
-     * and V in its own L2), single tiles otherwise (to balance few large groups). Where
-     * the threads copy K or V rows (hold_rows: each thread its own copy of the group it
-     * works on), whole groups from 4 a thread, when they divide evenly among the threads
-     * and are equally costly (no mask tensor, which may cut one batch's keys more than
-     * another's): a group's rows are then copied once, not once per thread. Fewer
-     * groups a thread leave no room to balance a busy core (the bound came in when the
-     * claim ahead below let the first thread take both of 2 groups, B1 H2 L4096 D64
-     * causal as [B, L, H, D]: 21.7 ms against 10.9 with tiles, before ta_claim_first
-     * gave every thread its own first chunk). Two-port Xeon, 2 threads, in one
-     * driver alternating the rule: varlen_prefill's 8 sequences (H8: 8 groups) 5.62 -
-     * 5.80 ms against 5.72 - 5.83 with tiles. */
-    const bool even_copies = (f.vcopy_floats || f.kcopy_floats) && !p->mask.mask &&
-                             f.ngroups >= 4 * (int64_t)f.nt && f.ngroups % f.nt == 0;
-    const bool whole = f.ngroups >= 8 * (int64_t)f.nt || even_copies;
-    /* Short groups (at most 4 Mi multiply-adds, ~20 us on one core) go four to a claim
-     * where there are at least 256 a thread (so the last claims balance within 2%): a
-     * claim is an atomic add, which waits for the previous item's non-temporal O stores
-     * to drain. Two-port Xeon, causal B512 H8 L128 D64, one driver alternating, ms:
-     * 67.26 / 66.43 on 1 thread, 33.73 / 33.29 on 2 (one group / four a claim). */
-    const bool short_groups = p->G * p->Lq * p->Lk * (p->D + p->Dv) <= ((int64_t)4 << 20) &&
-                              f.ngroups >= 256 * (int64_t)f.nt;
-    const int64_t grab = !f.split && whole ? f.tpg * (short_groups ? 4 : 1) : 1;
-    int64_t next_chunk = 0; /* chunks of grab items claimed past the first (ta_claim_next) */
+    m.nitems = ta_fused_build_items(&f, &m);
+    const int64_t grab = plan_grab(&f, f.nt), zero = 0;
+    const int64_t cbase[2] = {0, (m.nitems + grab - 1) / grab};
+    const fused_job job = {.plans = &f, .mems = &m, .order = &zero, .cbase = cbase,
+                           .grab = &grab, .n = 1, .kbuf = m.kbuf, .vbuf = m.vbuf,
+                           .kcopy_floats = f.kcopy_floats, .vcopy_floats = f.vcopy_floats};
+    int64_t next_chunk = 0; /* chunks claimed past the first (ta_claim_next) */
 #pragma omp parallel num_threads(f.nt)
     {
         fused_ws w;
-        fused_pf pfs = {.next = NULL, .b = -1};
+        fused_pf pfs;
         ta_arena mine = ta_arena_over(m.ws + (size_t)omp_get_thread_num() * f.ws_bytes, f.ws_bytes);
-        ws_layout(&mine, &w, &f);
-        w.pfs = &pfs;
-        /* Scores a kernel skips stay as they were (the caller masks those of real rows):
-         * the padding lanes hold a previous item's values, finite or not, after this. */
-        memset(w.s, 0, sizeof(float) * (size_t)(f.mq_max * TA_FUSED_NK));
-        for (int64_t r = 0; r < f.mq_max; r++) w.ones[r] = 1.0f;
+        thread_ws(&mine, &w, &pfs, &f);
         if (f.sweep > 1) { /* the further heads' states follow the shared part */
             fused_ws ws[TA_FUSED_SWEEP_MAX];
             ws[0] = w;
@@ -485,7 +579,7 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
             }
             /* units claimed one ahead, as below: a unit's last tile requests the next
              * unit's first */
-            const int64_t units = nitems / f.sweep;
+            const int64_t units = m.nitems / f.sweep;
             int64_t u = ta_claim_first();
             while (u < units) {
                 const int64_t un = ta_claim_next(&next_chunk);
@@ -498,41 +592,7 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
                 u = un;
             }
         } else {
-            /* with K or V copies the items run on a plan whose K or V is this thread's
-             * buffer */
-            ta_sdpa_problem pv;
-            ta_tensor kt, vt;
-            fused_plan fv;
-            held_rows hk = {.b = -1}, hv = {.b = -1};
-            const fused_plan *fp = &f;
-            const size_t me = (size_t)omp_get_thread_num();
-            float *kbuf = f.kcopy_floats ? m.kbuf + me * (size_t)f.kcopy_floats : NULL;
-            float *vbuf = f.vcopy_floats ? m.vbuf + me * (size_t)f.vcopy_floats : NULL;
-            if (kbuf || vbuf) fp = copy_plan(&f, &fv, &pv, &kt, kbuf, &vt, vbuf);
-            /* Each thread claims its next chunk of grab items before it runs the current
-             * one, so that the last item of a chunk knows the item that follows it on this
-             * thread (the next chunk's first, perhaps another group's), whose Q rows and
-             * first keys it requests meanwhile (ta_fused_run_item). A thread so holds at
-             * most one chunk it has not started; the list runs from the costly items to
-             * the cheap ones, so that costs the end little. */
-            const int64_t nchunks = (nitems + grab - 1) / grab;
-            int64_t c = ta_claim_first();
-            while (c < nchunks) {
-                const int64_t cn = ta_claim_next(&next_chunk);
-                const int64_t hi = TA_MIN((c + 1) * grab, nitems);
-                for (int64_t n = c * grab; n < hi; n++) {
-                    const fused_item *it = &m.items[n];
-                    const fused_item *nx = n + 1 < hi ? it + 1
-                                           : cn < nchunks ? &m.items[cn * grab] : NULL;
-                    if (kbuf) hold_rows(&f, it, false, kbuf, &hk);
-                    if (vbuf) hold_rows(&f, it, true, vbuf, &hv);
-                    if (f.ahead)
-                        pfs.ahead_item = next_group(&m, it, hi, cn < nchunks ? cn * grab : -1,
-                                                    pfs.ahead_item);
-                    run_one(fp, &m, it, &w, nx);
-                }
-                c = cn;
-            }
+            run_chunks(&job, &w, &pfs, &next_chunk);
         }
         if (f.stream_o) ta_sdpa_stream_fence(); /* before the region's closing barrier */
     }

@@ -142,6 +142,7 @@ typedef struct fused_mem {
     float *vbuf;       /* nt buffers of vcopy_floats: each thread's copy of V rows */
     float *kbuf;       /* nt buffers of kcopy_floats: K's */
     int64_t *mt;       /* the mask's bound table: 2 per row (ta_fused_mask_bounds) */
+    int64_t nitems;    /* the work list's items (ta_fused_build_items) */
 } fused_mem;
 
 /* Head and query index of row r of a group. */
