@@ -10,7 +10,9 @@
  *     (packed, head-major, q/k/v slices of one buffer), with long sequences that take
  *     the fused forward's key split, many tiny ones, and batches without queries or
  *     without sequences; every output element must be written (they start as NaN);
- *   - the same bits without opts->lse, and for 1, 2 and 3 threads. */
+ *   - the same bits without opts->lse, and for 1, 2 and 3 threads;
+ *   - the fused forward's bits (O, LSE) those of each sequence run alone as a dense call
+ *     on views of the same tensors, where the sequences run together. */
 #include "ta_test.h"
 
 #include "fixture_cases.h"
@@ -162,6 +164,11 @@ static const ta_test_varlen_spec specs[] = {
     {"queries only: no key anywhere", 2, {3, 4}, {0, 0}, 2, 1, 8, 8,
      TA_CAUSAL_BOTTOM_RIGHT, 0.0f, TA_VARLEN_PACKED},
     {"no sequences", 0, {0}, {0}, 2, 2, 8, 8, TA_CAUSAL_NONE, 0.0f, TA_VARLEN_PACKED},
+    /* sequences that run together (sdpa_forward_fused.c) beside ones that run alone (the
+     * second and tenth split their keys), empty ones between them */
+    {"prefill of mixed lengths, together", 12, {0, 3, 50, 1, 130, 0, 64, 7, 200, 2, 33, 97},
+     {5, 1500, 50, 40, 130, 0, 64, 300, 200, 1100, 0, 97},
+     4, 2, 16, 16, TA_CAUSAL_BOTTOM_RIGHT, 0.0f, TA_VARLEN_PACKED},
 };
 
 /* Forward (the library's O and LSE) and backward (given that O) against the oracle. */
@@ -231,6 +238,78 @@ static void test_varlen_without_lse(void **state)
     }
 }
 
+/* ------------------------------------------------- each sequence alone */
+
+/* Rows t0 .. t0 + L of a [T, Hx, X] view as the [1, Hx, L, X] view of one sequence (a
+ * [H, T] LSE as [1, H, L]). */
+static ta_tensor rows_of(const ta_tensor *t, int64_t t0, int64_t L)
+{
+    ta_tensor v = *t;
+    if (t->ndim == 2) {
+        v.data = (float *)t->data + t0 * t->stride[1];
+        v.ndim = 3;
+        v.shape[0] = 1, v.shape[1] = t->shape[0], v.shape[2] = L;
+        v.stride[0] = 0, v.stride[1] = t->stride[0], v.stride[2] = t->stride[1];
+        return v;
+    }
+    v.data = (float *)t->data + t0 * t->stride[0];
+    v.ndim = 4;
+    v.shape[0] = 1, v.shape[1] = t->shape[1], v.shape[2] = L, v.shape[3] = t->shape[2];
+    v.stride[0] = 0, v.stride[1] = t->stride[1], v.stride[2] = t->stride[0];
+    v.stride[3] = t->stride[2];
+    return v;
+}
+
+/* The fused forward of a batch (its sequences together where they can, sdpa_seqs.c)
+ * gives the bits of each sequence run alone as a dense call on the same views, O and
+ * LSE, on 1 and 3 threads: whichever sequences run together, in whatever order the
+ * threads take their work. */
+static void test_varlen_bitwise_as_each_sequence_alone(void **state)
+{
+    (void)state;
+    const int saved = ta_get_num_threads();
+    for (int nt = 1; nt <= 3; nt += 2)
+        for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
+            TA_CHECK_OK(ta_set_num_threads(nt));
+            ta_test_varlen_batch b;
+            ta_test_varlen_make(&b, &specs[i], 31 + i);
+            ta_sdpa_opts o = b.opts;
+            o.path = TA_SDPA_FUSED;
+            TA_CHECK_OK(ta_sdpa(&b.o, &b.q, &b.k, &b.v, &o));
+            for (int s = 0; s < specs[i].n; s++) {
+                const int64_t lq = b.cq[s + 1] - b.cq[s], lk = b.ck[s + 1] - b.ck[s];
+                if (lq == 0) continue;
+                ta_tensor q = rows_of(&b.q, b.cq[s], lq), k = rows_of(&b.k, b.ck[s], lk);
+                ta_tensor v = rows_of(&b.v, b.ck[s], lk), want = rows_of(&b.o, b.cq[s], lq);
+                ta_tensor wl = rows_of(&b.lse, b.cq[s], lq), out, lse;
+                TA_CHECK_OK(ta_tensor_empty(&out, 4, want.shape));
+                TA_CHECK_OK(ta_tensor_empty(&lse, 3, wl.shape));
+                ta_sdpa_opts d = {.causal = o.causal, .scale = o.scale, .path = TA_SDPA_FUSED,
+                                  .lse = &lse};
+                TA_CHECK_OK(ta_sdpa(&out, &q, &k, &v, &d));
+                for (int64_t h = 0; h < out.shape[1]; h++)
+                    for (int64_t r = 0; r < lq; r++) {
+                        const float *a = (const float *)out.data + h * out.stride[1] + r * out.stride[2];
+                        const float *g = (const float *)want.data + h * want.stride[1] + r * want.stride[2];
+                        for (int64_t x = 0; x < out.shape[3]; x++)
+                            if (memcmp(&a[x], &g[x * want.stride[3]], sizeof(float)))
+                                fail_msg("%s, %d threads: sequence %d O[%lld, %lld, %lld] %.9g, "
+                                         "alone %.9g", specs[i].name, nt, s, (long long)h,
+                                         (long long)r, (long long)x, g[x * want.stride[3]], a[x]);
+                        const float la = ((const float *)lse.data)[h * lq + r];
+                        const float lg = ((const float *)wl.data)[h * wl.stride[1] + r * wl.stride[2]];
+                        if (memcmp(&la, &lg, sizeof(float)))
+                            fail_msg("%s, %d threads: sequence %d LSE[%lld, %lld] %.9g, alone %.9g",
+                                     specs[i].name, nt, s, (long long)h, (long long)r, lg, la);
+                    }
+                ta_tensor_free(&out);
+                ta_tensor_free(&lse);
+            }
+            ta_test_varlen_free(&b);
+        }
+    TA_CHECK_OK(ta_set_num_threads(saved));
+}
+
 /* -------------------------------------------------------- determinism */
 
 static void test_varlen_bitwise_for_any_thread_count(void **state)
@@ -273,6 +352,7 @@ int main(void)
         cmocka_unit_test(test_varlen_matches_oracle),
         cmocka_unit_test(test_varlen_without_lse),
         cmocka_unit_test(test_varlen_bitwise_for_any_thread_count),
+        cmocka_unit_test(test_varlen_bitwise_as_each_sequence_alone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,7 +6,8 @@
  *     output (and the size) untouched.
  *   - With a caller workspace of the size the query gives (ending at a guard page) the
  *     calls allocate nothing and give the bits of the library's scratch; one byte less
- *     is refused before anything is written.
+ *     is refused before anything is written (a batch of many sequences too, which the
+ *     fused forward runs together: the query covers that).
  *   - The fused paths' workspace bound of a batch (ta_sdpa_scratch_bound of the whole,
  *     shapes only) covers every sequence it may hold: swept over Lq' <= Tq and Lk' <= Tk,
  *     including the shapes where a shorter sequence needs more than the whole (the
@@ -202,6 +203,12 @@ static const ta_test_varlen_spec ws_specs[] = {
      0.0f, TA_VARLEN_PACKED},
     {"fused, head-major", 4, {70, 0, 5, 9}, {64, 3, 5, 0}, 2, 2, 8, 8, TA_CAUSAL_TOP_LEFT,
      0.0f, TA_VARLEN_HEAD_MAJOR},
+    /* sequences run together (ta_sdpa_forward_fused_seqs): lengths at the tiles' edges
+     * (each sequence's last tile short), tiny ones that sweep, one that splits its keys */
+    {"fused, many sequences together", 24,
+     {1, 47, 48, 49, 95, 96, 97, 2, 0, 3, 1, 50, 1, 4, 145, 1, 2, 0, 49, 1, 3, 96, 1, 5},
+     {1, 47, 48, 49, 95, 96, 97, 2, 4, 3, 1, 50, 1200, 4, 145, 1, 2, 0, 49, 9, 3, 96, 1, 5},
+     6, 2, 8, 8, TA_CAUSAL_BOTTOM_RIGHT, 0.0f, TA_VARLEN_PACKED},
 };
 
 static void test_caller_workspace(void **state)

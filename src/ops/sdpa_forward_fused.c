@@ -34,6 +34,7 @@
 #include "ops/sdpa_fused_variants.h"
 
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* One thread's workspace laid out in arena a (measuring or carving: the plan sizes it
@@ -431,7 +432,7 @@ static void run_one(const fused_plan *fp, const fused_mem *m, const fused_item *
  * in the order `order` gives, plan order[k]'s items in chunks of grab[order[k]], which
  * are chunks cbase[k] .. cbase[k + 1] - 1 of the claims (cbase[n] in all). kbuf, vbuf:
  * the threads' copies of K and V rows (kcopy_floats, vcopy_floats each), for the plans
- * that copy. */
+ * that copy. A chunk of a sweep's plan is one unit (its sweep items). */
 typedef struct fused_job {
     const fused_plan *plans;
     const fused_mem *mems;
@@ -449,14 +450,15 @@ static int64_t job_place(const fused_job *j, int64_t c, int64_t k)
     return k;
 }
 
-/* A thread's share of a job (its workspace w, its prefetch stream pfs; next_chunk: the
- * claims' counter, ta_claim_next). Each thread claims its next chunk before it runs the
- * current one, so that the last item of a chunk knows the item that follows it on this
- * thread (the next chunk's first, perhaps another group's), whose Q rows and first keys
- * it requests meanwhile (ta_fused_run_item). A thread so holds at most one chunk it has
+/* A thread's share of a job (its workspaces ws: the first, then a sweep's further
+ * heads'; its prefetch stream pfs; next_chunk: the claims' counter, ta_claim_next). Each
+ * thread claims its next chunk before it runs the current one, so that the last item of
+ * a chunk knows the item that follows it on this thread (the next chunk's first, perhaps
+ * another group's), whose Q rows and first keys it requests meanwhile
+ * (ta_fused_run_item; a sweep's unit, the next unit's first tile). A thread so holds at most one chunk it has
  * not started; each work list runs from the costly items to the cheap ones, and the job's
  * order puts the plans of costly chunks first, so that costs the end little. */
-static void run_chunks(const fused_job *j, const fused_ws *w, fused_pf *pfs, int64_t *next_chunk)
+static void run_chunks(const fused_job *j, const fused_ws *ws, fused_pf *pfs, int64_t *next_chunk)
 {
     const size_t me = (size_t)omp_get_thread_num();
     float *kbuf = j->kcopy_floats ? j->kbuf + me * (size_t)j->kcopy_floats : NULL;
@@ -492,13 +494,22 @@ static void run_chunks(const fused_job *j, const fused_ws *w, fused_pf *pfs, int
         /* the first item of the thread's next chunk, where it is of the same plan */
         const int64_t first =
             cn < nchunks && job_place(j, cn, k) == k ? (cn - j->cbase[k]) * g : -1;
-        for (int64_t n = lo; n < hi; n++) {
-            const fused_item *it = &m->items[n];
-            const fused_item *nx = n + 1 < hi ? it + 1 : first >= 0 ? &m->items[first] : NULL;
-            if (kb) hold_rows(f, it, false, kb, &hk);
-            if (vb) hold_rows(f, it, true, vb, &hv);
-            if (f->ahead) pfs->ahead_item = next_group(m, it, hi, first, pfs->ahead_item);
-            run_one(fp, m, it, w, nx);
+        if (f->sweep > 1) { /* a unit: the sweep's heads of one batch row (and chunk) */
+            const fused_item *its = &m->items[lo];
+            ta_fused_run_sweep(f, its, f->sweep, ws, first >= 0 ? &m->items[first] : NULL);
+            for (int64_t h = 0; h < f->sweep; h++) {
+                if (f->split) ta_fused_store_partial(f, m, &its[h], &ws[h]);
+                else ta_fused_finish_item(f, &its[h], &ws[h]);
+            }
+        } else {
+            for (int64_t n = lo; n < hi; n++) {
+                const fused_item *it = &m->items[n];
+                const fused_item *nx = n + 1 < hi ? it + 1 : first >= 0 ? &m->items[first] : NULL;
+                if (kb) hold_rows(f, it, false, kb, &hk);
+                if (vb) hold_rows(f, it, true, vb, &hv);
+                if (f->ahead) pfs->ahead_item = next_group(m, it, hi, first, pfs->ahead_item);
+                run_one(fp, m, it, ws, nx);
+            }
         }
         c = cn;
     }
@@ -522,6 +533,7 @@ static void run_chunks(const fused_job *j, const fused_ws *w, fused_pf *pfs, int
  * 66.43 on 1 thread, 33.73 / 33.29 on 2 (one group / four a claim). */
 static int64_t plan_grab(const fused_plan *f, int nt)
 {
+    if (f->sweep > 1) return f->sweep; /* one unit */
     const ta_sdpa_problem *p = f->p;
     const bool even_copies = (f->vcopy_floats || f->kcopy_floats) && !p->mask.mask &&
                              f->ngroups >= 4 * (int64_t)nt && f->ngroups % nt == 0;
@@ -531,17 +543,25 @@ static int64_t plan_grab(const fused_plan *f, int nt)
     return !f->split && whole ? f->tpg * (short_groups ? 4 : 1) : 1;
 }
 
-/* A thread's workspace (carved from its own piece of scratch, mine) and prefetch stream,
- * ready for plan f's items (any plan of a job: their workspaces are alike). */
-static void thread_ws(ta_arena *mine, fused_ws *w, fused_pf *pfs, const fused_plan *f)
+/* A thread's workspaces (carved from its own piece of scratch, mine: ws[0], then the
+ * states of a sweep's further heads up to `sweep`) and prefetch stream, ready for plan
+ * f's items (or any plan of a job sweeping at most as many heads: the first workspace is
+ * alike in all). */
+static void thread_ws(ta_arena *mine, fused_ws *ws, fused_pf *pfs, const fused_plan *f,
+                      int64_t sweep)
 {
     *pfs = (fused_pf){.next = NULL, .b = -1};
-    ws_layout(mine, w, f);
-    w->pfs = pfs;
+    ws_layout(mine, &ws[0], f);
+    ws[0].pfs = pfs;
+    for (int64_t h = 1; h < sweep; h++) {
+        ws[h] = ws[0];
+        ws_state_layout(mine, &ws[h], f, f->k->attn_rows_max);
+    }
     /* Scores a kernel skips stay as they were (the caller masks those of real rows): the
      * padding lanes hold a previous item's values, finite or not, after this. */
-    memset(w->s, 0, sizeof(float) * (size_t)(f->mq_max * TA_FUSED_NK));
-    for (int64_t r = 0; r < f->mq_max; r++) w->ones[r] = 1.0f;
+    for (int64_t h = 0; h < sweep; h++)
+        memset(ws[h].s, 0, sizeof(float) * (size_t)(f->mq_max * TA_FUSED_NK));
+    for (int64_t r = 0; r < f->mq_max; r++) ws[0].ones[r] = 1.0f;
 }
 
 ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
@@ -565,37 +585,193 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
     int64_t next_chunk = 0; /* chunks claimed past the first (ta_claim_next) */
 #pragma omp parallel num_threads(f.nt)
     {
-        fused_ws w;
+        fused_ws ws[TA_FUSED_SWEEP_MAX];
         fused_pf pfs;
         ta_arena mine = ta_arena_over(m.ws + (size_t)omp_get_thread_num() * f.ws_bytes, f.ws_bytes);
-        thread_ws(&mine, &w, &pfs, &f);
-        if (f.sweep > 1) { /* the further heads' states follow the shared part */
-            fused_ws ws[TA_FUSED_SWEEP_MAX];
-            ws[0] = w;
-            for (int64_t h = 1; h < f.sweep; h++) {
-                ws[h] = w;
-                ws_state_layout(&mine, &ws[h], &f, f.k->attn_rows_max);
-                memset(ws[h].s, 0, sizeof(float) * (size_t)(f.mq_max * TA_FUSED_NK));
-            }
-            /* units claimed one ahead, as below: a unit's last tile requests the next
-             * unit's first */
-            const int64_t units = m.nitems / f.sweep;
-            int64_t u = ta_claim_first();
-            while (u < units) {
-                const int64_t un = ta_claim_next(&next_chunk);
-                const fused_item *its = &m.items[u * f.sweep];
-                ta_fused_run_sweep(&f, its, f.sweep, ws, un < units ? &m.items[un * f.sweep] : NULL);
-                for (int64_t h = 0; h < f.sweep; h++) {
-                    if (f.split) ta_fused_store_partial(&f, &m, &its[h], &ws[h]);
-                    else ta_fused_finish_item(&f, &its[h], &ws[h]);
-                }
-                u = un;
-            }
-        } else {
-            run_chunks(&job, &w, &pfs, &next_chunk);
-        }
+        thread_ws(&mine, ws, &pfs, &f, f.sweep);
+        run_chunks(&job, ws, &pfs, &next_chunk);
         if (f.stream_o) ta_sdpa_stream_fence(); /* before the region's closing barrier */
     }
     if (f.split) ta_fused_merge_partials(&f, &m);
+    return TA_OK;
+}
+
+/* ------------------------------------------------ the sequences of a varlen call */
+
+/* The sequences of a variable-length call (sdpa_seqs.c), as many dense problems, run in
+ * one parallel region: each its own plan and work list, their chunks claimed from one
+ * counter, sequences with the costliest chunks first. One region a sequence cost a fork,
+ * a join and the wait for its last item each time (two-port Xeon, 2 threads, 64
+ * sequences of 128 causal, [T, H8, D64]: ~10 us a sequence), and the short sequences'
+ * few items left threads idle. A sequence joins when its plan is a plain one: no key
+ * split (merged after its region), no mask table; the others run alone after the
+ * region. Each sequence's items are computed as a dense call of that sequence
+ * computes them (its plan, its items): the results do not depend on who joins. */
+
+/* The fixed part of the scratch: per sequence its plan, its work list's place, and the
+ * order; the pool after it holds the work lists, the threads' workspaces and copies (or,
+ * after the region, a sequence that runs alone). */
+typedef struct seq_key {
+    int64_t cost, s; /* a sequence's first chunk's (query, key) pairs; the sequence */
+} seq_key;
+
+typedef struct seqs_head {
+    fused_plan *plans;
+    fused_mem *mems;
+    seq_key *keys;
+    int64_t *order, *cbase, *grab; /* grab 0: the sequence runs alone */
+} seqs_head;
+
+static void seqs_head_layout(ta_arena *a, seqs_head *h, int64_t n)
+{
+    h->plans = TA_ARENA_TAKE(a, fused_plan, n);
+    h->mems = TA_ARENA_TAKE(a, fused_mem, n);
+    h->order = TA_ARENA_TAKE(a, int64_t, n);
+    h->cbase = TA_ARENA_TAKE(a, int64_t, n + 1);
+    h->grab = TA_ARENA_TAKE(a, int64_t, n);
+    h->keys = TA_ARENA_TAKE(a, seq_key, n);
+}
+
+/* The pool of a region of nt threads: items and tiles (ta_fused_group_tiles' r0 and mq)
+ * of all the sequences, then per thread a workspace and copies of K and V rows. */
+typedef struct seqs_pool {
+    fused_item *items;
+    int64_t *tiles;
+    unsigned char *ws;
+    float *kbuf, *vbuf;
+} seqs_pool;
+
+static void seqs_pool_layout(ta_arena *a, seqs_pool *q, int64_t items, int64_t tiles, int nt,
+                             size_t ws_bytes, int64_t kcopy, int64_t vcopy)
+{
+    q->items = TA_ARENA_TAKE(a, fused_item, items);
+    q->tiles = TA_ARENA_TAKE2(a, int64_t, tiles, 2);
+    q->ws = TA_ARENA_TAKE2(a, unsigned char, (int64_t)ws_bytes, nt);
+    q->kbuf = kcopy ? TA_ARENA_TAKE2(a, float, kcopy, nt) : NULL;
+    q->vbuf = vcopy ? TA_ARENA_TAKE2(a, float, vcopy, nt) : NULL;
+}
+
+/* Whether plan f's sequence joins the region (above). */
+static bool joins(const fused_plan *f)
+{
+    return !f->too_big && !f->split && !f->mrows && f->ws_bytes != SIZE_MAX;
+}
+
+size_t ta_sdpa_forward_fused_seqs_bound(const ta_sdpa_problem *whole, int64_t n, size_t alone)
+{
+    if (n < 1 || whole->B * whole->H * whole->Lq == 0) return alone;
+    fused_plan f = make_plan(whole);
+    if (f.too_big || f.ws_bytes == SIZE_MAX) return SIZE_MAX;
+    if (sweep_heads(&f, true) > f.sweep) { /* a sequence of fewer queries may sweep */
+        f.sweep = sweep_heads(&f, true);
+        plan_ws_bytes(&f);
+    }
+    ta_arena a = ta_arena_measure();
+    seqs_head h;
+    seqs_head_layout(&a, &h, n);
+    /* a sequence of Lq rows has at most Hkv ceil(G Lq / MQ) <= H (Lq / MQ + 1) tiles, and a
+     * group G ceil(Lq / MQ) of them: summed over the sequences, below H (Tq / MQ + n) and
+     * G (Tq / MQ + n) */
+    const int64_t per = (whole->Lq + f.mq_max - 1) / f.mq_max + n;
+    ta_arena pool = ta_arena_measure();
+    seqs_pool q;
+    seqs_pool_layout(&pool, &q, whole->H * per, whole->G * per, ta_threads(), f.ws_bytes,
+                     plan_kv_copy(whole, false, true), plan_kv_copy(whole, true, true));
+    const size_t head = ta_arena_bytes(&a), body = TA_MAX(ta_arena_bytes(&pool), alone);
+    return head == SIZE_MAX || body == SIZE_MAX || body > SIZE_MAX - head ? SIZE_MAX : head + body;
+}
+
+/* The costlier first chunk first, then in the call's order. */
+static int by_cost(const void *x, const void *y)
+{
+    const seq_key *a = x, *b = y;
+    if (a->cost != b->cost) return a->cost > b->cost ? -1 : 1;
+    return a->s < b->s ? -1 : a->s > b->s;
+}
+
+ta_status ta_sdpa_forward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_arena *scratch)
+{
+    seqs_head h;
+    seqs_head_layout(scratch, &h, n);
+    if (scratch->overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", ps->fn);
+    /* plans, and what the region needs: items, tiles, the largest copies */
+    int64_t items = 0, tiles = 0, kcopy = 0, vcopy = 0, joined = 0;
+    int64_t widest = 0; /* the joined plan that sweeps the most heads: its workspace */
+    for (int64_t s = 0; s < n; s++) {
+        fused_plan *f = &h.plans[s];
+        h.mems[s] = (fused_mem){.nitems = 0};
+        h.grab[s] = 0;
+        if (ps[s].B * ps[s].H * ps[s].Lq == 0) {
+            *f = (fused_plan){.p = &ps[s]}; /* nothing to run: no chunk */
+            continue;
+        }
+        *f = make_plan(&ps[s]);
+        if (!joins(f)) continue;
+        if (!joined || f->sweep > h.plans[widest].sweep) widest = s;
+        h.order[joined++] = s;
+        items += f->nitems;
+        tiles += f->tpg;
+        kcopy = TA_MAX(kcopy, f->kcopy_floats);
+        vcopy = TA_MAX(vcopy, f->vcopy_floats);
+    }
+    /* the pool (a sequence that runs alone takes it from its start, after the region) */
+    ta_arena rest = ta_arena_over(scratch->base + scratch->used, scratch->size - scratch->used);
+    if (joined > 1) {
+        const fused_plan *f0 = &h.plans[widest];
+        const int nt = plan_threads(items);
+        ta_arena a = rest;
+        seqs_pool q;
+        seqs_pool_layout(&a, &q, items, tiles, nt, f0->ws_bytes, kcopy, vcopy);
+        if (a.overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", ps->fn);
+        fused_item *it = q.items;
+        int64_t *t = q.tiles;
+        bool stream_o = false;
+        for (int64_t k = 0; k < joined; k++) {
+            const int64_t s = h.order[k];
+            fused_plan *f = &h.plans[s];
+            fused_mem *m = &h.mems[s];
+            f->nt = nt;
+            m->items = it;
+            m->t_r0 = t;
+            m->t_mq = t + f->tpg;
+            ta_fused_group_tiles(f, m->t_r0, m->t_mq);
+            m->nitems = ta_fused_build_items(f, m);
+            it += m->nitems;
+            t += 2 * f->tpg;
+            h.grab[s] = plan_grab(f, nt);
+            h.keys[k] = (seq_key){0, s};
+            for (int64_t i = 0; i < TA_MIN(h.grab[s], m->nitems); i++)
+                h.keys[k].cost += m->items[i].mq * (m->items[i].jhi - m->items[i].jlo);
+            stream_o |= f->stream_o;
+        }
+        qsort(h.keys, (size_t)joined, sizeof(seq_key), by_cost);
+        for (int64_t k = 0; k < joined; k++) h.order[k] = h.keys[k].s;
+        h.cbase[0] = 0;
+        for (int64_t k = 0; k < joined; k++) {
+            const int64_t s = h.order[k];
+            h.cbase[k + 1] = h.cbase[k] + (h.mems[s].nitems + h.grab[s] - 1) / h.grab[s];
+        }
+        const fused_job job = {.plans = h.plans, .mems = h.mems, .order = h.order,
+                               .cbase = h.cbase, .grab = h.grab, .n = joined, .kbuf = q.kbuf,
+                               .vbuf = q.vbuf, .kcopy_floats = kcopy, .vcopy_floats = vcopy};
+        int64_t next_chunk = 0;
+#pragma omp parallel num_threads(nt)
+        {
+            fused_ws ws[TA_FUSED_SWEEP_MAX];
+            fused_pf pfs;
+            ta_arena mine = ta_arena_over(q.ws + (size_t)omp_get_thread_num() * f0->ws_bytes,
+                                          f0->ws_bytes);
+            thread_ws(&mine, ws, &pfs, f0, f0->sweep);
+            run_chunks(&job, ws, &pfs, &next_chunk);
+            if (stream_o) ta_sdpa_stream_fence(); /* before the region's closing barrier */
+        }
+    }
+    /* the others alone, in order */
+    for (int64_t s = 0; s < n; s++) {
+        if (h.grab[s] || ps[s].B * ps[s].H * ps[s].Lq == 0) continue;
+        ta_arena a = rest;
+        ta_status st = ta_sdpa_forward_fused(&ps[s], &a);
+        if (st) return st;
+    }
     return TA_OK;
 }

@@ -15,11 +15,15 @@
  *      rest (options, overlaps).
  *   2. Scratch, one block before any output is written: a caller's workspace must hold
  *      what the workspace query says (fused: the whole's ta_sdpa_scratch_bound, from the
- *      shapes only, covering every sequence; reference: the largest sequence's need);
- *      the library's block holds the largest sequence's need.
- *   3. Run the sequences in order in that block.
- * Each sequence is one run of an implementation (its own OpenMP region): with many very
- * short sequences that fixed cost, not the arithmetic, dominates.
+ *      shapes only, covering every sequence, and for a forward of several sequences
+ *      what running them together takes; reference: the largest sequence's need); the
+ *      library's block holds the largest sequence's need, or the together's.
+ *   3. Run the sequences in that block: a fused forward of several sequences in one
+ *      parallel region (ta_sdpa_forward_fused_seqs: each sequence's plan and work list,
+ *      their chunks claimed from one counter; those whose plan cannot join, a key
+ *      split or a mask table, alone after it); otherwise in order, each one run of an
+ *      implementation with its own OpenMP region, whose fixed cost dominates with many
+ *      very short sequences (the backward, the reference path).
  * Attention variants: each sequence has its own delta (its Lq_b, Lk_b); ALiBi slopes
  * [num_seqs, H] give sequence b its row b as [H]; the sinks' gradient sums over every
  * sequence, so the sequences run without dsinks and the whole (its O, dO and LSE are the
@@ -244,11 +248,68 @@ static ta_status largest_need(size_t *need, const seqs_call *c)
     return TA_OK;
 }
 
+/* Whether the call's sequences run together (ta_sdpa_forward_fused_seqs): a fused forward
+ * of several sequences whose tensors need no float32 stand-ins. */
+static bool together(const seqs_call *c, const ta_sdpa_problem *whole)
+{
+    if (c->backward || whole->path != TA_SDPA_FUSED || c->n < 2) return false;
+    ta_sdpa_staging s;
+    ta_sdpa_stage_plan(&s, whole);
+    return ta_sdpa_stage_bytes(&s) == 0;
+}
+
+/* Their scratch (at most): each sequence's views and problem, then the fused forward's,
+ * where one sequence alone needs at most `alone`. */
+static void together_layout(ta_arena *a, seq_views **v, ta_sdpa_problem **p, int64_t n)
+{
+    *v = TA_ARENA_TAKE(a, seq_views, n);
+    *p = TA_ARENA_TAKE(a, ta_sdpa_problem, n);
+}
+
+static size_t together_bytes(const seqs_call *c, const ta_sdpa_problem *whole, size_t alone)
+{
+    ta_arena a = ta_arena_measure();
+    seq_views *v;
+    ta_sdpa_problem *p;
+    together_layout(&a, &v, &p, c->n);
+    const size_t head = ta_arena_bytes(&a);
+    const size_t body = ta_sdpa_forward_fused_seqs_bound(whole, c->n, alone);
+    return head == SIZE_MAX || body == SIZE_MAX || body > SIZE_MAX - head ? SIZE_MAX : head + body;
+}
+
+/* Every sequence of the call in the scratch block s: together, or one after another. */
+static ta_status run_all(seqs_call *c, const ta_scratch *s, bool joint)
+{
+    ta_status st = TA_OK;
+    ta_arena a = ta_arena_over(s->base, s->size);
+    if (joint) {
+        seq_views *v;
+        ta_sdpa_problem *p;
+        together_layout(&a, &v, &p, c->n);
+        if (a.overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", c->fn);
+        for (int64_t b = 0; !st && b < c->n; b++) {
+            st = views_of(&v[b], c, b);
+            if (!st) st = prepare(&p[b], c, &v[b], b);
+        }
+        return st ? st : ta_sdpa_forward_fused_seqs(p, c->n, &a);
+    }
+    for (int64_t b = 0; !st && b < c->n; b++) {
+        seq_views v;
+        ta_sdpa_problem p;
+        st = views_of(&v, c, b);
+        if (!st) st = prepare(&p, c, &v, b);
+        a = ta_arena_over(s->base, s->size);
+        if (!st) st = ta_sdpa_run(&p, &a);
+    }
+    return st;
+}
+
 /* The scratch a caller's workspace must hold: on the fused path a bound from the shapes
- * alone, the whole's ta_sdpa_scratch_bound, so that one workspace serves every batch of
- * these totals; on the reference path (the oracle, whose einsums' packing is no monotonic
- * function of the lengths) the largest sequence's need. bytes non-NULL: the workspace
- * query; else every sequence runs in one block. */
+ * alone, the whole's ta_sdpa_scratch_bound (and, for a forward of several sequences, what
+ * running them together takes for that many), so that one workspace serves every batch
+ * of these totals; on the reference path (the oracle, whose einsums' packing is no
+ * monotonic function of the lengths) the largest sequence's need. bytes non-NULL: the
+ * workspace query; else every sequence runs in one block. */
 static ta_status run(size_t *bytes, seqs_call *c)
 {
     ta_sdpa_problem whole;
@@ -257,10 +318,15 @@ static ta_status run(size_t *bytes, seqs_call *c)
     if (!st) st = prepare(&whole, c, &c->whole, -1);
     if (!st) st = largest_need(&need, c);
     if (st) return st;
-    const size_t bound = whole.path == TA_SDPA_FUSED ? ta_sdpa_scratch_bound(&whole) : need;
+    size_t bound = whole.path == TA_SDPA_FUSED ? ta_sdpa_scratch_bound(&whole) : need;
     if (need > bound)
         return ta_error(TA_EINTERNAL, "%s: a sequence needs %zu bytes of scratch, more than "
                         "the %zu planned for the batch", c->fn, need, bound);
+    const bool joint = together(c, &whole);
+    if (joint) {
+        bound = TA_MAX(bound, together_bytes(c, &whole, bound));
+        need = TA_MAX(need, together_bytes(c, &whole, need));
+    }
     if (bytes) {
         if (bound == SIZE_MAX)
             return ta_error(TA_ENOMEM, "%s: the scratch for these shapes does not fit in "
@@ -271,14 +337,7 @@ static ta_status run(size_t *bytes, seqs_call *c)
     const ta_workspace *ws = &c->opts.workspace;
     ta_scratch s;
     if ((st = ta_scratch_acquire(&s, c->fn, ws, ws->data ? bound : need))) return st;
-    for (int64_t b = 0; !st && b < c->n; b++) {
-        seq_views v;
-        ta_sdpa_problem p;
-        st = views_of(&v, c, b);
-        if (!st) st = prepare(&p, c, &v, b);
-        ta_arena a = ta_arena_over(s.base, s.size);
-        if (!st) st = ta_sdpa_run(&p, &a);
-    }
+    st = run_all(c, &s, joint);
     ta_scratch_release(&s);
     if (!st && c->backward) ta_sdpa_sinks_grad(&whole); /* dsinks over every sequence */
     return st;
