@@ -313,20 +313,19 @@ static ta_status run_all(seqs_call *c, const ta_scratch *s, bool joint)
 static ta_status run(size_t *bytes, seqs_call *c)
 {
     ta_sdpa_problem whole;
-    size_t need;
+    size_t need = 0;
     ta_status st = alibi_rows(c);
     if (!st) st = prepare(&whole, c, &c->whole, -1);
-    if (!st) st = largest_need(&need, c);
     if (st) return st;
+    /* together: the whole's bound for a sequence alone (no pass over the sequences to
+     * size them, which with many tiny ones cost as much as their attention) */
+    const bool joint = together(c, &whole);
+    if (!joint && (st = largest_need(&need, c))) return st;
     size_t bound = whole.path == TA_SDPA_FUSED ? ta_sdpa_scratch_bound(&whole) : need;
     if (need > bound)
         return ta_error(TA_EINTERNAL, "%s: a sequence needs %zu bytes of scratch, more than "
                         "the %zu planned for the batch", c->fn, need, bound);
-    const bool joint = together(c, &whole);
-    if (joint) {
-        bound = TA_MAX(bound, together_bytes(c, &whole, bound));
-        need = TA_MAX(need, together_bytes(c, &whole, need));
-    }
+    if (joint) need = bound = TA_MAX(bound, together_bytes(c, &whole, bound));
     if (bytes) {
         if (bound == SIZE_MAX)
             return ta_error(TA_ENOMEM, "%s: the scratch for these shapes does not fit in "
