@@ -7,7 +7,9 @@
  * the last) are checked against the float64 oracle of tests/support/sdpa_oracle.h on the keys the test
  * gathers itself from the final cache (keys never move once written). Rows of the cache
  * that hold no key are NaN and block-table entries past the blocks in use are -1: neither
- * may be read. The same calls give bitwise identical results on 1, 2 and 3 threads. */
+ * may be read. The same calls give bitwise identical results on 1, 2 and 3 threads, and a
+ * batch the bits of each of its sequences run alone (which the fused forward runs in one
+ * parallel region). */
 #include "ta_test.h"
 
 #include "alloc_hook.h"
@@ -261,11 +263,89 @@ static void test_threads_same_bits(void **state)
     TA_CHECK_OK(ta_set_num_threads(threads0));
 }
 
+/* Row b of a tensor with a leading batch dim, as a batch of one. */
+static ta_tensor batch_row(const ta_tensor *t, int64_t b)
+{
+    ta_tensor v = *t;
+    v.owned = NULL;
+    v.data = (float *)t->data + b * t->stride[0];
+    v.shape[0] = 1;
+    return v;
+}
+
+/* Every step, each sequence alone (a batch of one: its row of the contiguous cache, or
+ * its row of the block table), into g's O and LSE. */
+static void run_alone(gen *g)
+{
+    TA_CHECK_OK(ta_tensor_copy(&g->kc, &g->kc0));
+    TA_CHECK_OK(ta_tensor_copy(&g->vc, &g->vc0));
+    memcpy(g->seqlens, g->len0, sizeof g->seqlens);
+    for (int64_t s = 0; s < g->steps; s++) {
+        ta_tensor qs = at_step(&g->q, s), kns = at_step(&g->kn, s), vns = at_step(&g->vn, s);
+        ta_tensor os = at_step(&g->o, s), ls = at_step(&g->lse, s);
+        for (int64_t b = 0; b < g->B; b++) {
+            ta_tensor q = batch_row(&qs, b), kn = batch_row(&kns, b), vn = batch_row(&vns, b);
+            ta_tensor out = batch_row(&os, b), lse = batch_row(&ls, b);
+            ta_tensor kc = g->bs ? g->kc : batch_row(&g->kc, b);
+            ta_tensor vc = g->bs ? g->vc : batch_row(&g->vc, b);
+            ta_kv_cache cache = {.k = &kc, .v = &vc, .seqlens = &g->seqlens[b],
+                                 .block_table = g->bs ? g->table + b * g->max_blocks : NULL,
+                                 .max_blocks = g->max_blocks};
+            ta_sdpa_opts o = {.causal = TA_CAUSAL_BOTTOM_RIGHT, .lse = &lse};
+            TA_CHECK_OK(ta_sdpa_kvcache(&out, &q, &cache, &kn, &vn, &o));
+        }
+        for (int64_t b = 0; b < g->B; b++) g->seqlens[b] += (int32_t)g->Lq;
+    }
+}
+
+/* A batch of sequences (which the fused forward runs in one parallel region, the ones
+ * that split their keys merging after it) gives the bits of each sequence run alone:
+ * decode from long caches (split) beside short ones, and chunked prefill; contiguous and
+ * paged; on 1 and 3 threads. */
+static void test_batch_as_each_alone(void **state)
+{
+    (void)state;
+    gen cases[3] = {
+        {.B = 4, .H = 8, .Hkv = 2, .D = 32, .Dv = 24, .cap = 2048, .bs = 0, .steps = 3, .Lq = 1,
+         .len0 = {2000, 30, 0, 1100}},
+        {.B = 4, .H = 8, .Hkv = 2, .D = 32, .Dv = 24, .cap = 2048, .bs = 32, .steps = 3, .Lq = 1,
+         .len0 = {700, 2040, 5, 1500}},
+        {.B = 3, .H = 4, .Hkv = 4, .D = 16, .Dv = 16, .cap = 208, .bs = 16, .steps = 2, .Lq = 37,
+         .len0 = {0, 100, 30}},
+    };
+    const int threads0 = ta_get_num_threads();
+    for (int c = 0; c < 3; c++) {
+        gen *g = &cases[c];
+        make(g, 70 + (uint64_t)c);
+        const size_t no = (size_t)ta_tensor_numel(&g->o), nl = (size_t)ta_tensor_numel(&g->lse);
+        float *o1 = malloc(no * sizeof(float)), *l1 = malloc(nl * sizeof(float));
+        assert_true(o1 && l1);
+        run_alone(g);
+        memcpy(o1, g->o.data, no * sizeof(float));
+        memcpy(l1, g->lse.data, nl * sizeof(float));
+        for (int nt = 1; nt <= 3; nt += 2) {
+            TA_CHECK_OK(ta_set_num_threads(nt));
+            run(g, TA_SDPA_AUTO, NULL, NULL);
+            for (size_t i = 0; i < no; i++)
+                if (memcmp(&o1[i], (const float *)g->o.data + i, sizeof(float)))
+                    fail_msg("case %d, %d threads: O[%zu] %.9g in the batch, %.9g alone", c, nt,
+                             i, ((const float *)g->o.data)[i], o1[i]);
+            if (memcmp(l1, g->lse.data, nl * sizeof(float)))
+                fail_msg("case %d, %d threads: the batch's LSE differs from each alone", c, nt);
+        }
+        free(o1);
+        free(l1);
+        release(g);
+    }
+    TA_CHECK_OK(ta_set_num_threads(threads0));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_steps_allocate_nothing),
         cmocka_unit_test(test_threads_same_bits),
+        cmocka_unit_test(test_batch_as_each_alone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

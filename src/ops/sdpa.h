@@ -184,6 +184,9 @@ size_t ta_sdpa_forward_fused_scratch_bound(const ta_sdpa_problem *p);
  * the whole call whole (B = 1, Lq = Tq, Lk = Tk) and alone the most scratch one sequence
  * needs (ta_sdpa_forward_fused_scratch). */
 size_t ta_sdpa_forward_fused_seqs_bound(const ta_sdpa_problem *whole, int64_t n, size_t alone);
+/* The same for n problems shaped like p (a KV cache's sequences: every one's problem has
+ * the same shapes and capacity), split ones' partials included. */
+size_t ta_sdpa_forward_fused_batch_bound(const ta_sdpa_problem *p, int64_t n, size_t alone);
 ta_status ta_sdpa_forward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_arena *scratch);
 size_t ta_sdpa_backward_fused_scratch_bound(const ta_sdpa_problem *p);
 

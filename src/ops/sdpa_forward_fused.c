@@ -596,30 +596,33 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
     return TA_OK;
 }
 
-/* ------------------------------------------------ the sequences of a varlen call */
+/* ------------------------------------------------ many problems in one region */
 
-/* The sequences of a variable-length call (sdpa_seqs.c), as many dense problems, run in
- * one parallel region: each its own plan and work list, their chunks claimed from one
- * counter, sequences with the costliest chunks first. One region a sequence cost a fork,
- * a join and the wait for its last item each time (two-port Xeon, 2 threads, 64
- * sequences of 128 causal, [T, H8, D64]: ~10 us a sequence), and the short sequences'
- * few items left threads idle. A sequence joins when its plan is a plain one: no key
- * split (merged after its region), no mask table; the others run alone after the
- * region. Each sequence's items are computed as a dense call of that sequence
- * computes them (its plan, its items): the results do not depend on who joins. */
+/* The sequences of a variable-length call (sdpa_seqs.c) or of a KV cache's batch
+ * (sdpa_kvcache.c), as many dense problems, run in one parallel region: each its own plan
+ * and work list, their chunks claimed from one counter, problems with the costliest chunks
+ * first; those that split their keys then merge their partials in one more region. One
+ * region a sequence cost a fork, a join and the wait for its last item each time
+ * (two-port Xeon, 2 threads, 64 sequences of 128 causal, [T, H8, D64]: ~10 us a
+ * sequence; a split decode two of them), and the short sequences' few items left
+ * threads idle. A problem joins unless it reads a mask table, or splits its keys where
+ * the scratch has no room for all the partials (a varlen call's bound leaves none: its
+ * long sequences run alone); the others run alone after the region. Each problem's items
+ * are computed as a dense call of it computes them (its plan, its items, its merge): the
+ * results do not depend on who joins. */
 
-/* The fixed part of the scratch: per sequence its plan, its work list's place, and the
- * order; the pool after it holds the work lists, the threads' workspaces and copies (or,
- * after the region, a sequence that runs alone). */
+/* The fixed part of the scratch: per problem its plan, its work list's place, and the
+ * order; the pool after it holds the work lists, the partials, the threads' workspaces
+ * and copies (or, after the region, a problem that runs alone). */
 typedef struct seq_key {
-    int64_t cost, s; /* a sequence's first chunk's (query, key) pairs; the sequence */
+    int64_t cost, s; /* a problem's first chunk's (query, key) pairs; the problem */
 } seq_key;
 
 typedef struct seqs_head {
     fused_plan *plans;
     fused_mem *mems;
     seq_key *keys;
-    int64_t *order, *cbase, *grab; /* grab 0: the sequence runs alone */
+    int64_t *order, *cbase, *grab; /* grab 0: the problem runs alone */
 } seqs_head;
 
 static void seqs_head_layout(ta_arena *a, seqs_head *h, int64_t n)
@@ -632,29 +635,63 @@ static void seqs_head_layout(ta_arena *a, seqs_head *h, int64_t n)
     h->keys = TA_ARENA_TAKE(a, seq_key, n);
 }
 
-/* The pool of a region of nt threads: items and tiles (ta_fused_group_tiles' r0 and mq)
- * of all the sequences, then per thread a workspace and copies of K and V rows. */
+/* What a region's pool holds: items, tiles (ta_fused_group_tiles' r0 and mq), the
+ * partials' floats and their tiles' chunk counts (split problems), and per thread a
+ * workspace of ws_bytes and copies of K and V rows. */
+typedef struct seqs_need {
+    int64_t items, tiles, parts, nch, kcopy, vcopy;
+    int nt;
+    size_t ws_bytes;
+} seqs_need;
+
 typedef struct seqs_pool {
     fused_item *items;
-    int64_t *tiles;
+    int64_t *tiles, *nch;
+    float *parts;
     unsigned char *ws;
     float *kbuf, *vbuf;
 } seqs_pool;
 
-static void seqs_pool_layout(ta_arena *a, seqs_pool *q, int64_t items, int64_t tiles, int nt,
-                             size_t ws_bytes, int64_t kcopy, int64_t vcopy)
+static void seqs_pool_layout(ta_arena *a, seqs_pool *q, const seqs_need *n)
 {
-    q->items = TA_ARENA_TAKE(a, fused_item, items);
-    q->tiles = TA_ARENA_TAKE2(a, int64_t, tiles, 2);
-    q->ws = TA_ARENA_TAKE2(a, unsigned char, (int64_t)ws_bytes, nt);
-    q->kbuf = kcopy ? TA_ARENA_TAKE2(a, float, kcopy, nt) : NULL;
-    q->vbuf = vcopy ? TA_ARENA_TAKE2(a, float, vcopy, nt) : NULL;
+    q->items = TA_ARENA_TAKE(a, fused_item, n->items);
+    q->tiles = TA_ARENA_TAKE2(a, int64_t, n->tiles, 2);
+    q->nch = TA_ARENA_TAKE(a, int64_t, n->nch);
+    q->parts = TA_ARENA_TAKE(a, float, n->parts);
+    q->ws = TA_ARENA_TAKE2(a, unsigned char, (int64_t)n->ws_bytes, n->nt);
+    q->kbuf = n->kcopy ? TA_ARENA_TAKE2(a, float, n->kcopy, n->nt) : NULL;
+    q->vbuf = n->vcopy ? TA_ARENA_TAKE2(a, float, n->vcopy, n->nt) : NULL;
 }
 
-/* Whether plan f's sequence joins the region (above). */
-static bool joins(const fused_plan *f)
+static size_t pool_bytes(const seqs_need *n)
 {
-    return !f->too_big && !f->split && !f->mrows && f->ws_bytes != SIZE_MAX;
+    ta_arena a = ta_arena_measure();
+    seqs_pool q;
+    seqs_pool_layout(&a, &q, n);
+    return ta_arena_bytes(&a);
+}
+
+/* The head's bytes and the pool's (at least `alone`, what one problem alone needs). */
+static size_t seqs_bytes(int64_t n, const seqs_need *need, size_t alone)
+{
+    ta_arena a = ta_arena_measure();
+    seqs_head h;
+    seqs_head_layout(&a, &h, n);
+    const size_t head = ta_arena_bytes(&a), body = TA_MAX(pool_bytes(need), alone);
+    return head == SIZE_MAX || body == SIZE_MAX || body > SIZE_MAX - head ? SIZE_MAX : head + body;
+}
+
+/* A plan's share of a pool: f's work list, tiles and partials. */
+static void need_add(seqs_need *n, const fused_plan *f, bool parts)
+{
+    n->items += f->nitems;
+    n->tiles += f->tpg;
+    if (parts && f->split) {
+        n->parts += f->nparts * f->part_floats;
+        n->nch += f->ntiles;
+    }
+    n->kcopy = TA_MAX(n->kcopy, f->kcopy_floats);
+    n->vcopy = TA_MAX(n->vcopy, f->vcopy_floats);
 }
 
 size_t ta_sdpa_forward_fused_seqs_bound(const ta_sdpa_problem *whole, int64_t n, size_t alone)
@@ -666,19 +703,25 @@ size_t ta_sdpa_forward_fused_seqs_bound(const ta_sdpa_problem *whole, int64_t n,
         f.sweep = sweep_heads(&f, true);
         plan_ws_bytes(&f);
     }
-    ta_arena a = ta_arena_measure();
-    seqs_head h;
-    seqs_head_layout(&a, &h, n);
     /* a sequence of Lq rows has at most Hkv ceil(G Lq / MQ) <= H (Lq / MQ + 1) tiles, and a
      * group G ceil(Lq / MQ) of them: summed over the sequences, below H (Tq / MQ + n) and
-     * G (Tq / MQ + n) */
+     * G (Tq / MQ + n); no partials (a sequence that splits runs alone) */
     const int64_t per = (whole->Lq + f.mq_max - 1) / f.mq_max + n;
-    ta_arena pool = ta_arena_measure();
-    seqs_pool q;
-    seqs_pool_layout(&pool, &q, whole->H * per, whole->G * per, ta_threads(), f.ws_bytes,
-                     plan_kv_copy(whole, false, true), plan_kv_copy(whole, true, true));
-    const size_t head = ta_arena_bytes(&a), body = TA_MAX(ta_arena_bytes(&pool), alone);
-    return head == SIZE_MAX || body == SIZE_MAX || body > SIZE_MAX - head ? SIZE_MAX : head + body;
+    const seqs_need need = {.items = whole->H * per, .tiles = whole->G * per,
+                            .kcopy = plan_kv_copy(whole, false, true),
+                            .vcopy = plan_kv_copy(whole, true, true), .nt = ta_threads(),
+                            .ws_bytes = f.ws_bytes};
+    return seqs_bytes(n, &need, alone);
+}
+
+size_t ta_sdpa_forward_fused_batch_bound(const ta_sdpa_problem *p, int64_t n, size_t alone)
+{
+    if (n < 1 || p->B * p->H * p->Lq == 0) return alone;
+    const fused_plan f = make_plan(p);
+    if (f.too_big || f.ws_bytes == SIZE_MAX) return SIZE_MAX;
+    seqs_need need = {.nt = plan_threads(n * f.nitems), .ws_bytes = f.ws_bytes};
+    for (int64_t s = 0; s < n; s++) need_add(&need, &f, true);
+    return seqs_bytes(n, &need, alone);
 }
 
 /* The costlier first chunk first, then in the call's order. */
@@ -689,14 +732,58 @@ static int by_cost(const void *x, const void *y)
     return a->s < b->s ? -1 : a->s > b->s;
 }
 
+/* The joined plans' (h->order[0 .. joined)) lists, partials and claim order in pool q;
+ * whether any streams O. */
+static bool seqs_build(seqs_head *h, int64_t joined, const seqs_pool *q, int nt)
+{
+    fused_item *it = q->items;
+    int64_t *t = q->tiles, *nch = q->nch;
+    float *parts = q->parts;
+    bool stream_o = false;
+    for (int64_t k = 0; k < joined; k++) {
+        const int64_t s = h->order[k];
+        fused_plan *f = &h->plans[s];
+        fused_mem *m = &h->mems[s];
+        f->nt = nt;
+        m->items = it;
+        m->t_r0 = t;
+        m->t_mq = t + f->tpg;
+        if (f->split) {
+            m->parts = parts;
+            m->t_nch = nch;
+            parts += f->nparts * f->part_floats;
+            nch += f->ntiles;
+        }
+        ta_fused_group_tiles(f, m->t_r0, m->t_mq);
+        m->nitems = ta_fused_build_items(f, m);
+        it += m->nitems;
+        t += 2 * f->tpg;
+        h->grab[s] = plan_grab(f, nt);
+        h->keys[k] = (seq_key){0, s};
+        for (int64_t i = 0; i < TA_MIN(h->grab[s], m->nitems); i++)
+            h->keys[k].cost += m->items[i].mq * (m->items[i].jhi - m->items[i].jlo);
+        stream_o |= f->stream_o;
+    }
+    qsort(h->keys, (size_t)joined, sizeof(seq_key), by_cost);
+    for (int64_t k = 0; k < joined; k++) h->order[k] = h->keys[k].s;
+    h->cbase[0] = 0;
+    for (int64_t k = 0; k < joined; k++) {
+        const int64_t s = h->order[k];
+        h->cbase[k + 1] = h->cbase[k] + (h->mems[s].nitems + h->grab[s] - 1) / h->grab[s];
+    }
+    return stream_o;
+}
+
 ta_status ta_sdpa_forward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_arena *scratch)
 {
     seqs_head h;
     seqs_head_layout(scratch, &h, n);
     if (scratch->overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", ps->fn);
-    /* plans, and what the region needs: items, tiles, the largest copies */
-    int64_t items = 0, tiles = 0, kcopy = 0, vcopy = 0, joined = 0;
-    int64_t widest = 0; /* the joined plan that sweeps the most heads: its workspace */
+    /* the pool (a problem that runs alone takes it from its start, after the region) */
+    ta_arena rest = ta_arena_over(scratch->base + scratch->used, scratch->size - scratch->used);
+    /* plans, and what the region needs with and without the split problems' partials */
+    seqs_need all = {0}, plain = {0};
+    int64_t joined = 0, widest = -1; /* widest: the plan that sweeps the most heads */
     for (int64_t s = 0; s < n; s++) {
         fused_plan *f = &h.plans[s];
         h.mems[s] = (fused_mem){.nitems = 0};
@@ -706,54 +793,34 @@ ta_status ta_sdpa_forward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_ar
             continue;
         }
         *f = make_plan(&ps[s]);
-        if (!joins(f)) continue;
-        if (!joined || f->sweep > h.plans[widest].sweep) widest = s;
-        h.order[joined++] = s;
-        items += f->nitems;
-        tiles += f->tpg;
-        kcopy = TA_MAX(kcopy, f->kcopy_floats);
-        vcopy = TA_MAX(vcopy, f->vcopy_floats);
+        if (f->too_big || f->mrows || f->ws_bytes == SIZE_MAX) continue;
+        need_add(&all, f, true);
+        if (!f->split) need_add(&plain, f, false);
+        if (widest < 0 || f->sweep > h.plans[widest].sweep) widest = s;
     }
-    /* the pool (a sequence that runs alone takes it from its start, after the region) */
-    ta_arena rest = ta_arena_over(scratch->base + scratch->used, scratch->size - scratch->used);
+    if (widest < 0) widest = 0;
+    all.nt = plain.nt = plan_threads(TA_MAX(all.items, 1));
+    all.ws_bytes = plain.ws_bytes = h.plans[widest].ws_bytes;
+    const bool parts = pool_bytes(&all) <= rest.size;
+    for (int64_t s = 0; s < n; s++) {
+        const fused_plan *f = &h.plans[s];
+        if (ps[s].B * ps[s].H * ps[s].Lq != 0 && !f->too_big && !f->mrows &&
+            f->ws_bytes != SIZE_MAX && (parts || !f->split))
+            h.order[joined++] = s;
+    }
     if (joined > 1) {
+        const seqs_need *need = parts ? &all : &plain;
         const fused_plan *f0 = &h.plans[widest];
-        const int nt = plan_threads(items);
+        const int nt = need->nt;
         ta_arena a = rest;
         seqs_pool q;
-        seqs_pool_layout(&a, &q, items, tiles, nt, f0->ws_bytes, kcopy, vcopy);
+        seqs_pool_layout(&a, &q, need);
         if (a.overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", ps->fn);
-        fused_item *it = q.items;
-        int64_t *t = q.tiles;
-        bool stream_o = false;
-        for (int64_t k = 0; k < joined; k++) {
-            const int64_t s = h.order[k];
-            fused_plan *f = &h.plans[s];
-            fused_mem *m = &h.mems[s];
-            f->nt = nt;
-            m->items = it;
-            m->t_r0 = t;
-            m->t_mq = t + f->tpg;
-            ta_fused_group_tiles(f, m->t_r0, m->t_mq);
-            m->nitems = ta_fused_build_items(f, m);
-            it += m->nitems;
-            t += 2 * f->tpg;
-            h.grab[s] = plan_grab(f, nt);
-            h.keys[k] = (seq_key){0, s};
-            for (int64_t i = 0; i < TA_MIN(h.grab[s], m->nitems); i++)
-                h.keys[k].cost += m->items[i].mq * (m->items[i].jhi - m->items[i].jlo);
-            stream_o |= f->stream_o;
-        }
-        qsort(h.keys, (size_t)joined, sizeof(seq_key), by_cost);
-        for (int64_t k = 0; k < joined; k++) h.order[k] = h.keys[k].s;
-        h.cbase[0] = 0;
-        for (int64_t k = 0; k < joined; k++) {
-            const int64_t s = h.order[k];
-            h.cbase[k + 1] = h.cbase[k] + (h.mems[s].nitems + h.grab[s] - 1) / h.grab[s];
-        }
+        const bool stream_o = seqs_build(&h, joined, &q, nt);
         const fused_job job = {.plans = h.plans, .mems = h.mems, .order = h.order,
                                .cbase = h.cbase, .grab = h.grab, .n = joined, .kbuf = q.kbuf,
-                               .vbuf = q.vbuf, .kcopy_floats = kcopy, .vcopy_floats = vcopy};
+                               .vbuf = q.vbuf, .kcopy_floats = need->kcopy,
+                               .vcopy_floats = need->vcopy};
         int64_t next_chunk = 0;
 #pragma omp parallel num_threads(nt)
         {
@@ -764,7 +831,18 @@ ta_status ta_sdpa_forward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_ar
             thread_ws(&mine, ws, &pfs, f0, f0->sweep);
             run_chunks(&job, ws, &pfs, &next_chunk);
             if (stream_o) ta_sdpa_stream_fence(); /* before the region's closing barrier */
+#pragma omp barrier
+            /* the split problems' partials, tile by tile (after every chunk's) */
+            for (int64_t k = 0; k < joined; k++) {
+                const fused_plan *f = &h.plans[h.order[k]];
+                if (!f->split) continue;
+#pragma omp for schedule(static) nowait
+                for (int64_t t = 0; t < f->ntiles; t++) ta_fused_merge_tile(f, &h.mems[h.order[k]], t);
+            }
         }
+    } else {
+        joined = 0;
+        for (int64_t s = 0; s < n; s++) h.grab[s] = 0;
     }
     /* the others alone, in order */
     for (int64_t s = 0; s < n; s++) {

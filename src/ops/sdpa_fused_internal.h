@@ -241,6 +241,8 @@ void ta_fused_store_partial(const fused_plan *f, const fused_mem *m, const fused
 /* Every row of a split problem from its chunks' partials: the chunks that hold keys (a
  * chunk past a tile's last key would add an exact zero). */
 void ta_fused_merge_partials(const fused_plan *f, const fused_mem *m);
+/* Its step for tile t (of any thread: the tiles are independent). */
+void ta_fused_merge_tile(const fused_plan *f, const fused_mem *m, int64_t t);
 
 /* Zeroes the item's o rows in the workspace unless a P.V wrote them (w->o_live): before
  * a kernel that reads o, and before o is used when no P.V ran. */

@@ -336,23 +336,26 @@ void ta_fused_store_partial(const fused_plan *f, const fused_mem *m, const fused
         memcpy(pt + 2 * mu + r * Dv, w->o + r * f->ldo, sizeof(float) * (size_t)Dv);
 }
 
-void ta_fused_merge_partials(const fused_plan *f, const fused_mem *m)
+void ta_fused_merge_tile(const fused_plan *f, const fused_mem *m, int64_t t)
 {
     const ta_sdpa_problem *p = f->p;
     const int64_t mu = f->mq_used;
-#pragma omp parallel for num_threads(f->nt) schedule(static)
-    for (int64_t t = 0; t < f->ntiles; t++) {
-        int64_t g = t / f->tpg, tt = t % f->tpg;
-        const float *ms[TA_FUSED_MAX_CHUNKS], *ls[TA_FUSED_MAX_CHUNKS], *os[TA_FUSED_MAX_CHUNKS];
-        const int64_t nch = m->t_nch[t];
-        for (int64_t r = 0; r < m->t_mq[tt]; r++) {
-            for (int64_t c = 0; c < nch; c++) {
-                const float *pt = m->parts + (t * f->nchunks + c) * f->part_floats;
-                ms[c] = pt + r;
-                ls[c] = pt + mu + r;
-                os[c] = pt + 2 * mu + r * p->Dv;
-            }
-            finish_row(f, g / p->Hkv, g % p->Hkv, m->t_r0[tt] + r, ms, ls, os, nch);
+    const int64_t g = t / f->tpg, tt = t % f->tpg;
+    const float *ms[TA_FUSED_MAX_CHUNKS], *ls[TA_FUSED_MAX_CHUNKS], *os[TA_FUSED_MAX_CHUNKS];
+    const int64_t nch = m->t_nch[t];
+    for (int64_t r = 0; r < m->t_mq[tt]; r++) {
+        for (int64_t c = 0; c < nch; c++) {
+            const float *pt = m->parts + (t * f->nchunks + c) * f->part_floats;
+            ms[c] = pt + r;
+            ls[c] = pt + mu + r;
+            os[c] = pt + 2 * mu + r * p->Dv;
         }
+        finish_row(f, g / p->Hkv, g % p->Hkv, m->t_r0[tt] + r, ms, ls, os, nch);
     }
+}
+
+void ta_fused_merge_partials(const fused_plan *f, const fused_mem *m)
+{
+#pragma omp parallel for num_threads(f->nt) schedule(static)
+    for (int64_t t = 0; t < f->ntiles; t++) ta_fused_merge_tile(f, m, t);
 }

@@ -20,8 +20,9 @@
  *      splits long caches into key chunks merged by LSE (decode). The reference path's
  *      einsums read every key, so it first gathers the sequence's Lk_b keys (zeros after
  *      them) into the scratch (gather_keys).
- * Sequences run one after the other, each on all threads; each is computed as ta_sdpa
- * computes it, so results do not depend on the thread count. */
+ * On the fused path the sequences run together, in one parallel region
+ * (ta_sdpa_forward_fused_seqs), otherwise one after the other, each on all threads; each
+ * is computed as ta_sdpa computes it, so results do not depend on the thread count. */
 #include "ops/sdpa.h"
 
 #include "core/core.h"
@@ -379,8 +380,23 @@ static ta_status append_rows(const kv_call *k)
 
 typedef struct kv_mem {
     float *kg, *vg;  /* the reference path's gathered K and V */
-    ta_arena sdpa;   /* one sequence's problem (every sequence's is the same size) */
+    kv_seq *seqs;    /* together (below): every sequence's views and problem */
+    ta_sdpa_problem *probs;
+    ta_arena sdpa;   /* one sequence's problem (every sequence's is the same size), or
+                        the fused forward's of them all together */
 } kv_mem;
+
+/* Whether the sequences run together, in one parallel region of the fused forward
+ * (ta_sdpa_forward_fused_seqs; with one region a sequence, a batched decode paid a fork,
+ * a join and the wait for the last item of each sequence's chunks, then the same for
+ * their merge): on the fused path, several sequences, none needing float32 stand-ins. */
+static bool together(const kv_call *k, const ta_sdpa_problem *p)
+{
+    if (k->path != TA_SDPA_FUSED || k->B < 2) return false;
+    ta_sdpa_staging st;
+    ta_sdpa_stage_plan(&st, p);
+    return ta_sdpa_stage_bytes(&st) == 0;
+}
 
 static ta_status kv_layout(ta_arena *a, kv_mem *m, const kv_call *k)
 {
@@ -395,13 +411,29 @@ static ta_status kv_layout(ta_arena *a, kv_mem *m, const kv_call *k)
     ta_status st = seq_problem(&p, &s, k, 0, k->cap);
     if (st) return st;
     if (k->path == TA_SDPA_REFERENCE) gathered_views(&p, &s, m->kg, m->vg);
-    m->sdpa = ta_arena_sub(a, ta_sdpa_scratch_bytes(&p));
+    const size_t alone = ta_sdpa_scratch_bytes(&p);
+    if (together(k, &p)) {
+        m->seqs = TA_ARENA_TAKE(a, kv_seq, k->B);
+        m->probs = TA_ARENA_TAKE(a, ta_sdpa_problem, k->B);
+        m->sdpa = ta_arena_sub(a, ta_sdpa_forward_fused_batch_bound(&p, k->B, alone));
+    } else {
+        m->sdpa = ta_arena_sub(a, alone);
+    }
     return TA_OK;
 }
 
-/* The attention of every sequence, one after the other, in the same scratch. */
+/* The attention of every sequence: together, or one after the other in the same
+ * scratch. */
 static ta_status attend(const kv_call *k, const kv_mem *m)
 {
+    if (m->probs && k->H * k->Lq > 0) {
+        for (int64_t b = 0; b < k->B; b++) {
+            ta_status st = seq_problem(&m->probs[b], &m->seqs[b], k, b, k->seqlens[b] + k->Lnew);
+            if (st) return st;
+        }
+        ta_arena sub = m->sdpa;
+        return ta_sdpa_forward_fused_seqs(m->probs, k->B, &sub);
+    }
     for (int64_t b = 0; b < k->B && k->H * k->Lq > 0; b++) {
         ta_sdpa_problem p;
         kv_seq s;
