@@ -714,13 +714,21 @@ size_t ta_sdpa_forward_fused_seqs_bound(const ta_sdpa_problem *whole, int64_t n,
     return seqs_bytes(n, &need, alone);
 }
 
+/* The most the partials of the problems that run together may take: past it (a batch of
+ * hundreds of sequences over caches of 32k keys) the split ones run alone, each reusing
+ * its own partials, and the scratch stays one the library keeps between calls
+ * (TA_SCRATCH_KEEP_MAX). */
+#define TA_FUSED_JOINT_PARTS_MAX ((int64_t)32 << 20)
+
 size_t ta_sdpa_forward_fused_batch_bound(const ta_sdpa_problem *p, int64_t n, size_t alone)
 {
     if (n < 1 || p->B * p->H * p->Lq == 0) return alone;
     const fused_plan f = make_plan(p);
     if (f.too_big || f.ws_bytes == SIZE_MAX) return SIZE_MAX;
+    const bool parts = f.split && (int64_t)sizeof(float) * f.nparts * f.part_floats <=
+                                      TA_FUSED_JOINT_PARTS_MAX / n;
     seqs_need need = {.nt = plan_threads(n * f.nitems), .ws_bytes = f.ws_bytes};
-    for (int64_t s = 0; s < n; s++) need_add(&need, &f, true);
+    for (int64_t s = 0; s < n; s++) need_add(&need, &f, parts);
     return seqs_bytes(n, &need, alone);
 }
 
