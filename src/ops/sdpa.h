@@ -177,12 +177,13 @@ size_t ta_sdpa_backward_fused_scratch(const ta_sdpa_problem *p);
 ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch);
 /* The fused paths' ta_sdpa_scratch_bound (their plans change with the shape). */
 size_t ta_sdpa_forward_fused_scratch_bound(const ta_sdpa_problem *p);
-/* The sequences of a variable-length forward on the fused path (ps[0 .. n), dense
- * problems on views of the packed tensors) in one parallel region where their plans allow
- * (sdpa_forward_fused.c), the others one by one after it; bitwise the results of running
- * each alone. Its scratch: at most ta_sdpa_forward_fused_seqs_bound(whole, n, alone), for
- * the whole call whole (B = 1, Lq = Tq, Lk = Tk) and alone the most scratch one sequence
- * needs (ta_sdpa_forward_fused_scratch). */
+/* The sequences of a variable-length forward or a KV cache's batch on the fused path
+ * (ps[0 .. n), dense problems on views of the packed tensors or the cache) in one
+ * parallel region where their plans and the scratch allow (sdpa_forward_fused.c), the
+ * others one by one after it; bitwise the results of running each alone. Its scratch: at
+ * most ta_sdpa_forward_fused_seqs_bound(whole, n, alone) for a varlen call (whole: B = 1,
+ * Lq = Tq, Lk = Tk; alone: the most scratch one sequence needs), or
+ * ta_sdpa_forward_fused_batch_bound for same-shaped problems. */
 size_t ta_sdpa_forward_fused_seqs_bound(const ta_sdpa_problem *whole, int64_t n, size_t alone);
 /* The same for n problems shaped like p (a KV cache's sequences: every one's problem has
  * the same shapes and capacity), split ones' partials included. */
