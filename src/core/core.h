@@ -40,6 +40,11 @@ void ta_free(void *ptr);
 
 /* a * b into *out; false on size_t overflow (or negative). */
 bool ta_mul_size(size_t *out, size_t a, size_t b);
+/* a + b for scratch sizes: SIZE_MAX ("does not fit") when either is, or the sum wraps. */
+static inline size_t ta_size_sum(size_t a, size_t b)
+{
+    return a == SIZE_MAX || b == SIZE_MAX || a > SIZE_MAX - b ? SIZE_MAX : a + b;
+}
 /* Product of shape[0..ndim-1] into *out; false on overflow or a negative extent. */
 bool ta_shape_numel(int64_t *out, int ndim, const int64_t *shape);
 /* "[2, 3, 4]" into buf (always terminated). Returns buf. */

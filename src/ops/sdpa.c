@@ -260,16 +260,11 @@ static ta_status impl_run(const ta_sdpa_problem *p, ta_arena *scratch)
                                         : ta_sdpa_forward_fused(p, scratch);
 }
 
-static size_t add_sizes(size_t a, size_t b)
-{
-    return a == SIZE_MAX || b == SIZE_MAX || a > SIZE_MAX - b ? SIZE_MAX : a + b;
-}
-
 size_t ta_sdpa_scratch_bytes(const ta_sdpa_problem *p)
 {
     ta_sdpa_staging s;
     ta_sdpa_stage_plan(&s, p);
-    return add_sizes(ta_sdpa_stage_bytes(&s), impl_scratch_bytes(&s.p));
+    return ta_size_sum(ta_sdpa_stage_bytes(&s), impl_scratch_bytes(&s.p));
 }
 
 ta_status ta_sdpa_run(const ta_sdpa_problem *p, ta_arena *scratch)

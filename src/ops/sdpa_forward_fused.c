@@ -677,8 +677,7 @@ static size_t seqs_bytes(int64_t n, const seqs_need *need, size_t alone)
     ta_arena a = ta_arena_measure();
     seqs_head h;
     seqs_head_layout(&a, &h, n);
-    const size_t head = ta_arena_bytes(&a), body = TA_MAX(pool_bytes(need), alone);
-    return head == SIZE_MAX || body == SIZE_MAX || body > SIZE_MAX - head ? SIZE_MAX : head + body;
+    return ta_size_sum(ta_arena_bytes(&a), TA_MAX(pool_bytes(need), alone));
 }
 
 /* A plan's share of a pool: f's work list, tiles and partials. */

@@ -68,8 +68,7 @@ size_t ta_sdpa_scratch_bound(const ta_sdpa_problem *p)
     size_t stage = ta_sdpa_stage_bytes(&s);
     size_t impl = p->backward ? ta_sdpa_backward_fused_scratch_bound(&s.p)
                               : ta_sdpa_forward_fused_scratch_bound(&s.p);
-    return stage == SIZE_MAX || impl == SIZE_MAX || impl > SIZE_MAX - stage ? SIZE_MAX
-                                                                            : stage + impl;
+    return ta_size_sum(stage, impl);
 }
 
 /* ------------------------------------------------------------ validation */
@@ -272,9 +271,7 @@ static size_t together_bytes(const seqs_call *c, const ta_sdpa_problem *whole, s
     seq_views *v;
     ta_sdpa_problem *p;
     together_layout(&a, &v, &p, c->n);
-    const size_t head = ta_arena_bytes(&a);
-    const size_t body = ta_sdpa_forward_fused_seqs_bound(whole, c->n, alone);
-    return head == SIZE_MAX || body == SIZE_MAX || body > SIZE_MAX - head ? SIZE_MAX : head + body;
+    return ta_size_sum(ta_arena_bytes(&a), ta_sdpa_forward_fused_seqs_bound(whole, c->n, alone));
 }
 
 /* Every sequence of the call in the scratch block s: together, or one after another. */
