@@ -188,6 +188,9 @@ size_t ta_sdpa_forward_fused_seqs_bound(const ta_sdpa_problem *whole, int64_t n,
 /* The same for n problems shaped like p (a KV cache's sequences: every one's problem has
  * the same shapes and capacity), split ones' partials included. */
 size_t ta_sdpa_forward_fused_batch_bound(const ta_sdpa_problem *p, int64_t n, size_t alone);
+/* Whether n problems like p (a sequence of the call) run that way: a fused forward of
+ * several, whose tensors need no float32 stand-ins (ta_sdpa_run's staging). */
+bool ta_sdpa_forward_fused_together(const ta_sdpa_problem *p, int64_t n);
 ta_status ta_sdpa_forward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_arena *scratch);
 size_t ta_sdpa_backward_fused_scratch_bound(const ta_sdpa_problem *p);
 

@@ -455,9 +455,10 @@ static int64_t job_place(const fused_job *j, int64_t c, int64_t k)
  * thread claims its next chunk before it runs the current one, so that the last item of
  * a chunk knows the item that follows it on this thread (the next chunk's first, perhaps
  * another group's), whose Q rows and first keys it requests meanwhile
- * (ta_fused_run_item; a sweep's unit, the next unit's first tile). A thread so holds at most one chunk it has
- * not started; each work list runs from the costly items to the cheap ones, and the job's
- * order puts the plans of costly chunks first, so that costs the end little. */
+ * (ta_fused_run_item; a sweep's unit, the next unit's first tile). A thread so holds at
+ * most one chunk it has not started; each work list runs from the costly items to the
+ * cheap ones, and the job's order puts the plans of costly chunks first, so that costs
+ * the end little. */
 static void run_chunks(const fused_job *j, const fused_ws *ws, fused_pf *pfs, int64_t *next_chunk)
 {
     const size_t me = (size_t)omp_get_thread_num();
@@ -564,6 +565,38 @@ static void thread_ws(ta_arena *mine, fused_ws *ws, fused_pf *pfs, const fused_p
     for (int64_t r = 0; r < f->mq_max; r++) ws[0].ones[r] = 1.0f;
 }
 
+/* A job on nt threads, each with its workspaces in ws (ws_bytes apiece, laid out for f0:
+ * a plan that sweeps as many heads as any of the job's), then the partials of its plans
+ * that split their keys merged tile by tile in the same region (after a barrier: every
+ * chunk's first). stream_o: a plan writes O with non-temporal stores. */
+static void run_job(const fused_job *j, unsigned char *ws_base, const fused_plan *f0, int nt,
+                    bool stream_o)
+{
+    bool split = false;
+    for (int64_t k = 0; k < j->n; k++) split |= j->plans[j->order[k]].split;
+    int64_t next_chunk = 0; /* chunks claimed past the first (ta_claim_next) */
+#pragma omp parallel num_threads(nt)
+    {
+        fused_ws ws[TA_FUSED_SWEEP_MAX];
+        fused_pf pfs;
+        ta_arena mine = ta_arena_over(ws_base + (size_t)omp_get_thread_num() * f0->ws_bytes,
+                                      f0->ws_bytes);
+        thread_ws(&mine, ws, &pfs, f0, f0->sweep);
+        run_chunks(j, ws, &pfs, &next_chunk);
+        if (stream_o) ta_sdpa_stream_fence(); /* before the barriers */
+        if (split) {
+#pragma omp barrier
+            for (int64_t k = 0; k < j->n; k++) {
+                const fused_plan *f = &j->plans[j->order[k]];
+                if (!f->split) continue;
+#pragma omp for schedule(static) nowait
+                for (int64_t t = 0; t < f->ntiles; t++)
+                    ta_fused_merge_tile(f, &j->mems[j->order[k]], t);
+            }
+        }
+    }
+}
+
 ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
 {
     if (p->B * p->H * p->Lq == 0) return TA_OK;
@@ -582,17 +615,7 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
     const fused_job job = {.plans = &f, .mems = &m, .order = &zero, .cbase = cbase,
                            .grab = &grab, .n = 1, .kbuf = m.kbuf, .vbuf = m.vbuf,
                            .kcopy_floats = f.kcopy_floats, .vcopy_floats = f.vcopy_floats};
-    int64_t next_chunk = 0; /* chunks claimed past the first (ta_claim_next) */
-#pragma omp parallel num_threads(f.nt)
-    {
-        fused_ws ws[TA_FUSED_SWEEP_MAX];
-        fused_pf pfs;
-        ta_arena mine = ta_arena_over(m.ws + (size_t)omp_get_thread_num() * f.ws_bytes, f.ws_bytes);
-        thread_ws(&mine, ws, &pfs, &f, f.sweep);
-        run_chunks(&job, ws, &pfs, &next_chunk);
-        if (f.stream_o) ta_sdpa_stream_fence(); /* before the region's closing barrier */
-    }
-    if (f.split) ta_fused_merge_partials(&f, &m);
+    run_job(&job, m.ws, &f, f.nt, f.stream_o);
     return TA_OK;
 }
 
@@ -601,7 +624,7 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
 /* The sequences of a variable-length call (sdpa_seqs.c) or of a KV cache's batch
  * (sdpa_kvcache.c), as many dense problems, run in one parallel region: each its own plan
  * and work list, their chunks claimed from one counter, problems with the costliest chunks
- * first; those that split their keys then merge their partials in one more region. One
+ * first; those that split their keys then merge their partials in the same region. One
  * region a sequence cost a fork, a join and the wait for its last item each time
  * (two-port Xeon, 2 threads, 64 sequences of 128 causal, [T, H8, D64]: ~10 us a
  * sequence; a split decode two of them), and the short sequences' few items left
@@ -693,6 +716,14 @@ static void need_add(seqs_need *n, const fused_plan *f, bool parts)
     n->vcopy = TA_MAX(n->vcopy, f->vcopy_floats);
 }
 
+bool ta_sdpa_forward_fused_together(const ta_sdpa_problem *p, int64_t n)
+{
+    if (p->backward || p->path != TA_SDPA_FUSED || n < 2) return false;
+    ta_sdpa_staging st;
+    ta_sdpa_stage_plan(&st, p);
+    return ta_sdpa_stage_bytes(&st) == 0;
+}
+
 size_t ta_sdpa_forward_fused_seqs_bound(const ta_sdpa_problem *whole, int64_t n, size_t alone)
 {
     if (n < 1 || whole->B * whole->H * whole->Lq == 0) return alone;
@@ -729,6 +760,13 @@ size_t ta_sdpa_forward_fused_batch_bound(const ta_sdpa_problem *p, int64_t n, si
     seqs_need need = {.nt = plan_threads(n * f.nitems), .ws_bytes = f.ws_bytes};
     for (int64_t s = 0; s < n; s++) need_add(&need, &f, parts);
     return seqs_bytes(n, &need, alone);
+}
+
+/* Whether problem p (plan f) may join the region: it has rows, its scratch fits, no mask
+ * table (split: see parts, in ta_sdpa_forward_fused_seqs). */
+static bool joins(const ta_sdpa_problem *p, const fused_plan *f)
+{
+    return p->B * p->H * p->Lq != 0 && !f->too_big && !f->mrows && f->ws_bytes != SIZE_MAX;
 }
 
 /* The costlier first chunk first, then in the call's order. */
@@ -800,7 +838,7 @@ ta_status ta_sdpa_forward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_ar
             continue;
         }
         *f = make_plan(&ps[s]);
-        if (f->too_big || f->mrows || f->ws_bytes == SIZE_MAX) continue;
+        if (!joins(&ps[s], f)) continue;
         need_add(&all, f, true);
         if (!f->split) need_add(&plain, f, false);
         if (widest < 0 || f->sweep > h.plans[widest].sweep) widest = s;
@@ -809,12 +847,8 @@ ta_status ta_sdpa_forward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_ar
     all.nt = plain.nt = plan_threads(TA_MAX(all.items, 1));
     all.ws_bytes = plain.ws_bytes = h.plans[widest].ws_bytes;
     const bool parts = pool_bytes(&all) <= rest.size;
-    for (int64_t s = 0; s < n; s++) {
-        const fused_plan *f = &h.plans[s];
-        if (ps[s].B * ps[s].H * ps[s].Lq != 0 && !f->too_big && !f->mrows &&
-            f->ws_bytes != SIZE_MAX && (parts || !f->split))
-            h.order[joined++] = s;
-    }
+    for (int64_t s = 0; s < n; s++)
+        if (joins(&ps[s], &h.plans[s]) && (parts || !h.plans[s].split)) h.order[joined++] = s;
     if (joined > 1) {
         const seqs_need *need = parts ? &all : &plain;
         const fused_plan *f0 = &h.plans[widest];
@@ -828,28 +862,7 @@ ta_status ta_sdpa_forward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_ar
                                .cbase = h.cbase, .grab = h.grab, .n = joined, .kbuf = q.kbuf,
                                .vbuf = q.vbuf, .kcopy_floats = need->kcopy,
                                .vcopy_floats = need->vcopy};
-        int64_t next_chunk = 0;
-#pragma omp parallel num_threads(nt)
-        {
-            fused_ws ws[TA_FUSED_SWEEP_MAX];
-            fused_pf pfs;
-            ta_arena mine = ta_arena_over(q.ws + (size_t)omp_get_thread_num() * f0->ws_bytes,
-                                          f0->ws_bytes);
-            thread_ws(&mine, ws, &pfs, f0, f0->sweep);
-            run_chunks(&job, ws, &pfs, &next_chunk);
-            if (stream_o) ta_sdpa_stream_fence(); /* before the region's closing barrier */
-#pragma omp barrier
-            /* the split problems' partials, tile by tile (after every chunk's) */
-            for (int64_t k = 0; k < joined; k++) {
-                const fused_plan *f = &h.plans[h.order[k]];
-                if (!f->split) continue;
-#pragma omp for schedule(static) nowait
-                for (int64_t t = 0; t < f->ntiles; t++) ta_fused_merge_tile(f, &h.mems[h.order[k]], t);
-            }
-        }
-    } else {
-        joined = 0;
-        for (int64_t s = 0; s < n; s++) h.grab[s] = 0;
+        run_job(&job, q.ws, f0, nt, stream_o);
     }
     /* the others alone, in order */
     for (int64_t s = 0; s < n; s++) {

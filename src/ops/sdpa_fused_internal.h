@@ -238,10 +238,9 @@ int64_t ta_fused_build_items(const fused_plan *f, const fused_mem *m);
 void ta_fused_store_partial(const fused_plan *f, const fused_mem *m, const fused_item *it,
                             const fused_ws *w);
 
-/* Every row of a split problem from its chunks' partials: the chunks that hold keys (a
- * chunk past a tile's last key would add an exact zero). */
-void ta_fused_merge_partials(const fused_plan *f, const fused_mem *m);
-/* Its step for tile t (of any thread: the tiles are independent). */
+/* The rows of tile t of a split problem from its chunks' partials: the chunks that hold
+ * keys (a chunk past a tile's last key would add an exact zero). Tiles are independent:
+ * any thread merges any. */
 void ta_fused_merge_tile(const fused_plan *f, const fused_mem *m, int64_t t);
 
 /* Zeroes the item's o rows in the workspace unless a P.V wrote them (w->o_live): before

@@ -353,9 +353,3 @@ void ta_fused_merge_tile(const fused_plan *f, const fused_mem *m, int64_t t)
         finish_row(f, g / p->Hkv, g % p->Hkv, m->t_r0[tt] + r, ms, ls, os, nch);
     }
 }
-
-void ta_fused_merge_partials(const fused_plan *f, const fused_mem *m)
-{
-#pragma omp parallel for num_threads(f->nt) schedule(static)
-    for (int64_t t = 0; t < f->ntiles; t++) ta_fused_merge_tile(f, m, t);
-}

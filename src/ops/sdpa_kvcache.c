@@ -386,18 +386,6 @@ typedef struct kv_mem {
                         the fused forward's of them all together */
 } kv_mem;
 
-/* Whether the sequences run together, in one parallel region of the fused forward
- * (ta_sdpa_forward_fused_seqs; with one region a sequence, a batched decode paid a fork,
- * a join and the wait for the last item of each sequence's chunks, then the same for
- * their merge): on the fused path, several sequences, none needing float32 stand-ins. */
-static bool together(const kv_call *k, const ta_sdpa_problem *p)
-{
-    if (k->path != TA_SDPA_FUSED || k->B < 2) return false;
-    ta_sdpa_staging st;
-    ta_sdpa_stage_plan(&st, p);
-    return ta_sdpa_stage_bytes(&st) == 0;
-}
-
 static ta_status kv_layout(ta_arena *a, kv_mem *m, const kv_call *k)
 {
     *m = (kv_mem){0};
@@ -412,7 +400,11 @@ static ta_status kv_layout(ta_arena *a, kv_mem *m, const kv_call *k)
     if (st) return st;
     if (k->path == TA_SDPA_REFERENCE) gathered_views(&p, &s, m->kg, m->vg);
     const size_t alone = ta_sdpa_scratch_bytes(&p);
-    if (together(k, &p)) {
+    /* the sequences together, in one parallel region of the fused forward
+     * (ta_sdpa_forward_fused_seqs; with one region a sequence, a batched decode paid a
+     * fork, a join and the wait for the last item of each sequence's chunks, then the
+     * same for their merge) */
+    if (ta_sdpa_forward_fused_together(&p, k->B)) {
         m->seqs = TA_ARENA_TAKE(a, kv_seq, k->B);
         m->probs = TA_ARENA_TAKE(a, ta_sdpa_problem, k->B);
         m->sdpa = ta_arena_sub(a, ta_sdpa_forward_fused_batch_bound(&p, k->B, alone));

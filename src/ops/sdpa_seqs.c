@@ -247,16 +247,6 @@ static ta_status largest_need(size_t *need, const seqs_call *c)
     return TA_OK;
 }
 
-/* Whether the call's sequences run together (ta_sdpa_forward_fused_seqs): a fused forward
- * of several sequences whose tensors need no float32 stand-ins. */
-static bool together(const seqs_call *c, const ta_sdpa_problem *whole)
-{
-    if (c->backward || whole->path != TA_SDPA_FUSED || c->n < 2) return false;
-    ta_sdpa_staging s;
-    ta_sdpa_stage_plan(&s, whole);
-    return ta_sdpa_stage_bytes(&s) == 0;
-}
-
 /* Their scratch (at most): each sequence's views and problem, then the fused forward's,
  * where one sequence alone needs at most `alone`. */
 static void together_layout(ta_arena *a, seq_views **v, ta_sdpa_problem **p, int64_t n)
@@ -316,7 +306,7 @@ static ta_status run(size_t *bytes, seqs_call *c)
     if (st) return st;
     /* together: the whole's bound for a sequence alone (no pass over the sequences to
      * size them, which with many tiny ones cost as much as their attention) */
-    const bool joint = together(c, &whole);
+    const bool joint = ta_sdpa_forward_fused_together(&whole, c->n);
     if (!joint && (st = largest_need(&need, c))) return st;
     size_t bound = whole.path == TA_SDPA_FUSED ? ta_sdpa_scratch_bound(&whole) : need;
     if (need > bound)
