@@ -883,6 +883,78 @@ static void test_attn_bwd_gemm(void **state)
                         bwd_gemm_case(k, ref, m, n, K, acc, (int)(m + n) % 2);
 }
 
+/* --------------------------------------------------- attn_bwd_gemm_ranged */
+
+/* attn_bwd_gemm_ranged against attn_bwd_gemm of the same table on an A whose terms
+ * outside each row's [klo, khi) are zero (as a causal diagonal's P and dS): every
+ * column a row asks for (j < nhi[i]) bitwise the full product's; a column past it is
+ * the full product's too (its tile's range reaches it) or, when its tile's does not,
+ * 0 (acc == 0) or C as it was (acc); the gaps past n untouched. Limits drawn at
+ * random per row, empty ranges and ends past k and n included; `which` picks the
+ * arrays given (bit 0 klo, 1 khi, 2 nhi). */
+static void bwd_gemm_ranged_case(const ta_kernels *k, int64_t m, int64_t n, int64_t K, int acc,
+                                 int transposed, int which)
+{
+    const int64_t ldc = n + 2, ldb = n + 1, nc = (m - 1) * ldc + n;
+    const int64_t rsa = transposed ? 1 : K + 1, csa = transposed ? m + 2 : 1;
+    snprintf(where, sizeof where, "%s attn_bwd_gemm_ranged m=%lld n=%lld k=%lld acc=%d A%s "
+             "ranges %d", k->name, (long long)m, (long long)n, (long long)K, acc,
+             transposed ? "^T" : "", which);
+    int32_t klo[16], khi[16], nhi[16];
+    assert_true(m <= 16);
+    for (int64_t i = 0; i < m; i++) {
+        klo[i] = which & 1 ? (int32_t)(rand() % (K + 2)) : 0;
+        khi[i] = which & 2 ? (int32_t)(rand() % (K + 3)) : (int32_t)K;
+        nhi[i] = which & 4 ? (int32_t)(rand() % (n + 3)) - 1 : (int32_t)n;
+    }
+    arena ar = {0};
+    float *a = gfloats(&ar, K ? (m - 1) * rsa + (K - 1) * csa + 1 : 0, NAN);
+    const float *b = gfloats(&ar, K ? (K - 1) * ldb + n : 0, NAN);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t p = 0; p < K; p++)
+            if (p < klo[i] || p >= khi[i]) a[i * rsa + p * csa] = 0.0f;
+    float *c = gfloats(&ar, nc, SENTINEL);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) c[i * ldc + j] = acc ? frand() : NAN;
+    float *c0 = copy_of(c, nc), *full = copy_of(c, nc);
+    k->attn_bwd_gemm(full, ldc, a, rsa, csa, b, ldb, m, n, K, acc, NULL);
+    k->attn_bwd_gemm_ranged(c, ldc, a, rsa, csa, b, ldb, m, n, K, acc, which & 1 ? klo : NULL,
+                            which & 2 ? khi : NULL, which & 4 ? nhi : NULL, NULL);
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++) {
+            const int64_t x = i * ldc + j;
+            const float got = c[x];
+            if (memcmp(&got, &full[x], sizeof got) == 0) continue;
+            if (j >= nhi[i] && memcmp(&got, acc ? &c0[x] : &(float){0.0f}, sizeof got) == 0)
+                continue;
+            fail_msg("%s: C[%lld][%lld] = %.9g, the full product's %.9g (asked for: %s)", where,
+                     (long long)i, (long long)j, (double)got, (double)full[x],
+                     j < nhi[i] ? "yes" : "no");
+        }
+        for (int64_t j = n; j < ldc && i + 1 < m; j++) EXPECT_ORACLE("gap", i * ldc + j, c[i * ldc + j], SENTINEL, 0.0);
+    }
+    free(c0);
+    free(full);
+    arena_release(&ar);
+}
+
+/* m = 1 .. 13 (row tiles and tails), n = 1 .. 70 (every column tail of the widest
+ * table), k = 0, 1, 17, 64; each combination of ranges. */
+static void test_attn_bwd_gemm_ranged(void **state)
+{
+    (void)state;
+    const ta_kernels *ref, *k = tested(&ref);
+    (void)ref;
+    srand(11);
+    for (int64_t m = 1; m <= 13; m++)
+        for (int64_t n = 1; n <= 70; n++)
+            for (int ki = 0; ki < 4; ki++)
+                for (int which = 0; which < 8; which++)
+                    if ((m + n + ki + which) % 5 == 0 || n < 3)
+                        bwd_gemm_ranged_case(k, m, n, (int64_t[]){0, 1, 17, 64}[ki],
+                                             (int)(m + which) % 2, (int)(m + n) % 2, which);
+}
+
 /* ----------------------------------------------------- attn_bwd_dsoftmax */
 
 /* Rows of stride ld = n + 3; every third row has lse = -inf (attends to nothing). */
@@ -1448,6 +1520,7 @@ int main(void)
         cmocka_unit_test(test_attn_softmax_exp_range),
         cmocka_unit_test(test_exp_forms_bitwise),
         cmocka_unit_test(test_attn_bwd_gemm),
+        cmocka_unit_test(test_attn_bwd_gemm_ranged),
         cmocka_unit_test(test_attn_bwd_dsoftmax),
         cmocka_unit_test(test_attn_row_dot),
     };

@@ -16,6 +16,7 @@
 #define NV 2
 
 #define NAME_GEMM ta_attn_bwd_gemm_avx2_6x16
+#define NAME_GEMM_RANGED ta_attn_bwd_gemm_ranged_avx2
 #define NAME_DSOFTMAX ta_attn_bwd_dsoftmax_avx2
 #define NAME_ROW_DOT ta_attn_row_dot_avx2
 #define FILL_FN ta_attn_bwd_fill_avx2

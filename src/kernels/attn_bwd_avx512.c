@@ -17,6 +17,7 @@
 #define NV 4
 
 #define NAME_GEMM ta_attn_bwd_gemm_avx512_6x64
+#define NAME_GEMM_RANGED ta_attn_bwd_gemm_ranged_avx512
 #define NAME_DSOFTMAX ta_attn_bwd_dsoftmax_avx512
 #define NAME_ROW_DOT ta_attn_row_dot_avx512
 #define FILL_FN ta_attn_bwd_fill_avx512

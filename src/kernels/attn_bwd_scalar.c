@@ -16,6 +16,7 @@
 #define NV 4
 
 #define NAME_GEMM ta_attn_bwd_gemm_scalar_4x4
+#define NAME_GEMM_RANGED ta_attn_bwd_gemm_ranged_scalar
 #define NAME_DSOFTMAX ta_attn_bwd_dsoftmax_scalar
 #define NAME_ROW_DOT ta_attn_row_dot_scalar
 #define FILL_FN ta_attn_bwd_fill_scalar

@@ -11,7 +11,8 @@
  *   past them untouched) V_STOREN(p, v, n) V_SUB V_MUL V_FMA(a, b, c) = a*b+c;
  *   VD, VDL         a vector of doubles and its lanes (1, 2, 4 or 8), with VD_ZERO()
  *                   VD_WIDEN(p) (VDL floats from p, widened) VD_MUL VD_ADD VD_STOREU(p, v);
- *   NAME_GEMM, NAME_DSOFTMAX, NAME_ROW_DOT, FILL_FN: the exported names.
+ *   NAME_GEMM, NAME_GEMM_RANGED, NAME_DSOFTMAX, NAME_ROW_DOT, FILL_FN: the exported
+ *                   names.
  *
  * One GEMM form serves all five products of a backward block, because its A operand is
  * read element by element (broadcast) through two arbitrary strides and only B and C need
@@ -125,6 +126,37 @@ void NAME_GEMM(float *c, int64_t ldc, const float *a, int64_t rsa, int64_t csa, 
     }
 }
 
+/* NAME_GEMM over a triangle: each MR-row tile of C (rows i .. i + mr - 1) runs as one
+ * NAME_GEMM of its own, over the k steps [min klo, max khi) and the columns [0, max nhi)
+ * of its rows (NULL: all). The caller asserts that the terms left out are zeros (a
+ * causal diagonal's P and dS), so every element is the full product's in the same
+ * order but for the sign of a zero; columns past a tile's range are not computed: 0
+ * when !acc, untouched otherwise. */
+void NAME_GEMM_RANGED(float *c, int64_t ldc, const float *a, int64_t rsa, int64_t csa,
+                      const float *b, int64_t ldb, int64_t m, int64_t n, int64_t k, int acc,
+                      const int32_t *klo, const int32_t *khi, const int32_t *nhi, ta_pf *pf)
+{
+    for (int64_t i = 0; i < m; i += MR) {
+        const int64_t mr = m - i < MR ? m - i : MR;
+        int64_t k0 = klo ? k : 0, k1 = khi ? 0 : k, n1 = nhi ? 0 : n;
+        for (int64_t r = i; r < i + mr; r++) {
+            if (klo && klo[r] < k0) k0 = klo[r];
+            if (khi && khi[r] > k1) k1 = khi[r];
+            if (nhi && nhi[r] > n1) n1 = nhi[r];
+        }
+        k0 = k0 < 0 ? 0 : k0;
+        k1 = k1 > k ? k : k1;
+        n1 = n1 > n ? n : n1 < 0 ? 0 : n1;
+        float *ci = c + i * ldc;
+        if (!acc)
+            for (int64_t r = 0; r < mr; r++)
+                for (int64_t j = k1 > k0 ? n1 : 0; j < n; j++) ci[r * ldc + j] = 0.0f;
+        if (k1 > k0 && n1 > 0)
+            NAME_GEMM(ci, ldc, a + i * rsa + k0 * csa, rsa, csa, b + k0 * ldb, ldb, mr, n1,
+                      k1 - k0, acc, pf);
+    }
+}
+
 /* The softmax backward of one block, rows r < m of the score tile s and the dP tile dp
  * (row stride ld, n columns):
  *   lse[r] == -inf (the row attends to nothing): both rows become 0;
@@ -181,6 +213,7 @@ double NAME_ROW_DOT(const float *x, const float *y, int64_t n)
 void FILL_FN(ta_kernels *k)
 {
     k->attn_bwd_gemm = NAME_GEMM;
+    k->attn_bwd_gemm_ranged = NAME_GEMM_RANGED;
     k->attn_bwd_dsoftmax = NAME_DSOFTMAX;
     k->attn_row_dot = NAME_ROW_DOT;
 }

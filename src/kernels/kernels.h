@@ -180,6 +180,15 @@ typedef struct ta_kernels {
     void (*attn_bwd_gemm)(float *c, int64_t ldc, const float *a, int64_t rsa, int64_t csa,
                           const float *b, int64_t ldb, int64_t m, int64_t n, int64_t k, int acc,
                           ta_pf *pf);
+    /* attn_bwd_gemm by tiles of its own micro-tile's rows, each over the k steps
+     * [min klo[r], max khi[r]) and the columns [0, max nhi[r]) of its rows r (each NULL:
+     * all): for a block the causal diagonal cuts, where the caller asserts the terms
+     * left out are zeros (so the full product's bits but for the sign of a zero).
+     * Columns past a tile's range: 0 when !acc, else untouched. */
+    void (*attn_bwd_gemm_ranged)(float *c, int64_t ldc, const float *a, int64_t rsa,
+                                 int64_t csa, const float *b, int64_t ldb, int64_t m,
+                                 int64_t n, int64_t k, int acc, const int32_t *klo,
+                                 const int32_t *khi, const int32_t *nhi, ta_pf *pf);
     /* Rows r < m (stride ld, n columns): s <- P = exp(s * scale - lse[r]),
      * dp <- dS = P * (dp - di[r]); both rows 0 where lse[r] == -inf. */
     void (*attn_bwd_dsoftmax)(float *s, float *dp, int64_t ld, const float *lse,
