@@ -11,8 +11,9 @@
  *     the fused forward's key split, many tiny ones, and batches without queries or
  *     without sequences; every output element must be written (they start as NaN);
  *   - the same bits without opts->lse, and for 1, 2 and 3 threads;
- *   - the fused forward's bits (O, LSE) those of each sequence run alone as a dense call
- *     on views of the same tensors, where the sequences run together. */
+ *   - the fused forward's bits (O, LSE) and the fused backward's (dQ, dK, dV) those of
+ *     each sequence run alone as a dense call on views of the same tensors, where the
+ *     sequences run together. */
 #include "ta_test.h"
 
 #include "fixture_cases.h"
@@ -310,6 +311,64 @@ static void test_varlen_bitwise_as_each_sequence_alone(void **state)
     TA_CHECK_OK(ta_set_num_threads(saved));
 }
 
+/* Each float of a [1, Hx, L, X] view bitwise that of `want` (the same shape). */
+static void expect_view_bits(const ta_tensor *got, const ta_tensor *want, const char *what,
+                             const char *spec, int nt, int seq)
+{
+    for (int64_t h = 0; h < got->shape[1]; h++)
+        for (int64_t r = 0; r < got->shape[2]; r++)
+            for (int64_t x = 0; x < got->shape[3]; x++) {
+                const float a = ((const float *)got->data)[h * got->stride[1] + r * got->stride[2] +
+                                                           x * got->stride[3]];
+                const float g = ((const float *)want->data)[h * want->stride[1] +
+                                                            r * want->stride[2] + x * want->stride[3]];
+                if (memcmp(&a, &g, sizeof a))
+                    fail_msg("%s, %d threads: sequence %d %s[%lld, %lld, %lld] %.9g, alone %.9g",
+                             spec, nt, seq, what, (long long)h, (long long)r, (long long)x, a, g);
+            }
+}
+
+/* The fused backward of a batch (its sequences in plan "group" together, the others
+ * alone: sdpa_backward_fused.c) gives the bits of each sequence's dense backward on the
+ * same views, dQ, dK and dV, on 1 and 3 threads. */
+static void test_varlen_backward_bitwise_as_each_sequence_alone(void **state)
+{
+    (void)state;
+    const int saved = ta_get_num_threads();
+    for (int nt = 1; nt <= 3; nt += 2)
+        for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
+            TA_CHECK_OK(ta_set_num_threads(nt));
+            ta_test_varlen_batch b;
+            ta_test_varlen_make(&b, &specs[i], 41 + i);
+            TA_CHECK_OK(ta_test_varlen_run(&b, TA_SDPA_FUSED, 1));
+            for (int s = 0; s < specs[i].n; s++) {
+                const int64_t q0 = b.cq[s], k0 = b.ck[s];
+                const int64_t lq = b.cq[s + 1] - q0, lk = b.ck[s + 1] - k0;
+                if (lq == 0 || lk == 0) continue; /* (the oracle test has those) */
+                const ta_tensor q = rows_of(&b.q, q0, lq), k = rows_of(&b.k, k0, lk);
+                const ta_tensor v = rows_of(&b.v, k0, lk), o = rows_of(&b.o, q0, lq);
+                const ta_tensor dout = rows_of(&b.dout, q0, lq), lse = rows_of(&b.lse, q0, lq);
+                const ta_tensor wq = rows_of(&b.dq, q0, lq), wk = rows_of(&b.dk, k0, lk);
+                const ta_tensor wv = rows_of(&b.dv, k0, lk);
+                ta_tensor dq, dk, dv;
+                TA_CHECK_OK(ta_tensor_empty(&dq, 4, wq.shape));
+                TA_CHECK_OK(ta_tensor_empty(&dk, 4, wk.shape));
+                TA_CHECK_OK(ta_tensor_empty(&dv, 4, wv.shape));
+                ta_sdpa_opts d = {.causal = specs[i].causal, .scale = specs[i].scale,
+                                  .path = TA_SDPA_FUSED};
+                TA_CHECK_OK(ta_sdpa_backward(&dq, &dk, &dv, &dout, &q, &k, &v, &o, &lse, &d));
+                expect_view_bits(&wq, &dq, "dQ", specs[i].name, nt, s);
+                expect_view_bits(&wk, &dk, "dK", specs[i].name, nt, s);
+                expect_view_bits(&wv, &dv, "dV", specs[i].name, nt, s);
+                ta_tensor_free(&dq);
+                ta_tensor_free(&dk);
+                ta_tensor_free(&dv);
+            }
+            ta_test_varlen_free(&b);
+        }
+    TA_CHECK_OK(ta_set_num_threads(saved));
+}
+
 /* -------------------------------------------------------- determinism */
 
 static void test_varlen_bitwise_for_any_thread_count(void **state)
@@ -350,6 +409,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_varlen_matches_pytorch),
         cmocka_unit_test(test_varlen_matches_oracle),
+        cmocka_unit_test(test_varlen_backward_bitwise_as_each_sequence_alone),
         cmocka_unit_test(test_varlen_without_lse),
         cmocka_unit_test(test_varlen_bitwise_for_any_thread_count),
         cmocka_unit_test(test_varlen_bitwise_as_each_sequence_alone),

@@ -91,6 +91,10 @@ bool ta_sdpa_rows_alias(const ta_tensor *t, int64_t cols, int64_t rows);
  * them), and the fence each thread that streamed runs before its parallel region ends. */
 #define TA_SDPA_STREAM_MIN ((int64_t)16 << 20)
 bool ta_sdpa_stream_rows(const ta_tensor *t, int64_t cols);
+/* The same for a call that writes `numel` elements of tensors like t (the sequences of
+ * a variable-length call in one region: each a small view of the packed output, which
+ * together they fill). */
+bool ta_sdpa_stream_rows_of(const ta_tensor *t, int64_t cols, int64_t numel);
 void ta_sdpa_stream_fence(void);
 
 /* How many keys from key j on follow it at stride[2] in K and V: to the end of j's
@@ -193,6 +197,12 @@ size_t ta_sdpa_forward_fused_batch_bound(const ta_sdpa_problem *p, int64_t n, si
 bool ta_sdpa_forward_fused_together(const ta_sdpa_problem *p, int64_t n);
 ta_status ta_sdpa_forward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_arena *scratch);
 size_t ta_sdpa_backward_fused_scratch_bound(const ta_sdpa_problem *p);
+/* The backward's counterparts for a variable-length call (sdpa_backward_fused.c): the
+ * sequences in plan "group" in one region, their groups claimed from one counter, the
+ * others alone after it; bitwise each alone. */
+bool ta_sdpa_backward_fused_together(const ta_sdpa_problem *p, int64_t n);
+size_t ta_sdpa_backward_fused_seqs_bound(const ta_sdpa_problem *whole, int64_t n, size_t alone);
+ta_status ta_sdpa_backward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_arena *scratch);
 
 /* ta_sdpa and ta_sdpa_backward (dense batches only, no cu_seqlens) with the diagonal
  * offset of the window and ALiBi given: query i and key j of the call are at

@@ -642,11 +642,9 @@ size_t ta_sdpa_backward_fused_scratch(const ta_sdpa_problem *p)
  * a variable-length batch whose whole is p). Rows, copies and tiles grow with Lq and Lk;
  * the plan does not: a shorter problem (one key tile) may take plan "group" where p does
  * not, with a dQ buffer of G * Lq' rows up to BWD_GROUP_DQ_MAX bytes. */
-size_t ta_sdpa_backward_fused_scratch_bound(const ta_sdpa_problem *p)
+static bwd_plan bound_plan(const ta_sdpa_problem *p, bwd_sched *sc)
 {
-    if (p->B * p->Hkv == 0) return 0;
-    bwd_sched sc;
-    bwd_plan f = make_plan(p, &sc);
+    bwd_plan f = make_plan(p, sc);
     int64_t lq = f.G * f.D > 0 ? TA_MIN(f.Lq, BWD_GROUP_DQ_MAX / (4 * f.G * f.D)) : f.Lq;
     f.dq_rows = TA_MAX(BWD_MQ, f.G * lq);
     /* a sequence in plan "group" may copy its groups' rows (group_copy: up to
@@ -657,8 +655,16 @@ size_t ta_sdpa_backward_fused_scratch_bound(const ta_sdpa_problem *p)
     f.kc_rows = group_copy(p->K, 1) ? TA_MIN(f.Lk, cap / TA_MAX(f.D, 1)) : 0;
     f.doc_rows = group_copy(p->dO, 1) ? TA_MIN(f.G * f.Lq, cap / TA_MAX(f.Dv, 1)) : 0;
     f.ws_bytes = ws_bytes(&f);
-    int64_t most = TA_MAX(sc.groups * TA_MAX(sc.nkt, 1), sc.items2);
-    sc.nt = (int)TA_MIN((int64_t)ta_threads(), TA_MAX(most, 1));
+    int64_t most = TA_MAX(sc->groups * TA_MAX(sc->nkt, 1), sc->items2);
+    sc->nt = (int)TA_MIN((int64_t)ta_threads(), TA_MAX(most, 1));
+    return f;
+}
+
+size_t ta_sdpa_backward_fused_scratch_bound(const ta_sdpa_problem *p)
+{
+    if (p->B * p->Hkv == 0) return 0;
+    bwd_sched sc;
+    bwd_plan f = bound_plan(p, &sc);
     return plan_bytes(&f, &sc);
 }
 
@@ -686,6 +692,19 @@ static void next_stream(const bwd_plan *f, bwd_ws *w, int64_t g, int64_t groups)
     w->next = (ta_pf){w->next_rows, w->next_rows + n};
 }
 
+/* The views the plan's products read (a tensor the groups copy: its own strides, which
+ * run_group replaces) and its D and LSE rows. */
+static void set_views(bwd_plan *f, const bwd_mem *m)
+{
+    const ta_sdpa_problem *p = f->p;
+    f->q = f->qc_rows ? unit_view_of(p->Q) : unit_view(p->Q, m->q);
+    f->k_ = f->kc_rows ? unit_view_of(p->K) : unit_view(p->K, m->k);
+    f->dout = f->doc_rows ? unit_view_of(p->dO) : unit_view(p->dO, m->dout);
+    f->v = unit_view_of(p->V);
+    f->di = m->di;
+    f->lse = m->lse;
+}
+
 ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
 {
     if (p->B * p->Hkv == 0) return TA_OK; /* every output is empty */
@@ -694,14 +713,8 @@ ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
     bwd_mem m;
     layout(scratch, &m, &f, &sc);
     if (scratch->overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", p->fn);
-    /* (a tensor the groups copy: its own strides, which run_group replaces) */
-    f.q = f.qc_rows ? unit_view_of(p->Q) : unit_view(p->Q, m.q);
-    f.k_ = f.kc_rows ? unit_view_of(p->K) : unit_view(p->K, m.k);
-    f.dout = f.doc_rows ? unit_view_of(p->dO) : unit_view(p->dO, m.dout);
-    f.v = unit_view_of(p->V);
+    set_views(&f, &m);
     if (!sc.group_plan) row_terms(&f, m.di, m.lse, sc.rows * f.Dv < 32768 ? 1 : sc.nt);
-    f.di = m.di;
-    f.lse = m.lse;
     int64_t claimed = 0; /* plan "group": groups claimed past the first (ta_claim_next) */
 
     const int64_t groups = sc.groups, items1 = sc.items1, items2 = sc.items2;
@@ -740,5 +753,188 @@ ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
         if (f.nt_dq || f.nt_dk || f.nt_dv) ta_sdpa_stream_fence(); /* before the barrier */
     }
     ta_sdpa_sinks_grad(p); /* dsigma from dO, O and the LSE (when asked for) */
+    return TA_OK;
+}
+
+/* ------------------------------------------------------ sequences together */
+
+/* The sequences of a variable-length backward in one parallel region: every sequence
+ * that takes plan "group" (each item a (batch, kv head) group, nothing between them)
+ * and reads its tensors in place or through its groups' copies joins; their groups are
+ * the items, claimed from one counter, the sequences with the costliest groups first.
+ * Each group runs as it would alone (its sequence's plan, run_group), so the bits are
+ * those of each sequence alone and of any thread count. Before, every sequence was a
+ * region of its own: a fork, a join and the wait for its last group (8 of them for
+ * Hkv = 8 on 2 threads). The others (plan "split", a whole-tensor copy) run alone after
+ * the region. */
+typedef struct bwd_seqs {
+    bwd_plan *plans;
+    bwd_sched *scheds;
+    int64_t *order; /* the joined sequences, costliest group first */
+    int64_t *base;  /* the first item of each of them, in order (joined + 1) */
+    int64_t *rows;  /* each sequence's first row of di and lse */
+} bwd_seqs;
+
+static void seqs_layout(ta_arena *a, bwd_seqs *h, int64_t n)
+{
+    h->plans = TA_ARENA_TAKE(a, bwd_plan, n);
+    h->scheds = TA_ARENA_TAKE(a, bwd_sched, n);
+    h->order = TA_ARENA_TAKE(a, int64_t, n);
+    h->base = TA_ARENA_TAKE(a, int64_t, n + 1);
+    h->rows = TA_ARENA_TAKE(a, int64_t, n + 1);
+}
+
+/* The pool after the head: nt per-thread scratches of ws_bytes, D and LSE of `rows`. */
+static void pool_layout(ta_arena *a, bwd_mem *m, size_t ws_bytes, int nt, int64_t rows)
+{
+    m->ws = TA_ARENA_TAKE2(a, unsigned char, (int64_t)ws_bytes, nt);
+    m->di = TA_ARENA_TAKE(a, float, rows);
+    m->lse = TA_ARENA_TAKE(a, float, rows);
+    m->q = m->k = m->dout = NULL;
+}
+
+static size_t seqs_bytes(int64_t n, size_t ws_bytes, int nt, int64_t rows, size_t alone)
+{
+    ta_arena a = ta_arena_measure(), b = ta_arena_measure();
+    bwd_seqs h;
+    bwd_mem m;
+    seqs_layout(&a, &h, n);
+    pool_layout(&b, &m, ws_bytes, nt, rows);
+    if (ws_bytes == SIZE_MAX) return SIZE_MAX;
+    return ta_size_sum(ta_arena_bytes(&a), TA_MAX(ta_arena_bytes(&b), alone));
+}
+
+bool ta_sdpa_backward_fused_together(const ta_sdpa_problem *p, int64_t n)
+{
+    if (!p->backward || p->path != TA_SDPA_FUSED || n < 2) return false;
+    ta_sdpa_staging st;
+    ta_sdpa_stage_plan(&st, p);
+    return ta_sdpa_stage_bytes(&st) == 0;
+}
+
+size_t ta_sdpa_backward_fused_seqs_bound(const ta_sdpa_problem *whole, int64_t n, size_t alone)
+{
+    if (n < 1 || whole->B * whole->Hkv == 0) return alone;
+    bwd_sched sc;
+    const bwd_plan f = bound_plan(whole, &sc); /* a thread's scratch for any sequence */
+    return seqs_bytes(n, f.ws_bytes, ta_threads(), sc.rows, alone);
+}
+
+/* Whether sequence p (planned as f, sc) joins the region. */
+static bool joins(const ta_sdpa_problem *p, const bwd_plan *f, const bwd_sched *sc)
+{
+    return p->B * p->Hkv > 0 && sc->group_plan && f->ws_bytes != SIZE_MAX &&
+           (f->qc_rows || !needs_copy(p->Q)) && (f->kc_rows || !needs_copy(p->K)) &&
+           (f->doc_rows || !needs_copy(p->dO));
+}
+
+/* The joined sequence (an index of order) that item `it` belongs to. */
+static int64_t item_seq(const bwd_seqs *h, int64_t joined, int64_t it)
+{
+    int64_t lo = 0, hi = joined - 1;
+    while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (h->base[mid] <= it) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* Plans sorted by their groups' cost (G Lq Lk), the costliest first; ties in order. */
+static void order_by_cost(bwd_seqs *h, int64_t joined)
+{
+    for (int64_t i = 1; i < joined; i++) {
+        const int64_t s = h->order[i];
+        const double c = (double)h->plans[s].G * h->plans[s].Lq * h->plans[s].Lk;
+        int64_t j = i;
+        for (; j > 0; j--) {
+            const bwd_plan *o = &h->plans[h->order[j - 1]];
+            if ((double)o->G * o->Lq * o->Lk >= c) break;
+            h->order[j] = h->order[j - 1];
+        }
+        h->order[j] = s;
+    }
+}
+
+ta_status ta_sdpa_backward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_arena *scratch)
+{
+    bwd_seqs h;
+    seqs_layout(scratch, &h, n);
+    if (scratch->overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", ps->fn);
+    ta_arena rest = ta_arena_over(scratch->base + scratch->used, scratch->size - scratch->used);
+    int64_t joined = 0, rows = 0, nq = 0, nk = 0, nv = 0;
+    size_t ws = 0;
+    bool nt_stores = false;
+    for (int64_t s = 0; s < n; s++) {
+        h.plans[s] = make_plan(&ps[s], &h.scheds[s]);
+        if (!joins(&ps[s], &h.plans[s], &h.scheds[s])) continue;
+        h.order[joined++] = s;
+        h.rows[s] = rows;
+        rows += h.scheds[s].rows;
+        ws = TA_MAX(ws, h.plans[s].ws_bytes);
+        nq += ta_tensor_numel(ps[s].dQ);
+        nk += ta_tensor_numel(ps[s].dK);
+        nv += ta_tensor_numel(ps[s].dV);
+    }
+    /* non-temporal stores by what the region writes, not each sequence's share (B64 H8
+     * L128 D64 causal as varlen, 2 threads: ...) */
+    for (int64_t k = 0; k < joined; k++) {
+        bwd_plan *f = &h.plans[h.order[k]];
+        const ta_sdpa_problem *p = f->p;
+        f->nt_dq = ta_sdpa_stream_rows_of(p->dQ, f->D, nq);
+        f->nt_dk = ta_sdpa_stream_rows_of(p->dK, f->D, nk);
+        f->nt_dv = ta_sdpa_stream_rows_of(p->dV, f->Dv, nv);
+        nt_stores |= f->nt_dq || f->nt_dk || f->nt_dv;
+    }
+    if (joined > 1) {
+        order_by_cost(&h, joined);
+        h.base[0] = 0;
+        for (int64_t k = 0; k < joined; k++)
+            h.base[k + 1] = h.base[k] + h.scheds[h.order[k]].groups;
+        const int64_t items = h.base[joined];
+        const int nt = (int)TA_MAX(1, TA_MIN((int64_t)ta_threads(), items));
+        ta_arena a = rest;
+        bwd_mem m;
+        pool_layout(&a, &m, ws, nt, rows);
+        if (a.overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", ps->fn);
+        for (int64_t k = 0; k < joined; k++) {
+            const int64_t s = h.order[k];
+            bwd_mem ms = m;
+            ms.di = m.di + h.rows[s];
+            ms.lse = m.lse + h.rows[s];
+            set_views(&h.plans[s], &ms);
+        }
+        int64_t claimed = 0;
+#pragma omp parallel num_threads(nt)
+        {
+            unsigned char *mine = m.ws + (size_t)omp_get_thread_num() * ws;
+            int64_t it = ta_claim_first();
+            while (it < items) {
+                const int64_t next = ta_claim_next(&claimed);
+                const int64_t k = item_seq(&h, joined, it), g = it - h.base[k];
+                const bwd_plan *f = &h.plans[h.order[k]];
+                bwd_ws w;
+                ta_arena own = ta_arena_over(mine, ws);
+                ws_layout(&own, &w, f);
+                w.next = w.kv_next = (ta_pf){NULL, NULL};
+                if (next < items) { /* the next group's O and dO rows, if it is this one's */
+                    const int64_t k2 = item_seq(&h, joined, next);
+                    if (k2 == k) next_stream(f, &w, next - h.base[k], h.scheds[h.order[k]].groups);
+                }
+                const int64_t r0 = h.rows[h.order[k]];
+                run_group(f, &w, g / f->Hkv, g % f->Hkv, m.di + r0, m.lse + r0);
+                it = next;
+            }
+            if (nt_stores) ta_sdpa_stream_fence();
+        }
+    }
+    /* the others alone, in order */
+    for (int64_t s = 0; s < n; s++) {
+        if (joined > 1 && joins(&ps[s], &h.plans[s], &h.scheds[s])) continue;
+        ta_arena a = rest;
+        ta_status st = ta_sdpa_backward_fused(&ps[s], &a);
+        if (st) return st;
+    }
+    for (int64_t k = 0; joined > 1 && k < joined; k++) ta_sdpa_sinks_grad(&ps[h.order[k]]);
     return TA_OK;
 }

@@ -108,15 +108,20 @@ static void finish_row(const fused_plan *f, int64_t b, int64_t hkv, int64_t r,
 #include <xmmintrin.h>
 #endif
 
-bool ta_sdpa_stream_rows(const ta_tensor *t, int64_t cols)
+bool ta_sdpa_stream_rows_of(const ta_tensor *t, int64_t cols, int64_t numel)
 {
 #if defined(__SSE2__)
     return t->dtype == TA_F32 && t->stride[3] == 1 && cols > 0 && cols % 4 == 0 &&
-           ta_tensor_numel(t) >= TA_SDPA_STREAM_MIN / (int64_t)sizeof(float);
+           numel >= TA_SDPA_STREAM_MIN / (int64_t)sizeof(float);
 #else
-    (void)t, (void)cols;
+    (void)t, (void)cols, (void)numel;
     return false;
 #endif
+}
+
+bool ta_sdpa_stream_rows(const ta_tensor *t, int64_t cols)
+{
+    return ta_sdpa_stream_rows_of(t, cols, ta_tensor_numel(t));
 }
 
 void ta_sdpa_stream_fence(void)

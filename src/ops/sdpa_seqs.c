@@ -261,7 +261,9 @@ static size_t together_bytes(const seqs_call *c, const ta_sdpa_problem *whole, s
     seq_views *v;
     ta_sdpa_problem *p;
     together_layout(&a, &v, &p, c->n);
-    return ta_size_sum(ta_arena_bytes(&a), ta_sdpa_forward_fused_seqs_bound(whole, c->n, alone));
+    return ta_size_sum(ta_arena_bytes(&a),
+                       c->backward ? ta_sdpa_backward_fused_seqs_bound(whole, c->n, alone)
+                                   : ta_sdpa_forward_fused_seqs_bound(whole, c->n, alone));
 }
 
 /* Every sequence of the call in the scratch block s: together, or one after another. */
@@ -278,7 +280,9 @@ static ta_status run_all(seqs_call *c, const ta_scratch *s, bool joint)
             st = views_of(&v[b], c, b);
             if (!st) st = prepare(&p[b], c, &v[b], b);
         }
-        return st ? st : ta_sdpa_forward_fused_seqs(p, c->n, &a);
+        if (st) return st;
+        return c->backward ? ta_sdpa_backward_fused_seqs(p, c->n, &a)
+                           : ta_sdpa_forward_fused_seqs(p, c->n, &a);
     }
     for (int64_t b = 0; !st && b < c->n; b++) {
         seq_views v;
@@ -306,7 +310,8 @@ static ta_status run(size_t *bytes, seqs_call *c)
     if (st) return st;
     /* together: the whole's bound for a sequence alone (no pass over the sequences to
      * size them, which with many tiny ones cost as much as their attention) */
-    const bool joint = ta_sdpa_forward_fused_together(&whole, c->n);
+    const bool joint = c->backward ? ta_sdpa_backward_fused_together(&whole, c->n)
+                                   : ta_sdpa_forward_fused_together(&whole, c->n);
     if (!joint && (st = largest_need(&need, c))) return st;
     size_t bound = whole.path == TA_SDPA_FUSED ? ta_sdpa_scratch_bound(&whole) : need;
     if (need > bound)
