@@ -876,8 +876,10 @@ ta_status ta_sdpa_backward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_a
         nk += ta_tensor_numel(ps[s].dK);
         nv += ta_tensor_numel(ps[s].dV);
     }
-    /* non-temporal stores by what the region writes, not each sequence's share (B64 H8
-     * L128 D64 causal as varlen, 2 threads: ...) */
+    /* non-temporal stores by what the region writes, not by each sequence's share of it
+     * (64 sequences of 128, H8 D64 causal, 16 MiB a gradient: each view 256 KiB, its
+     * rows stored plainly, read for ownership first; 1 / 2 threads 28.8 -> 24.8 ms,
+     * 17.1 -> 14.4) */
     for (int64_t k = 0; k < joined; k++) {
         bwd_plan *f = &h.plans[h.order[k]];
         const ta_sdpa_problem *p = f->p;

@@ -847,8 +847,17 @@ ta_status ta_sdpa_forward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_ar
     all.nt = plain.nt = plan_threads(TA_MAX(all.items, 1));
     all.ws_bytes = plain.ws_bytes = h.plans[widest].ws_bytes;
     const bool parts = pool_bytes(&all) <= rest.size;
+    int64_t o_numel = 0; /* what the region writes of O */
     for (int64_t s = 0; s < n; s++)
-        if (joins(&ps[s], &h.plans[s]) && (parts || !h.plans[s].split)) h.order[joined++] = s;
+        if (joins(&ps[s], &h.plans[s]) && (parts || !h.plans[s].split)) {
+            h.order[joined++] = s;
+            o_numel += ta_tensor_numel(ps[s].O);
+        }
+    /* O's rows non-temporal by what the region writes, not by each sequence's share */
+    for (int64_t k = 0; k < joined; k++) {
+        fused_plan *f = &h.plans[h.order[k]];
+        f->stream_o = ta_sdpa_stream_rows_of(f->p->O, f->p->Dv, o_numel);
+    }
     if (joined > 1) {
         const seqs_need *need = parts ? &all : &plain;
         const fused_plan *f0 = &h.plans[widest];
