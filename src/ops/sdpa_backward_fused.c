@@ -16,9 +16,12 @@
  *     dV_t += P^T dO_t,  dK_t += dS^T Q_t                 attn_bwd_gemm, tile accumulators
  *     dQ_t += dS K_t                                      (plan "group", see below)
  * Blocks whose rows all end before the key tile (causal, key lengths: ta_mask_row_end)
- * are skipped; a block that a bound cuts (the causal diagonal) runs as BWD_SUB x BWD_SUB
- * sub-blocks, skipping those whose rows all end before their keys (each sum keeps its
- * order: a skipped sub-block would only have added zeros). Lq x Lk is never formed.
+ * are skipped; a block that only the rows' ends cut (the causal diagonal) runs as its
+ * triangle (tri_limits, attn_bwd_gemm_ranged: each product over the rows and keys that
+ * see each other, by micro-tile), one that a row's start cuts too (a window's left edge)
+ * or with a mask tensor as BWD_SUB x BWD_SUB sub-blocks, skipping those whose rows all
+ * end before their keys; each sum keeps its order (what is skipped would only have
+ * added zeros). Lq x Lk is never formed.
  *
  * dQ sums over key tiles, dK and dV over query tiles. To stay deterministic without
  * atomics, every output element is owned by one work item that adds in a fixed order:

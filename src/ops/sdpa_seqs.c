@@ -15,15 +15,18 @@
  *      rest (options, overlaps).
  *   2. Scratch, one block before any output is written: a caller's workspace must hold
  *      what the workspace query says (fused: the whole's ta_sdpa_scratch_bound, from the
- *      shapes only, covering every sequence, and for a forward of several sequences
- *      what running them together takes; reference: the largest sequence's need); the
+ *      shapes only, covering every sequence, and for several sequences what running
+ *      them together takes; reference: the largest sequence's need); the
  *      library's block holds the largest sequence's need, or the together's.
  *   3. Run the sequences in that block: a fused forward of several sequences in one
  *      parallel region (ta_sdpa_forward_fused_seqs: each sequence's plan and work list,
  *      their chunks claimed from one counter; those whose plan cannot join, a key
- *      split or a mask table, alone after it); otherwise in order, each one run of an
+ *      split or a mask table, alone after it), a fused backward likewise
+ *      (ta_sdpa_backward_fused_seqs: the groups of the sequences in plan "group"
+ *      claimed from one counter, the others alone after it); otherwise (the reference
+ *      path, or tensors that need float32 stand-ins) in order, each one run of an
  *      implementation with its own OpenMP region, whose fixed cost dominates with many
- *      very short sequences (the backward, the reference path).
+ *      very short sequences.
  * Attention variants: each sequence has its own delta (its Lq_b, Lk_b); ALiBi slopes
  * [num_seqs, H] give sequence b its row b as [H]; the sinks' gradient sums over every
  * sequence, so the sequences run without dsinks and the whole (its O, dO and LSE are the
