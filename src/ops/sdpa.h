@@ -86,15 +86,22 @@ bool ta_sdpa_rows_alias(const ta_tensor *t, int64_t cols, int64_t rows);
 
 /* Output rows written with non-temporal stores (sdpa_fused_items.c): whether the fused
  * paths stream t's rows (float32, unit-stride, cols a multiple of 4, where SSE is, and t
- * at least TA_SDPA_STREAM_MIN bytes: far larger than a core's L2, each line would be read
- * for ownership and evicted before anyone reads it; the kernels' attn_scale_row stores
- * them), and the fence each thread that streamed runs before its parallel region ends. */
+ * at least min_bytes: larger than the cores' L2, each line would be read for ownership
+ * and evicted before anyone reads it; the kernels' attn_scale_row stores them), and the
+ * fence each thread that streamed runs before its parallel region ends. The least sizes,
+ * measured on the two-port Xeon (docs/performance.md, sessions 8 and 25): 16 MiB, and
+ * for a forward's O whose rows lie apart (a [B, L, H, D] layout, a varlen call's packed
+ * O) 4 MiB. */
 #define TA_SDPA_STREAM_MIN ((int64_t)16 << 20)
-bool ta_sdpa_stream_rows(const ta_tensor *t, int64_t cols);
+#define TA_SDPA_STREAM_MIN_APART ((int64_t)4 << 20)
+bool ta_sdpa_stream_rows(const ta_tensor *t, int64_t cols, int64_t min_bytes);
 /* The same for a call that writes `numel` elements of tensors like t (the sequences of
  * a variable-length call in one region: each a small view of the packed output, which
  * together they fill). */
-bool ta_sdpa_stream_rows_of(const ta_tensor *t, int64_t cols, int64_t numel);
+bool ta_sdpa_stream_rows_of(const ta_tensor *t, int64_t cols, int64_t numel, int64_t min_bytes);
+/* A forward's least O for streaming: TA_SDPA_STREAM_MIN_APART where O's rows (cols
+ * floats each) lie apart, else TA_SDPA_STREAM_MIN. */
+int64_t ta_sdpa_o_stream_min(const ta_tensor *O, int64_t cols);
 void ta_sdpa_stream_fence(void);
 
 /* How many keys from key j on follow it at stride[2] in K and V: to the end of j's

@@ -575,9 +575,9 @@ static bwd_plan make_plan(const ta_sdpa_problem *p, bwd_sched *sc)
     /* large gradients with non-temporal stores (ta_sdpa_stream_rows). Two-port Xeon, seed
      * causal backward (dQ, dK, dV 32 MiB each; driver, medians, three alternations):
      * 206.8 -> 204.4 ms on 1 thread, 104.3 -> 101.5 on 2 */
-    f.nt_dq = ta_sdpa_stream_rows(p->dQ, f.D);
-    f.nt_dk = ta_sdpa_stream_rows(p->dK, f.D);
-    f.nt_dv = ta_sdpa_stream_rows(p->dV, f.Dv);
+    f.nt_dq = ta_sdpa_stream_rows(p->dQ, f.D, TA_SDPA_STREAM_MIN);
+    f.nt_dk = ta_sdpa_stream_rows(p->dK, f.D, TA_SDPA_STREAM_MIN);
+    f.nt_dv = ta_sdpa_stream_rows(p->dV, f.Dv, TA_SDPA_STREAM_MIN);
     sc->rows = f.B * f.H * f.Lq;
     sc->groups = f.B * f.Hkv;
     sc->nkt = (f.Lk + BWD_NK - 1) / BWD_NK;
@@ -886,9 +886,9 @@ ta_status ta_sdpa_backward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_a
     for (int64_t k = 0; k < joined; k++) {
         bwd_plan *f = &h.plans[h.order[k]];
         const ta_sdpa_problem *p = f->p;
-        f->nt_dq = ta_sdpa_stream_rows_of(p->dQ, f->D, nq);
-        f->nt_dk = ta_sdpa_stream_rows_of(p->dK, f->D, nk);
-        f->nt_dv = ta_sdpa_stream_rows_of(p->dV, f->Dv, nv);
+        f->nt_dq = ta_sdpa_stream_rows_of(p->dQ, f->D, nq, TA_SDPA_STREAM_MIN);
+        f->nt_dk = ta_sdpa_stream_rows_of(p->dK, f->D, nk, TA_SDPA_STREAM_MIN);
+        f->nt_dv = ta_sdpa_stream_rows_of(p->dV, f->Dv, nv, TA_SDPA_STREAM_MIN);
         nt_stores |= f->nt_dq || f->nt_dk || f->nt_dv;
     }
     if (joined > 1) {

@@ -244,7 +244,7 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
      * Xeon (driver, medians, alternated): causal B512 H8 L128 D64 (O 128 MiB) 161 -> 152
      * ms on 1 thread, 84.2 -> 79.1 on 2; the seed's causal case (32 MiB) 89.1 -> 85.9 and
      * 44.8 -> 43.7. Below the bound O stays in the caches for the next operation. */
-    f.stream_o = ta_sdpa_stream_rows(p->O, p->Dv);
+    f.stream_o = ta_sdpa_stream_rows(p->O, p->Dv, ta_sdpa_o_stream_min(p->O, p->Dv));
     f.scores_var = ta_sdpa_fused_scores_needed(&p->var);
     f.tpg = ta_fused_group_tiles(&f, NULL, NULL);
     f.ngroups = p->B * p->Hkv;
@@ -856,7 +856,8 @@ ta_status ta_sdpa_forward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_ar
     /* O's rows non-temporal by what the region writes, not by each sequence's share */
     for (int64_t k = 0; k < joined; k++) {
         fused_plan *f = &h.plans[h.order[k]];
-        f->stream_o = ta_sdpa_stream_rows_of(f->p->O, f->p->Dv, o_numel);
+        f->stream_o = ta_sdpa_stream_rows_of(f->p->O, f->p->Dv, o_numel,
+                                             ta_sdpa_o_stream_min(f->p->O, f->p->Dv));
     }
     if (joined > 1) {
         const seqs_need *need = parts ? &all : &plain;

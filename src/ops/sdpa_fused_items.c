@@ -108,20 +108,25 @@ static void finish_row(const fused_plan *f, int64_t b, int64_t hkv, int64_t r,
 #include <xmmintrin.h>
 #endif
 
-bool ta_sdpa_stream_rows_of(const ta_tensor *t, int64_t cols, int64_t numel)
+bool ta_sdpa_stream_rows_of(const ta_tensor *t, int64_t cols, int64_t numel, int64_t min_bytes)
 {
 #if defined(__SSE2__)
     return t->dtype == TA_F32 && t->stride[3] == 1 && cols > 0 && cols % 4 == 0 &&
-           numel >= TA_SDPA_STREAM_MIN / (int64_t)sizeof(float);
+           numel >= min_bytes / (int64_t)sizeof(float);
 #else
-    (void)t, (void)cols, (void)numel;
+    (void)t, (void)cols, (void)numel, (void)min_bytes;
     return false;
 #endif
 }
 
-bool ta_sdpa_stream_rows(const ta_tensor *t, int64_t cols)
+bool ta_sdpa_stream_rows(const ta_tensor *t, int64_t cols, int64_t min_bytes)
 {
-    return ta_sdpa_stream_rows_of(t, cols, ta_tensor_numel(t));
+    return ta_sdpa_stream_rows_of(t, cols, ta_tensor_numel(t), min_bytes);
+}
+
+int64_t ta_sdpa_o_stream_min(const ta_tensor *O, int64_t cols)
+{
+    return O->shape[2] > 1 && O->stride[2] != cols ? TA_SDPA_STREAM_MIN_APART : TA_SDPA_STREAM_MIN;
 }
 
 void ta_sdpa_stream_fence(void)
