@@ -23,6 +23,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #define BWD_INLINE static inline __attribute__((always_inline))
 
@@ -148,9 +149,9 @@ void NAME_GEMM_RANGED(float *c, int64_t ldc, const float *a, int64_t rsa, int64_
         k1 = k1 > k ? k : k1;
         n1 = n1 > n ? n : n1 < 0 ? 0 : n1;
         float *ci = c + i * ldc;
-        if (!acc)
-            for (int64_t r = 0; r < mr; r++)
-                for (int64_t j = k1 > k0 ? n1 : 0; j < n; j++) ci[r * ldc + j] = 0.0f;
+        const int64_t z = k1 > k0 ? n1 : 0; /* the columns from z on are 0 (!acc) */
+        if (!acc && z < n)
+            for (int64_t r = 0; r < mr; r++) memset(ci + r * ldc + z, 0, sizeof(float) * (size_t)(n - z));
         if (k1 > k0 && n1 > 0)
             NAME_GEMM(ci, ldc, a + i * rsa + k0 * csa, rsa, csa, b + k0 * ldb, ldb, mr, n1,
                       k1 - k0, acc, pf);
