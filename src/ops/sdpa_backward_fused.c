@@ -569,7 +569,12 @@ typedef struct bwd_sched {
     int nt;
 } bwd_sched;
 
-static bwd_plan make_plan(const ta_sdpa_problem *p, bwd_sched *sc)
+/* together: p is one of many problems in one region (ta_sdpa_backward_fused_seqs),
+ * which feed the threads with their groups together, so that plan "group" does not need
+ * BWD_GROUP_MIN groups of p's own. The two plans give the same bits (each sum in the
+ * same order; the row terms in one order whatever the range), but for the sign of a
+ * zero: test_varlen_backward_bitwise_as_each_sequence_alone compares them. */
+static bwd_plan make_plan_as(const ta_sdpa_problem *p, bwd_sched *sc, bool together)
 {
     bwd_plan f = {.p = p, .k = ta_kernels_active(), .B = p->B, .H = p->H, .Hkv = p->Hkv,
                   .G = p->G, .Lq = p->Lq, .Lk = p->Lk, .D = p->D, .Dv = p->Dv};
@@ -583,7 +588,8 @@ static bwd_plan make_plan(const ta_sdpa_problem *p, bwd_sched *sc)
     sc->groups = f.B * f.Hkv;
     sc->nkt = (f.Lk + BWD_NK - 1) / BWD_NK;
     double dq_bytes = 4.0 * (double)f.G * (double)f.Lq * (double)f.D;
-    sc->group_plan = (sc->groups >= BWD_GROUP_MIN || sc->nkt <= 1) && dq_bytes <= BWD_GROUP_DQ_MAX;
+    sc->group_plan = (together || sc->groups >= BWD_GROUP_MIN || sc->nkt <= 1) &&
+                     dq_bytes <= BWD_GROUP_DQ_MAX;
     f.dq_rows = sc->group_plan ? f.G * f.Lq : BWD_MQ;
     f.qc_rows = sc->group_plan && group_copy(p->Q, f.G * f.Lq) ? f.G * f.Lq : 0;
     f.kc_rows = sc->group_plan && group_copy(p->K, f.Lk) ? f.Lk : 0;
@@ -597,6 +603,11 @@ static bwd_plan make_plan(const ta_sdpa_problem *p, bwd_sched *sc)
     int64_t most = TA_MAX(sc->items1, sc->items2);
     if (sc->nt > most) sc->nt = (int)TA_MAX(most, 1);
     return f;
+}
+
+static bwd_plan make_plan(const ta_sdpa_problem *p, bwd_sched *sc)
+{
+    return make_plan_as(p, sc, false);
 }
 
 /* The scratch: per-thread workspaces, D and LSE per row, and unit-stride copies of Q, K,
@@ -763,14 +774,15 @@ ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
 /* ------------------------------------------------------ sequences together */
 
 /* The sequences of a variable-length backward in one parallel region: every sequence
- * that takes plan "group" (each item a (batch, kv head) group, nothing between them)
- * and reads its tensors in place or through its groups' copies joins; their groups are
- * the items, claimed from one counter, the sequences with the costliest groups first.
- * Each group runs as it would alone (its sequence's plan, run_group), so the bits are
- * those of each sequence alone and of any thread count. Before, every sequence was a
+ * that takes plan "group" (each item a (batch, kv head) group, nothing between them;
+ * planned as together, so whatever its number of groups, when its dQ buffer fits) and
+ * reads its tensors in place or through its groups' copies joins; their groups are the
+ * items, claimed from one counter, the sequences with the costliest groups first. Each
+ * group runs as run_group runs it for its sequence alone, so the bits are those of each
+ * sequence alone (either plan) and of any thread count. Before, every sequence was a
  * region of its own: a fork, a join and the wait for its last group (8 of them for
- * Hkv = 8 on 2 threads). The others (plan "split", a whole-tensor copy) run alone after
- * the region. */
+ * Hkv = 8 on 2 threads). The others (a dQ buffer past BWD_GROUP_DQ_MAX, a whole-tensor
+ * copy) run alone after the region. */
 typedef struct seq_cost {
     double cost; /* of one group: G Lq Lk */
     int64_t s;
@@ -880,7 +892,7 @@ ta_status ta_sdpa_backward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_a
     size_t ws = 0;
     bool nt_stores = false;
     for (int64_t s = 0; s < n; s++) {
-        h.plans[s] = make_plan(&ps[s], &h.scheds[s]);
+        h.plans[s] = make_plan_as(&ps[s], &h.scheds[s], true);
         if (!joins(&ps[s], &h.plans[s], &h.scheds[s])) continue;
         h.order[joined++] = s;
         h.rows[s] = rows;
