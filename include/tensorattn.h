@@ -497,7 +497,7 @@ ta_status ta_sdpa_backward_workspace_size(size_t *bytes, const ta_tensor *dQ,
  * sees get dK = dV = 0). mask, key_lengths and weights do not combine with cu_seqlens
  * (TA_EINVAL: the offsets already say where each sequence ends). The fused path visits
  * only the real tokens, and runs the sequences in one parallel region (the backward:
- * those whose groups need no split of their keys' work, the others one by one). On
+ * those whose dQ rows of a kv head fit 4 MiB, the others one by one). On
  * the fused path (TA_SDPA_AUTO, TA_SDPA_FUSED) the workspace size depends on Tq, Tk,
  * num_seqs and the shapes, not on the offsets: one workspace serves every batch of those
  * totals with at most num_seqs sequences; on TA_SDPA_REFERENCE (the oracle) it is the

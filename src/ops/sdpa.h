@@ -205,8 +205,9 @@ bool ta_sdpa_forward_fused_together(const ta_sdpa_problem *p, int64_t n);
 ta_status ta_sdpa_forward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_arena *scratch);
 size_t ta_sdpa_backward_fused_scratch_bound(const ta_sdpa_problem *p);
 /* The backward's counterparts for a variable-length call (sdpa_backward_fused.c): the
- * sequences in plan "group" in one region, their groups claimed from one counter, the
- * others alone after it; bitwise each alone. */
+ * sequences in plan "group" (whatever their number of groups) in one region, their
+ * groups claimed from one counter, the others (a dQ buffer too large, a whole-tensor
+ * copy) alone after it; bitwise each alone. */
 bool ta_sdpa_backward_fused_together(const ta_sdpa_problem *p, int64_t n);
 size_t ta_sdpa_backward_fused_seqs_bound(const ta_sdpa_problem *whole, int64_t n, size_t alone);
 ta_status ta_sdpa_backward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_arena *scratch);

@@ -22,8 +22,8 @@
  *      parallel region (ta_sdpa_forward_fused_seqs: each sequence's plan and work list,
  *      their chunks claimed from one counter; those whose plan cannot join, a key
  *      split or a mask table, alone after it), a fused backward likewise
- *      (ta_sdpa_backward_fused_seqs: the groups of the sequences in plan "group"
- *      claimed from one counter, the others alone after it); otherwise (the reference
+ *      (ta_sdpa_backward_fused_seqs: the groups of the sequences claimed from one
+ *      counter, those whose dQ buffer is too large alone after it); otherwise (the reference
  *      path, or tensors that need float32 stand-ins) in order, each one run of an
  *      implementation with its own OpenMP region, whose fixed cost dominates with many
  *      very short sequences.
