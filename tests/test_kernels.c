@@ -1078,11 +1078,15 @@ static void test_attn_pack_t(void **state)
     const ta_kernels *ref, *k = tested(&ref);
     (void)ref;
     const int64_t ds[] = {1, 7, 8, 9, 16, 17, 64, 129};
-    const int64_t lds[] = {k->attn_mq, 64}; /* the forward's Q tile, the backward's K, V */
-    for (size_t l = 0; l < 2; l++)
-        for (int64_t mq = 1; mq <= lds[l]; mq += mq < 20 ? 1 : 7)
+    /* the forward's Q tile, a row of 64; the backward's K, V tiles at their own stride
+     * (pack_kv: mq rounded up to 16, or mq itself below 16) */
+    for (int l = 0; l < 3; l++)
+        for (int64_t mq = 1; mq <= 64; mq += mq < 20 ? 1 : 7) {
+            const int64_t ld = l == 0 ? k->attn_mq : l == 1 ? 64 : mq < 16 ? mq : (mq + 15) / 16 * 16;
+            if (mq > ld) continue;
             for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
-                for (int64_t s3 = 1; s3 <= 2; s3++) pack_t_case(k, lds[l], mq, ds[i], s3);
+                for (int64_t s3 = 1; s3 <= 2; s3++) pack_t_case(k, ld, mq, ds[i], s3);
+        }
 }
 
 /* ------------------------------------------------------- attn_scale_row */
