@@ -261,6 +261,23 @@ static ta_tensor rows_of(const ta_tensor *t, int64_t t0, int64_t L)
     return v;
 }
 
+/* Each float of a [1, Hx, L, X] view bitwise that of `want` (the same shape). */
+static void expect_view_bits(const ta_tensor *got, const ta_tensor *want, const char *what,
+                             const char *spec, int nt, int seq)
+{
+    for (int64_t h = 0; h < got->shape[1]; h++)
+        for (int64_t r = 0; r < got->shape[2]; r++)
+            for (int64_t x = 0; x < got->shape[3]; x++) {
+                const float a = ((const float *)got->data)[h * got->stride[1] + r * got->stride[2] +
+                                                           x * got->stride[3]];
+                const float g = ((const float *)want->data)[h * want->stride[1] +
+                                                            r * want->stride[2] + x * want->stride[3]];
+                if (memcmp(&a, &g, sizeof a))
+                    fail_msg("%s, %d threads: sequence %d %s[%lld, %lld, %lld] %.9g, alone %.9g",
+                             spec, nt, seq, what, (long long)h, (long long)r, (long long)x, a, g);
+            }
+}
+
 /* The fused forward of a batch (its sequences together where they can, sdpa_seqs.c)
  * gives the bits of each sequence run alone as a dense call on the same views, O and
  * LSE, on 1 and 3 threads: whichever sequences run together, in whatever order the
@@ -288,15 +305,9 @@ static void test_varlen_bitwise_as_each_sequence_alone(void **state)
                 ta_sdpa_opts d = {.causal = o.causal, .scale = o.scale, .path = TA_SDPA_FUSED,
                                   .lse = &lse};
                 TA_CHECK_OK(ta_sdpa(&out, &q, &k, &v, &d));
+                expect_view_bits(&want, &out, "O", specs[i].name, nt, s);
                 for (int64_t h = 0; h < out.shape[1]; h++)
                     for (int64_t r = 0; r < lq; r++) {
-                        const float *a = (const float *)out.data + h * out.stride[1] + r * out.stride[2];
-                        const float *g = (const float *)want.data + h * want.stride[1] + r * want.stride[2];
-                        for (int64_t x = 0; x < out.shape[3]; x++)
-                            if (memcmp(&a[x], &g[x * want.stride[3]], sizeof(float)))
-                                fail_msg("%s, %d threads: sequence %d O[%lld, %lld, %lld] %.9g, "
-                                         "alone %.9g", specs[i].name, nt, s, (long long)h,
-                                         (long long)r, (long long)x, g[x * want.stride[3]], a[x]);
                         const float la = ((const float *)lse.data)[h * lq + r];
                         const float lg = ((const float *)wl.data)[h * wl.stride[1] + r * wl.stride[2]];
                         if (memcmp(&la, &lg, sizeof(float)))
@@ -309,23 +320,6 @@ static void test_varlen_bitwise_as_each_sequence_alone(void **state)
             ta_test_varlen_free(&b);
         }
     TA_CHECK_OK(ta_set_num_threads(saved));
-}
-
-/* Each float of a [1, Hx, L, X] view bitwise that of `want` (the same shape). */
-static void expect_view_bits(const ta_tensor *got, const ta_tensor *want, const char *what,
-                             const char *spec, int nt, int seq)
-{
-    for (int64_t h = 0; h < got->shape[1]; h++)
-        for (int64_t r = 0; r < got->shape[2]; r++)
-            for (int64_t x = 0; x < got->shape[3]; x++) {
-                const float a = ((const float *)got->data)[h * got->stride[1] + r * got->stride[2] +
-                                                           x * got->stride[3]];
-                const float g = ((const float *)want->data)[h * want->stride[1] +
-                                                            r * want->stride[2] + x * want->stride[3]];
-                if (memcmp(&a, &g, sizeof a))
-                    fail_msg("%s, %d threads: sequence %d %s[%lld, %lld, %lld] %.9g, alone %.9g",
-                             spec, nt, seq, what, (long long)h, (long long)r, (long long)x, a, g);
-            }
 }
 
 /* The fused backward of a batch (its sequences in plan "group" together, the others

@@ -99,6 +99,14 @@ bool ta_sdpa_stream_rows(const ta_tensor *t, int64_t cols, int64_t min_bytes);
  * a variable-length call in one region: each a small view of the packed output, which
  * together they fill). */
 bool ta_sdpa_stream_rows_of(const ta_tensor *t, int64_t cols, int64_t numel, int64_t min_bytes);
+/* One of many problems in one parallel region and what its work costs; the problems in
+ * order, the costliest first (ties in the order s gives), as the regions claim them
+ * (sdpa_fused_items.c; the fused forward's and backward's ..._seqs). */
+typedef struct ta_sdpa_cost {
+    double cost;
+    int64_t s;
+} ta_sdpa_cost;
+void ta_sdpa_order_by_cost(ta_sdpa_cost *keys, int64_t n, int64_t *order);
 /* A forward's least O for streaming: TA_SDPA_STREAM_MIN_APART where O's rows (cols
  * floats each) lie apart, else TA_SDPA_STREAM_MIN. */
 int64_t ta_sdpa_o_stream_min(const ta_tensor *O, int64_t cols);

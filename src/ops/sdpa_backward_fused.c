@@ -51,7 +51,6 @@
 
 #include <math.h>
 #include <omp.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* Tiles: 64 x 64 blocks keep S, dP (16 KiB each) and the dK, dV accumulators in L1/L2;
@@ -783,15 +782,10 @@ ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
  * region of its own: a fork, a join and the wait for its last group (8 of them for
  * Hkv = 8 on 2 threads). The others (a dQ buffer past BWD_GROUP_DQ_MAX, a whole-tensor
  * copy) run alone after the region. */
-typedef struct seq_cost {
-    double cost; /* of one group: G Lq Lk */
-    int64_t s;
-} seq_cost;
-
 typedef struct bwd_seqs {
     bwd_plan *plans;
     bwd_sched *scheds;
-    seq_cost *keys; /* the joined sequences, to sort */
+    ta_sdpa_cost *keys; /* the joined sequences, to sort: a group's G Lq Lk */
     int64_t *order; /* the joined sequences, costliest group first */
     int64_t *base;  /* the first item of each of them, in order (joined + 1) */
     int64_t *rows;  /* each sequence's first row of di and lse */
@@ -801,7 +795,7 @@ static void seqs_layout(ta_arena *a, bwd_seqs *h, int64_t n)
 {
     h->plans = TA_ARENA_TAKE(a, bwd_plan, n);
     h->scheds = TA_ARENA_TAKE(a, bwd_sched, n);
-    h->keys = TA_ARENA_TAKE(a, seq_cost, n);
+    h->keys = TA_ARENA_TAKE(a, ta_sdpa_cost, n);
     h->order = TA_ARENA_TAKE(a, int64_t, n);
     h->base = TA_ARENA_TAKE(a, int64_t, n + 1);
     h->rows = TA_ARENA_TAKE(a, int64_t, n);
@@ -863,23 +857,15 @@ static int64_t item_seq(const bwd_seqs *h, int64_t joined, int64_t it)
     return lo;
 }
 
-/* The costliest group first; ties in sequence order. */
-static int by_cost(const void *x, const void *y)
-{
-    const seq_cost *a = x, *b = y;
-    if (a->cost != b->cost) return a->cost > b->cost ? -1 : 1;
-    return (a->s > b->s) - (a->s < b->s);
-}
-
-/* The joined sequences (order[0 .. joined)) sorted by their groups' cost. */
+/* The joined sequences (order[0 .. joined)) sorted by their groups' cost, the costliest
+ * first, ties in sequence order. */
 static void order_by_cost(bwd_seqs *h, int64_t joined)
 {
     for (int64_t k = 0; k < joined; k++) {
         const bwd_plan *f = &h->plans[h->order[k]];
-        h->keys[k] = (seq_cost){(double)f->G * (double)f->Lq * (double)f->Lk, h->order[k]};
+        h->keys[k] = (ta_sdpa_cost){(double)f->G * (double)f->Lq * (double)f->Lk, h->order[k]};
     }
-    qsort(h->keys, (size_t)joined, sizeof(seq_cost), by_cost);
-    for (int64_t k = 0; k < joined; k++) h->order[k] = h->keys[k].s;
+    ta_sdpa_order_by_cost(h->keys, joined, h->order);
 }
 
 ta_status ta_sdpa_backward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_arena *scratch)

@@ -34,7 +34,6 @@
 #include "ops/sdpa_fused_variants.h"
 
 #include <omp.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* One thread's workspace laid out in arena a (measuring or carving: the plan sizes it
@@ -637,14 +636,10 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
 /* The fixed part of the scratch: per problem its plan, its work list's place, and the
  * order; the pool after it holds the work lists, the partials, the threads' workspaces
  * and copies (or, after the region, a problem that runs alone). */
-typedef struct seq_key {
-    int64_t cost, s; /* a problem's first chunk's (query, key) pairs; the problem */
-} seq_key;
-
 typedef struct seqs_head {
     fused_plan *plans;
     fused_mem *mems;
-    seq_key *keys;
+    ta_sdpa_cost *keys; /* a problem's first chunk's (query, key) pairs */
     int64_t *order, *cbase, *grab; /* grab 0: the problem runs alone */
 } seqs_head;
 
@@ -655,7 +650,7 @@ static void seqs_head_layout(ta_arena *a, seqs_head *h, int64_t n)
     h->order = TA_ARENA_TAKE(a, int64_t, n);
     h->cbase = TA_ARENA_TAKE(a, int64_t, n + 1);
     h->grab = TA_ARENA_TAKE(a, int64_t, n);
-    h->keys = TA_ARENA_TAKE(a, seq_key, n);
+    h->keys = TA_ARENA_TAKE(a, ta_sdpa_cost, n);
 }
 
 /* What a region's pool holds: items, tiles (ta_fused_group_tiles' r0 and mq), the
@@ -769,14 +764,6 @@ static bool joins(const ta_sdpa_problem *p, const fused_plan *f)
     return p->B * p->H * p->Lq != 0 && !f->too_big && !f->mrows && f->ws_bytes != SIZE_MAX;
 }
 
-/* The costlier first chunk first, then in the call's order. */
-static int by_cost(const void *x, const void *y)
-{
-    const seq_key *a = x, *b = y;
-    if (a->cost != b->cost) return a->cost > b->cost ? -1 : 1;
-    return a->s < b->s ? -1 : a->s > b->s;
-}
-
 /* The joined plans' (h->order[0 .. joined)) lists, partials and claim order in pool q;
  * whether any streams O. */
 static bool seqs_build(seqs_head *h, int64_t joined, const seqs_pool *q, int nt)
@@ -804,13 +791,13 @@ static bool seqs_build(seqs_head *h, int64_t joined, const seqs_pool *q, int nt)
         it += m->nitems;
         t += 2 * f->tpg;
         h->grab[s] = plan_grab(f, nt);
-        h->keys[k] = (seq_key){0, s};
+        int64_t pairs = 0; /* the costlier first chunk first, then in the call's order */
         for (int64_t i = 0; i < TA_MIN(h->grab[s], m->nitems); i++)
-            h->keys[k].cost += m->items[i].mq * (m->items[i].jhi - m->items[i].jlo);
+            pairs += m->items[i].mq * (m->items[i].jhi - m->items[i].jlo);
+        h->keys[k] = (ta_sdpa_cost){(double)pairs, s};
         stream_o |= f->stream_o;
     }
-    qsort(h->keys, (size_t)joined, sizeof(seq_key), by_cost);
-    for (int64_t k = 0; k < joined; k++) h->order[k] = h->keys[k].s;
+    ta_sdpa_order_by_cost(h->keys, joined, h->order);
     h->cbase[0] = 0;
     for (int64_t k = 0; k < joined; k++) {
         const int64_t s = h->order[k];

@@ -17,6 +17,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A keep or block mask tensor that is broadcast over the batch, the heads or the query
@@ -122,6 +123,19 @@ bool ta_sdpa_stream_rows_of(const ta_tensor *t, int64_t cols, int64_t numel, int
 bool ta_sdpa_stream_rows(const ta_tensor *t, int64_t cols, int64_t min_bytes)
 {
     return ta_sdpa_stream_rows_of(t, cols, ta_tensor_numel(t), min_bytes);
+}
+
+static int by_cost(const void *x, const void *y)
+{
+    const ta_sdpa_cost *a = x, *b = y;
+    if (a->cost != b->cost) return a->cost > b->cost ? -1 : 1;
+    return (a->s > b->s) - (a->s < b->s);
+}
+
+void ta_sdpa_order_by_cost(ta_sdpa_cost *keys, int64_t n, int64_t *order)
+{
+    qsort(keys, (size_t)n, sizeof *keys, by_cost);
+    for (int64_t k = 0; k < n; k++) order[k] = keys[k].s;
 }
 
 int64_t ta_sdpa_o_stream_min(const ta_tensor *O, int64_t cols)
