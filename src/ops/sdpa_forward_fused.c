@@ -56,10 +56,10 @@ static void ws_state_layout(ta_arena *a, fused_ws *w, const fused_plan *f, int64
     w->slope = TA_ARENA_TAKE(a, float, mq);
     w->pos = TA_ARENA_TAKE(a, float, mq);
     /* a sweep's heads keep their tiles' scores and row tables until the tile ends */
-    w->s = TA_ARENA_TAKE2(a, float, mq, TA_FUSED_NK);
+    w->s = TA_ARENA_TAKE2(a, float, mq, TA_FUSED_NK_LAST);
     w->rowk = TA_ARENA_TAKE(a, int32_t, mq);
-    w->krows = (const void **)TA_ARENA_TAKE(a, void *, TA_FUSED_NK + TA_ROWS_AHEAD);
-    w->vrows = (const void **)TA_ARENA_TAKE(a, void *, TA_FUSED_NK + TA_ROWS_AHEAD);
+    w->krows = (const void **)TA_ARENA_TAKE(a, void *, TA_FUSED_NK_LAST + TA_ROWS_AHEAD);
+    w->vrows = (const void **)TA_ARENA_TAKE(a, void *, TA_FUSED_NK_LAST + TA_ROWS_AHEAD);
     w->o_live = TA_ARENA_TAKE(a, int32_t, 1);
 }
 
@@ -71,8 +71,8 @@ static void ws_layout(ta_arena *a, fused_ws *w, const fused_plan *f)
     ws_state_layout(a, w, f, mq);
     w->ones = TA_ARENA_TAKE(a, float, mq);
     w->rowk_run = TA_ARENA_TAKE(a, int32_t, mq);
-    w->kp = f->pack_k ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK, p->D) : NULL;
-    w->vp = f->pack_v ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK, p->Dv) : NULL;
+    w->kp = f->pack_k ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK_LAST, p->D) : NULL;
+    w->vp = f->pack_v ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK_LAST, p->Dv) : NULL;
 }
 
 /* The threads of a call with nitems work items (at least one). */
@@ -560,7 +560,7 @@ static void thread_ws(ta_arena *mine, fused_ws *ws, fused_pf *pfs, const fused_p
     /* Scores a kernel skips stay as they were (the caller masks those of real rows): the
      * padding lanes hold a previous item's values, finite or not, after this. */
     for (int64_t h = 0; h < sweep; h++)
-        memset(ws[h].s, 0, sizeof(float) * (size_t)(f->mq_max * TA_FUSED_NK));
+        memset(ws[h].s, 0, sizeof(float) * (size_t)(f->mq_max * TA_FUSED_NK_LAST));
     for (int64_t r = 0; r < f->mq_max; r++) ws[0].ones[r] = 1.0f;
 }
 

@@ -14,6 +14,9 @@
 #include <stdint.h>
 
 #define TA_FUSED_NK 64       /* keys per tile: the S tile (mq x 64 floats) stays in L1 */
+/* An item's last keys, up to this many, are one tile (row bounds cutting it or not):
+ * the scratch holds tiles of this many keys (sdpa_fused_tiles.c, tile_begin). */
+#define TA_FUSED_NK_LAST (2 * TA_FUSED_NK)
 #define TA_FUSED_SWEEP_MAX 32 /* kv heads a sweep steps together at most */
 #define TA_FUSED_SPLIT 512   /* keys per chunk when the keys are split (a multiple of NK) */
 #define TA_FUSED_FEW_TILES 16 /* split the keys when there are fewer tiles than this */

@@ -298,6 +298,15 @@ static void pf_kv_rows(fused_pf *s, const fused_plan *f, const fused_item *it, b
     pf_rows(s, kv_rows(f, it, value, j), kv_ld(t), bytes, n);
 }
 
+/* The keys of item a's tile that starts at key j (tile_begin's rule, save that a mask
+ * tensor or a window's left edge may end it sooner): what the stream requests of a tile
+ * before it starts. */
+static int64_t tile_keys_from(const fused_item *a, int64_t j)
+{
+    const int64_t n = a->jhi - j;
+    return n <= TA_FUSED_NK_LAST ? n : TA_FUSED_NK;
+}
+
 /* Appends the next group's rows from the cursor on (fused_pf.ahead). */
 static void ahead_add(fused_pf *s)
 {
@@ -406,7 +415,7 @@ static ta_pf *stream_pv(const fused_plan *f, const fused_item *it, const fused_w
     const ta_sdpa_problem *p = f->p;
     fused_pf *s = w->pfs;
     s->n = 0;
-    if (s->kv && j < it->jhi) pf_kv_rows(s, f, it, false, j, TA_MIN(TA_FUSED_NK, it->jhi - j));
+    if (s->kv && j < it->jhi) pf_kv_rows(s, f, it, false, j, tile_keys_from(it, j));
     const fused_item *nx = s->next;
     if (nx && s->r < nx->mq) {
         int64_t h, i;
@@ -423,7 +432,7 @@ static ta_pf *stream_pv(const fused_plan *f, const fused_item *it, const fused_w
         s->r += n;
     }
     if (nx && j >= it->jhi && (nx->b != it->b || nx->hkv != it->hkv)) /* its group's first */
-        pf_kv_rows(s, f, nx, false, nx->jlo, TA_MIN(TA_FUSED_NK, nx->jhi - nx->jlo));
+        pf_kv_rows(s, f, nx, false, nx->jlo, tile_keys_from(nx, nx->jlo));
     return pf_ready(s);
 }
 
@@ -637,7 +646,8 @@ static int64_t score_ld(const fused_plan *f, const fused_item *it, const item_ru
 }
 
 /* The start of an online-softmax step of a work item: the key tile from j0 (at most
- * TA_FUSED_NK keys, ending where item_begin's bounds say; returns its key count), each
+ * TA_FUSED_NK keys, ending where item_begin's bounds say, or the item's last keys up to
+ * TA_FUSED_NK_LAST; returns its key count), each
  * row's key count when a row bound cuts it (*rowk, else NULL), and whether a mask tensor
  * blocks all of it (*skip: the tile adds nothing). */
 static int64_t tile_begin(const fused_plan *f, const fused_item *it, const fused_ws *w,
@@ -647,7 +657,17 @@ static int64_t tile_begin(const fused_plan *f, const fused_item *it, const fused
     const int64_t stop = j0 < ir->left_end && ir->left_end < ir->cut_start ? ir->left_end
                          : j0 < ir->cut_start                              ? ir->cut_start
                                                                            : it->jhi;
-    const int64_t nk = TA_MIN(TA_FUSED_NK, stop - j0);
+    /* The item's last keys, up to TA_FUSED_NK_LAST, as one tile, the causal diagonal's
+     * with the full keys before it (an L = 128 head's rows 96 - 127 saw tiles of 64, 32
+     * and 32 keys: each an online-softmax step, a pass over its o rows and a P.V
+     * epilogue): unless a mask tensor is read (its tiles skip when all blocked), a
+     * window's left edge cuts the keys from j0 on, or the tile has few rows (a decode's
+     * tiles keep to its sweep's steps). Causal B32 H8 L128 D64, in L3, 1 thread: 146 ->
+     * 155 GFLOP/s (session 26, docs/performance.md). */
+    const int64_t nk = !ir->use_mask && j0 >= ir->clean_lo && !few_rows(f, it) &&
+                               it->jhi - j0 <= TA_FUSED_NK_LAST
+                           ? it->jhi - j0
+                           : TA_MIN(TA_FUSED_NK, stop - j0);
     *rowk = NULL;
     *skip = ir->use_mask && tile_blocked(f, it, w, j0, nk);
     if (*skip) return nk;
@@ -714,7 +734,7 @@ static void ahead_begin(const fused_plan *f, fused_pf *s)
     s->ahead_first = -1;
     if (!s->ahead_on || s->ahead == a) return;
     const ta_sdpa_problem *p = f->p;
-    const int64_t nk = TA_MIN(TA_FUSED_NK, a->jhi - a->jlo);
+    const int64_t nk = tile_keys_from(a, a->jlo);
     s->ahead = a;
     s->ahead_base[0] = kv_rows(f, a, false, a->jlo);
     s->ahead_len[0] = nk * p->D * (int64_t)sizeof(float);
