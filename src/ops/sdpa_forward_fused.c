@@ -39,9 +39,11 @@
 /* One thread's workspace laid out in arena a (measuring or carving: the plan sizes it
  * with the same code). */
 /* The state of one work item in a thread's scratch (Q rows, O rows, m, l, the rows' bounds,
- * its tile's scores and row tables), for `rows` rows of Q and O (a sweep's further heads:
- * attn_rows_max). */
-static void ws_state_layout(ta_arena *a, fused_ws *w, const fused_plan *f, int64_t rows)
+ * its tile's scores and row tables), for `rows` rows of Q and O and tiles of `keys` keys
+ * (a sweep's further heads: attn_rows_max rows, whose few-row tiles keep to TA_FUSED_NK
+ * keys; the first state: any item's, TA_FUSED_NK_LAST). */
+static void ws_state_layout(ta_arena *a, fused_ws *w, const fused_plan *f, int64_t rows,
+                            int64_t keys)
 {
     const ta_sdpa_problem *p = f->p;
     const int64_t mq = f->mq_max;
@@ -56,10 +58,10 @@ static void ws_state_layout(ta_arena *a, fused_ws *w, const fused_plan *f, int64
     w->slope = TA_ARENA_TAKE(a, float, mq);
     w->pos = TA_ARENA_TAKE(a, float, mq);
     /* a sweep's heads keep their tiles' scores and row tables until the tile ends */
-    w->s = TA_ARENA_TAKE2(a, float, mq, TA_FUSED_NK_LAST);
+    w->s = TA_ARENA_TAKE2(a, float, mq, keys);
     w->rowk = TA_ARENA_TAKE(a, int32_t, mq);
-    w->krows = (const void **)TA_ARENA_TAKE(a, void *, TA_FUSED_NK_LAST + TA_ROWS_AHEAD);
-    w->vrows = (const void **)TA_ARENA_TAKE(a, void *, TA_FUSED_NK_LAST + TA_ROWS_AHEAD);
+    w->krows = (const void **)TA_ARENA_TAKE(a, void *, keys + TA_ROWS_AHEAD);
+    w->vrows = (const void **)TA_ARENA_TAKE(a, void *, keys + TA_ROWS_AHEAD);
     w->o_live = TA_ARENA_TAKE(a, int32_t, 1);
 }
 
@@ -68,7 +70,7 @@ static void ws_layout(ta_arena *a, fused_ws *w, const fused_plan *f)
 {
     const ta_sdpa_problem *p = f->p;
     const int64_t mq = f->mq_max;
-    ws_state_layout(a, w, f, mq);
+    ws_state_layout(a, w, f, mq, TA_FUSED_NK_LAST);
     w->ones = TA_ARENA_TAKE(a, float, mq);
     w->rowk_run = TA_ARENA_TAKE(a, int32_t, mq);
     w->kp = f->pack_k ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK_LAST, p->D) : NULL;
@@ -118,7 +120,7 @@ static void plan_ws_bytes(fused_plan *f)
     fused_ws w;
     ws_layout(&one, &w, f);
     ta_arena st = ta_arena_measure();
-    ws_state_layout(&st, &w, f, f->k->attn_rows_max);
+    ws_state_layout(&st, &w, f, f->k->attn_rows_max, TA_FUSED_NK);
     f->state_bytes = ta_arena_bytes(&st);
     f->ws_bytes = ta_arena_bytes(&one) + (size_t)(f->sweep - 1) * f->state_bytes;
 }
@@ -555,12 +557,13 @@ static void thread_ws(ta_arena *mine, fused_ws *ws, fused_pf *pfs, const fused_p
     ws[0].pfs = pfs;
     for (int64_t h = 1; h < sweep; h++) {
         ws[h] = ws[0];
-        ws_state_layout(mine, &ws[h], f, f->k->attn_rows_max);
+        ws_state_layout(mine, &ws[h], f, f->k->attn_rows_max, TA_FUSED_NK);
     }
     /* Scores a kernel skips stay as they were (the caller masks those of real rows): the
      * padding lanes hold a previous item's values, finite or not, after this. */
     for (int64_t h = 0; h < sweep; h++)
-        memset(ws[h].s, 0, sizeof(float) * (size_t)(f->mq_max * TA_FUSED_NK_LAST));
+        memset(ws[h].s, 0,
+               sizeof(float) * (size_t)(f->mq_max * (h ? TA_FUSED_NK : TA_FUSED_NK_LAST)));
     for (int64_t r = 0; r < f->mq_max; r++) ws[0].ones[r] = 1.0f;
 }
 
