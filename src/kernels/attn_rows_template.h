@@ -107,14 +107,15 @@ ROWS_INLINE VT dot_seq(const float *q, const char *k, int64_t d, const int kind)
 }
 
 /* Lane k * R + r of sum (the pair of key k, row r) into s[k * mqs + r], for keys k < nkb
- * and rows r < nr. A packed tile (mqs = R, every row real: a decode step's scores) takes
- * the vector as it is: the lanes are where they go. Otherwise through a buffer; the
+ * and rows r < nr. A packed tile (mqs = R: a decode step's scores) takes the vector as it
+ * is, rows nr .. R - 1 (row 0's repeats) included: the lanes are where they go, and the
+ * softmax that reads them whole finds nothing unwritten. Otherwise through a buffer; the
  * packed case does not, as reading a 16-byte piece of a 64-byte store just made stalls
  * the load until the store leaves (the copy loop took ~10% of Q.K^T's samples in a
  * bfloat16 decode from L3). */
 ROWS_INLINE void store_sums(float *s, int64_t mqs, VT sum, int nkb, int nr, const int R)
 {
-    if (nr == R && mqs == R) {
+    if (mqs == R) { /* rows nr .. R - 1 too (row 0's repeats): no lane is left unwritten */
         if (nkb == VL / R) V_STOREU(s, sum);
         else V_STOREN(s, sum, nkb * R);
         return;
@@ -430,6 +431,16 @@ ROWS_INLINE void rows_exps(float *tp, int64_t nv, const sm_shift *sh, VT *sum0, 
     }
 }
 
+/* Rows r < mq of n keys of s (stride mqs) into t (stride G), rows mq .. G - 1 there 0:
+ * the rows past mq of s are scratch no kernel wrote (attn_qk_rows stores real rows). */
+ROWS_INLINE void rows_copy(float *t, const float *s, int64_t mqs, int64_t n, int mq, const int G)
+{
+    for (int64_t j = 0; j < n; j++) {
+        memcpy(t + j * G, s + j * mqs, sizeof(float) * (size_t)mq);
+        for (int r = mq; r < G; r++) t[j * G + r] = 0.0f;
+    }
+}
+
 ROWS_INLINE void softmax_rows_g(float *s, int64_t mqs, float *m, float *l, float *alpha,
                                 int64_t nk, int mq, const int G, const int SAFE)
 {
@@ -444,8 +455,7 @@ ROWS_INLINE void softmax_rows_g(float *s, int64_t mqs, float *m, float *l, float
     for (int64_t j0 = 0; j0 < nk; j0 += SM_KEYS) {
         const int64_t n = nk - j0 < SM_KEYS ? nk - j0 : SM_KEYS, nv = (n + KPV - 1) / KPV;
         float *tp = packed ? s + j0 * G : t;
-        if (!packed)
-            for (int64_t j = 0; j < n; j++) memcpy(t + j * G, s + (j0 + j) * mqs, sizeof(float) * (size_t)G);
+        if (!packed) rows_copy(t, s + j0 * mqs, mqs, n, mq, G);
         for (int64_t j = n; j < nv * KPV; j++)
             for (int r = 0; r < G; r++) tp[j * G + r] = ninf;
         for (int64_t v = 0; v < nv; v++) mx = V_MAX(V_LOADU(tp + v * VL), mx);
@@ -470,8 +480,7 @@ ROWS_INLINE void softmax_rows_g(float *s, int64_t mqs, float *m, float *l, float
     for (int64_t j0 = 0; j0 < nk; j0 += SM_KEYS) {
         const int64_t n = nk - j0 < SM_KEYS ? nk - j0 : SM_KEYS, nv = (n + KPV - 1) / KPV;
         float *tp = packed ? s + j0 * G : t;
-        if (!one && !packed)
-            for (int64_t j = 0; j < n; j++) memcpy(t + j * G, s + (j0 + j) * mqs, sizeof(float) * (size_t)G);
+        if (!one && !packed) rows_copy(t, s + j0 * mqs, mqs, n, mq, G);
         for (int64_t j = n; j < nv * KPV; j++) /* padding keys: exp(-inf) = 0 */
             for (int r = 0; r < G; r++) tp[j * G + r] = ninf;
 #ifdef V_EXP2 /* in base 2, as attn_softmax (kernels.h, attn_softmax_exp2) */
