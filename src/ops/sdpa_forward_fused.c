@@ -532,17 +532,26 @@ static void run_chunks(const fused_job *j, const fused_ws *ws, fused_pf *pfs, in
  * claim where there are at least 256 a thread (so the last claims balance within 2%): a
  * claim is an atomic add, which waits for the previous item's non-temporal O stores to
  * drain. Two-port Xeon, causal B512 H8 L128 D64, one driver alternating, ms: 67.26 /
- * 66.43 on 1 thread, 33.73 / 33.29 on 2 (one group / four a claim). */
-static int64_t plan_grab(const fused_plan *f, int nt)
+ * 66.43 on 1 thread, 33.73 / 33.29 on 2 (one group / four a claim).
+ *
+ * groups: the groups of the whole job (a varlen call's or a KV cache batch's plans share
+ * one claim counter; f->ngroups for a call alone). Groups far shorter than that (a
+ * sequence of 16 tokens: 32 Ki multiply-adds a head) go as many to a claim as make ~4 Mi,
+ * up to 64 (a chunk never leaves its plan, so at most the sequence's groups): a varlen
+ * call of 1000 sequences of 16 tokens (H8 D64 causal) had claimed each of its 8000
+ * groups alone, and on 2 threads the claims' atomics, contended and waiting on O's
+ * non-temporal stores, took it to 1.47x the same call on one dense view of its tensors. */
+static int64_t plan_grab(const fused_plan *f, int nt, int64_t groups)
 {
     if (f->sweep > 1) return f->sweep; /* one unit */
     const ta_sdpa_problem *p = f->p;
     const bool even_copies = (f->vcopy_floats || f->kcopy_floats) && !p->mask.mask &&
                              f->ngroups >= 4 * (int64_t)nt && f->ngroups % nt == 0;
-    const bool whole = f->ngroups >= 8 * (int64_t)nt || even_copies;
-    const bool short_groups = p->G * p->Lq * p->Lk * (p->D + p->Dv) <= ((int64_t)4 << 20) &&
-                              f->ngroups >= 256 * (int64_t)nt;
-    return !f->split && whole ? f->tpg * (short_groups ? 4 : 1) : 1;
+    const int64_t macs = p->G * p->Lq * p->Lk * (p->D + p->Dv), budget = (int64_t)4 << 20;
+    const bool short_groups = macs <= budget && groups >= 256 * (int64_t)nt;
+    const bool whole = f->ngroups >= 8 * (int64_t)nt || even_copies || short_groups;
+    const int64_t per = TA_MAX(4, TA_MIN(64, budget / TA_MAX(macs, 1)));
+    return !f->split && whole ? f->tpg * (short_groups ? per : 1) : 1;
 }
 
 /* A thread's workspaces (carved from its own piece of scratch, mine: ws[0], then the
@@ -614,7 +623,7 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
     }
     ta_fused_group_tiles(&f, m.t_r0, m.t_mq);
     m.nitems = ta_fused_build_items(&f, &m);
-    const int64_t grab = plan_grab(&f, f.nt), zero = 0;
+    const int64_t grab = plan_grab(&f, f.nt, f.ngroups), zero = 0;
     const int64_t cbase[2] = {0, (m.nitems + grab - 1) / grab};
     const fused_job job = {.plans = &f, .mems = &m, .order = &zero, .cbase = cbase,
                            .grab = &grab, .n = 1, .kbuf = m.kbuf, .vbuf = m.vbuf,
@@ -773,6 +782,8 @@ static bool joins(const ta_sdpa_problem *p, const fused_plan *f)
  * whether any streams O. */
 static bool seqs_build(seqs_head *h, int64_t joined, const seqs_pool *q, int nt)
 {
+    int64_t groups = 0; /* the job's, for plan_grab */
+    for (int64_t k = 0; k < joined; k++) groups += h->plans[h->order[k]].ngroups;
     fused_item *it = q->items;
     int64_t *t = q->tiles, *nch = q->nch;
     float *parts = q->parts;
@@ -795,7 +806,7 @@ static bool seqs_build(seqs_head *h, int64_t joined, const seqs_pool *q, int nt)
         m->nitems = ta_fused_build_items(f, m);
         it += m->nitems;
         t += 2 * f->tpg;
-        h->grab[s] = plan_grab(f, nt);
+        h->grab[s] = plan_grab(f, nt, groups);
         int64_t pairs = 0; /* the costlier first chunk first, then in the call's order */
         for (int64_t i = 0; i < TA_MIN(h->grab[s], m->nitems); i++)
             pairs += m->items[i].mq * (m->items[i].jhi - m->items[i].jlo);
