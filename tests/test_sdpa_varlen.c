@@ -170,6 +170,10 @@ static const ta_test_varlen_spec specs[] = {
     {"prefill of mixed lengths, together", 12, {0, 3, 50, 1, 130, 0, 64, 7, 200, 2, 33, 97},
      {5, 1500, 50, 40, 130, 0, 64, 300, 200, 1100, 0, 97},
      4, 2, 16, 16, TA_CAUSAL_BOTTOM_RIGHT, 0.0f, TA_VARLEN_PACKED},
+    /* rows 2 KiB apart: the sequences of more than 384 keys read V through each thread's
+     * copy (plan_kv_copy, sdpa_forward_fused.c), the short one in place, in one region */
+    {"long rows far apart, V copied", 3, {60, 400, 2}, {420, 400, 100},
+     8, 8, 64, 64, TA_CAUSAL_BOTTOM_RIGHT, 0.0f, TA_VARLEN_PACKED},
 };
 
 /* Forward (the library's O and LSE) and backward (given that O) against the oracle. */

@@ -158,6 +158,13 @@ bool ta_sdpa_rows_alias(const ta_tensor *t, int64_t cols, int64_t rows)
  * (not a decode step, which reads each row once): attn_pv reads a V tile once per 6 query
  * rows, so the tile must stay in L1. Measured on the two-port Xeon, 1 thread,
  * varlen_prefill's sequences: without the copy 1.09x the time (docs/performance.md).
+ * Not for a group of at most TA_FUSED_VCOPY_MIN_KEYS keys, whose copy costs more than
+ * its tiles' rereads: varlen calls of equal sequences (H8 D64 causal, [T, H, D], rows 2
+ * KiB apart; separate processes in turns, 1 / 2 threads, ms with / without the copy):
+ * 1000 x 16 8.4 - 9.1 / 7.8 - 7.9 and 5.3 - 5.4 / 4.5; 250 x 64 11.5 / 10.5 and 6.1 /
+ * 5.4 - 5.5; 62 x 256 26.7 - 27.0 / 25.3 - 25.9 and 13.7 - 13.8 / 13.3 - 13.7; 41 x 384
+ * 36.6 - 36.8 / 34.4 - 34.6 and 19.0 - 19.2 / 18.8 - 19.2; 32 x 512 47.6 - 48.2 / 48.0
+ * - 48.1 and 24.0 - 24.1 / 24.4 - 24.8; 16 x 1024 91.4 - 91.7 / 101.0 - 101.5.
  *   K: attn_qk reads each key row of a tile once per query tile, so K needs a copy only
  * where a group has several query tiles and its rows miss the caches between them
  * (k_rows_spill): a row stride that puts a micro-tile's rows and the next ones it
@@ -169,6 +176,7 @@ bool ta_sdpa_rows_alias(const ta_tensor *t, int64_t cols, int64_t rows)
  * and varlen_prefill's sequences 2 - 4% slower with the copy.
  * A group of more than TA_FUSED_VCOPY_MAX bytes of K or V is read in place. */
 #define TA_FUSED_VCOPY_MAX ((size_t)32 << 20)
+#define TA_FUSED_VCOPY_MIN_KEYS 384
 
 /* gcd(a, b) for b a power of two: the sets of a cache of b sets that rows a lines apart
  * start in are b / gcd(a, b). */
@@ -201,7 +209,7 @@ static int64_t plan_kv_copy(const ta_sdpa_problem *p, bool value, bool bound)
     const int64_t cols = value ? p->Dv : p->D;
     if (p->pages.table || cols < 1 || cols > TA_FUSED_DIM_MAX) return 0;
     if (value ? TA_MIN(k->attn_mq, p->G * p->Lq) <= k->attn_rows_max ||
-                    !ta_sdpa_rows_alias(t, cols, TA_FUSED_NK)
+                    p->Lk <= TA_FUSED_VCOPY_MIN_KEYS || !ta_sdpa_rows_alias(t, cols, TA_FUSED_NK)
               : p->G * p->Lq <= k->attn_mq || !k_rows_spill(t, cols, p->Lk))
         return 0;
     const int64_t keys_max = (int64_t)(TA_FUSED_VCOPY_MAX / sizeof(float)) / cols;
