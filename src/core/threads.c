@@ -30,7 +30,12 @@ int64_t ta_claim_first(void) { return omp_get_thread_num(); }
 
 int64_t ta_claim_next(int64_t *counter)
 {
-    return omp_get_num_threads() + __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
+    /* one thread: no atomic, whose lock would wait for the previous chunk's non-temporal
+     * stores to drain (a varlen call of 1000 sequences of 3 tokens, 1 thread: 6.6% of its
+     * samples on the claim) */
+    const int nt = omp_get_num_threads();
+    if (nt == 1) return 1 + (*counter)++;
+    return nt + __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
 }
 
 double ta_now(void)
