@@ -143,7 +143,7 @@ static void test_varlen_matches_pytorch(void **state)
 
 /* ------------------------------------------------------------- oracle */
 
-static const ta_test_varlen_spec specs[] = {
+static const ta_test_varlen_spec fixed_specs[] = {
     {"ragged self-attention, one qkv buffer", 5, {5, 0, 17, 1, 33}, {5, 0, 17, 1, 33},
      3, 3, 16, 16, TA_CAUSAL_TOP_LEFT, 0.0f, TA_VARLEN_QKV},
     {"ragged GQA qkv buffer, bottom right", 5, {33, 1, 0, 17, 5}, {33, 1, 0, 17, 5},
@@ -184,6 +184,31 @@ static const ta_test_varlen_spec specs[] = {
      8, 8, 64, 64, TA_CAUSAL_BOTTOM_RIGHT, 0.0f, TA_VARLEN_PACKED},
 };
 
+/* 640 sequences of 1 - 2 queries and 1 - 40 keys, 2 kv heads side by side: every plan a
+ * decode sweep (on AVX2 and AVX-512), so that the forward's claims take several units
+ * each on 1 and 2 threads (job_bundle in sdpa_forward_fused.c); with the fixed specs,
+ * what every test below runs. */
+static ta_test_varlen_spec many_decodes(void)
+{
+    ta_test_varlen_spec s = {"640 decode sweeps in one region", TA_TEST_VARLEN_MAX, {0}, {0},
+                             4, 2, 16, 16, TA_CAUSAL_BOTTOM_RIGHT, 0.0f, TA_VARLEN_PACKED};
+    for (int i = 0; i < s.n; i++) {
+        s.lq[i] = 1 + i % 2;
+        s.lk[i] = 1 + (i * 7) % 40;
+    }
+    return s;
+}
+
+static size_t nspecs(void) { return sizeof fixed_specs / sizeof *fixed_specs + 1; }
+
+static const ta_test_varlen_spec *spec(size_t i)
+{
+    static ta_test_varlen_spec many;
+    if (i < sizeof fixed_specs / sizeof *fixed_specs) return &fixed_specs[i];
+    if (many.n == 0) many = many_decodes();
+    return &many;
+}
+
 /* Forward (the library's O and LSE) and backward (given that O) against the oracle. */
 static void check_oracle(ta_test_varlen_batch *b, ta_sdpa_path path)
 {
@@ -216,12 +241,12 @@ static void check_oracle(ta_test_varlen_batch *b, ta_sdpa_path path)
 static void test_varlen_matches_oracle(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
+    for (size_t i = 0; i < nspecs(); i++) {
         ta_test_varlen_batch b;
-        ta_test_varlen_make(&b, &specs[i], 100 + 10 * i);
+        ta_test_varlen_make(&b, spec(i), 100 + 10 * i);
         check_oracle(&b, TA_SDPA_REFERENCE);
         ta_test_varlen_free(&b);
-        ta_test_varlen_make(&b, &specs[i], 100 + 10 * i); /* outputs NaN again */
+        ta_test_varlen_make(&b, spec(i), 100 + 10 * i); /* outputs NaN again */
         check_oracle(&b, TA_SDPA_AUTO);
         ta_test_varlen_free(&b);
     }
@@ -233,7 +258,7 @@ static void test_varlen_without_lse(void **state)
     (void)state;
     for (int path = 0; path < 2; path++) {
         ta_test_varlen_batch b;
-        ta_test_varlen_make(&b, &specs[2], 11);
+        ta_test_varlen_make(&b, spec(2), 11);
         ta_sdpa_path pa = path ? TA_SDPA_AUTO : TA_SDPA_REFERENCE;
         TA_CHECK_OK(ta_test_varlen_run(&b, pa, 0));
         int64_t n;
@@ -299,14 +324,14 @@ static void test_varlen_bitwise_as_each_sequence_alone(void **state)
     (void)state;
     const int saved = ta_get_num_threads();
     for (int nt = 1; nt <= 3; nt += 2)
-        for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
+        for (size_t i = 0; i < nspecs(); i++) {
             TA_CHECK_OK(ta_set_num_threads(nt));
             ta_test_varlen_batch b;
-            ta_test_varlen_make(&b, &specs[i], 31 + i);
+            ta_test_varlen_make(&b, spec(i), 31 + i);
             ta_sdpa_opts o = b.opts;
             o.path = TA_SDPA_FUSED;
             TA_CHECK_OK(ta_sdpa(&b.o, &b.q, &b.k, &b.v, &o));
-            for (int s = 0; s < specs[i].n; s++) {
+            for (int s = 0; s < spec(i)->n; s++) {
                 const int64_t lq = b.cq[s + 1] - b.cq[s], lk = b.ck[s + 1] - b.ck[s];
                 if (lq == 0) continue;
                 ta_tensor q = rows_of(&b.q, b.cq[s], lq), k = rows_of(&b.k, b.ck[s], lk);
@@ -317,14 +342,14 @@ static void test_varlen_bitwise_as_each_sequence_alone(void **state)
                 ta_sdpa_opts d = {.causal = o.causal, .scale = o.scale, .path = TA_SDPA_FUSED,
                                   .lse = &lse};
                 TA_CHECK_OK(ta_sdpa(&out, &q, &k, &v, &d));
-                expect_view_bits(&want, &out, "O", specs[i].name, nt, s);
+                expect_view_bits(&want, &out, "O", spec(i)->name, nt, s);
                 for (int64_t h = 0; h < out.shape[1]; h++)
                     for (int64_t r = 0; r < lq; r++) {
                         const float la = ((const float *)lse.data)[h * lq + r];
                         const float lg = ((const float *)wl.data)[h * wl.stride[1] + r * wl.stride[2]];
                         if (memcmp(&la, &lg, sizeof(float)))
                             fail_msg("%s, %d threads: sequence %d LSE[%lld, %lld] %.9g, alone %.9g",
-                                     specs[i].name, nt, s, (long long)h, (long long)r, lg, la);
+                                     spec(i)->name, nt, s, (long long)h, (long long)r, lg, la);
                     }
                 ta_tensor_free(&out);
                 ta_tensor_free(&lse);
@@ -342,12 +367,12 @@ static void test_varlen_backward_bitwise_as_each_sequence_alone(void **state)
     (void)state;
     const int saved = ta_get_num_threads();
     for (int nt = 1; nt <= 3; nt += 2)
-        for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
+        for (size_t i = 0; i < nspecs(); i++) {
             TA_CHECK_OK(ta_set_num_threads(nt));
             ta_test_varlen_batch b;
-            ta_test_varlen_make(&b, &specs[i], 41 + i);
+            ta_test_varlen_make(&b, spec(i), 41 + i);
             TA_CHECK_OK(ta_test_varlen_run(&b, TA_SDPA_FUSED, 1));
-            for (int s = 0; s < specs[i].n; s++) {
+            for (int s = 0; s < spec(i)->n; s++) {
                 const int64_t q0 = b.cq[s], k0 = b.ck[s];
                 const int64_t lq = b.cq[s + 1] - q0, lk = b.ck[s + 1] - k0;
                 if (lq == 0 || lk == 0) continue; /* (the oracle test has those) */
@@ -360,12 +385,12 @@ static void test_varlen_backward_bitwise_as_each_sequence_alone(void **state)
                 TA_CHECK_OK(ta_tensor_empty(&dq, 4, wq.shape));
                 TA_CHECK_OK(ta_tensor_empty(&dk, 4, wk.shape));
                 TA_CHECK_OK(ta_tensor_empty(&dv, 4, wv.shape));
-                ta_sdpa_opts d = {.causal = specs[i].causal, .scale = specs[i].scale,
+                ta_sdpa_opts d = {.causal = spec(i)->causal, .scale = spec(i)->scale,
                                   .path = TA_SDPA_FUSED};
                 TA_CHECK_OK(ta_sdpa_backward(&dq, &dk, &dv, &dout, &q, &k, &v, &o, &lse, &d));
-                expect_view_bits(&wq, &dq, "dQ", specs[i].name, nt, s);
-                expect_view_bits(&wk, &dk, "dK", specs[i].name, nt, s);
-                expect_view_bits(&wv, &dv, "dV", specs[i].name, nt, s);
+                expect_view_bits(&wq, &dq, "dQ", spec(i)->name, nt, s);
+                expect_view_bits(&wk, &dk, "dK", spec(i)->name, nt, s);
+                expect_view_bits(&wv, &dv, "dV", spec(i)->name, nt, s);
                 ta_tensor_free(&dq);
                 ta_tensor_free(&dk);
                 ta_tensor_free(&dv);
@@ -389,7 +414,7 @@ static void test_varlen_bitwise_for_any_thread_count(void **state)
             for (int nt = 1; nt <= 3; nt++) {
                 TA_CHECK_OK(ta_set_num_threads(nt));
                 ta_test_varlen_batch b;
-                ta_test_varlen_make(&b, &specs[picks[pi]], 7);
+                ta_test_varlen_make(&b, spec(picks[pi]), 7);
                 TA_CHECK_OK(ta_test_varlen_run(&b, path ? TA_SDPA_AUTO : TA_SDPA_REFERENCE, 1));
                 int64_t n;
                 float *x = ta_test_varlen_outputs(&b, &n);
@@ -399,7 +424,7 @@ static void test_varlen_bitwise_for_any_thread_count(void **state)
                 } else {
                     assert_int_equal(n, n0);
                     if (memcmp(first, x, sizeof(float) * (size_t)n))
-                        fail_msg("%s (%s): %d threads differ from 1", specs[picks[pi]].name,
+                        fail_msg("%s (%s): %d threads differ from 1", spec(picks[pi])->name,
                                  path ? "auto" : "reference", nt);
                     free(x);
                 }

@@ -9,7 +9,7 @@
 #include "sdpa_varlen_oracle.h"
 #include "tensorattn.h"
 
-#define TA_TEST_VARLEN_MAX 64 /* sequences */
+#define TA_TEST_VARLEN_MAX 640 /* sequences */
 
 /* How the packed [T, Hx, X] tensors lie in memory. */
 typedef enum ta_test_varlen_layout {
