@@ -143,7 +143,7 @@ static const cfg option_cases[] = {
     {"blhd", 2, 4, 4, 7, 9, 16, 16, 0, TA_CAUSAL_TOP_LEFT, MASK_NONE, 0, {0}, 0, TA_TEST_BLHD, 0},
     {"dlast", 2, 4, 2, 7, 70, 16, 12, 0, TA_CAUSAL_BOTTOM_RIGHT, MASK_LQLK, TA_MASK_KEEP, {0}, 0, TA_TEST_DLAST, 0},
     {"combined", 3, 2, 1, 17, 19, 24, 40, 0.2f, TA_CAUSAL_BOTTOM_RIGHT, MASK_B11LK, TA_MASK_ADDITIVE, {19, 7, 0}, 1, TA_TEST_BHLD, 0},
-    /* 522 groups: plan "group" takes several a claim (bundle_of), the last claim short */
+    /* 522 groups: plan "group" takes several a claim (ta_claim_bundle), the last claim short */
     {"many_groups", 261, 2, 2, 3, 5, 8, 8, 0, TA_CAUSAL_TOP_LEFT, MASK_NONE, 0, {0}, 0, TA_TEST_BHLD, 0},
     {"no_keys", 2, 2, 1, 3, 0, 8, 8, 0, TA_CAUSAL_NONE, MASK_NONE, 0, {0}, 0, TA_TEST_BHLD, 0},
     {"no_queries", 2, 2, 1, 0, 5, 8, 8, 0, TA_CAUSAL_NONE, MASK_NONE, 0, {0}, 0, TA_TEST_BHLD, 0},

@@ -161,7 +161,7 @@ static const ta_test_varlen_spec fixed_specs[] = {
       1, 4, 1, 3, 0, 1, 2, 1, 4, 2, 3, 3, 0, 1, 2, 4, 1, 2, 3, 3},
      4, 2, 8, 4, TA_CAUSAL_NONE, 0.0f, TA_VARLEN_PACKED},
     /* 64 sequences x 8 kv heads: the forward's and the backward's claims take several
-     * short groups at a time (plan_grab, bundle_of), across sequences of any length */
+     * short groups at a time (plan_grab, ta_claim_bundle), across sequences of any length */
     {"many short sequences, many heads", 64,
      {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4, 3, 3, 8, 3, 2, 7, 9, 5,
       0, 2, 8, 8, 4, 1, 9, 7, 1, 6, 9, 3, 9, 9, 3, 7, 5, 1, 0, 5, 8, 2, 0, 9, 7, 4, 9, 4, 4, 5, 9, 2},

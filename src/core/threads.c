@@ -38,6 +38,12 @@ int64_t ta_claim_next(int64_t *counter)
     return nt + __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
 }
 
+int64_t ta_claim_bundle(int64_t chunks, int nt)
+{
+    const int64_t n = nt < 1 ? 1 : nt;
+    return chunks >= 256 * n ? TA_MAX(1, TA_MIN(16, chunks / (64 * n))) : 1;
+}
+
 double ta_now(void)
 {
     struct timespec ts;

@@ -682,17 +682,6 @@ size_t ta_sdpa_backward_fused_scratch_bound(const ta_sdpa_problem *p)
     return plan_bytes(&f, &sc);
 }
 
-/* The groups a claim takes in plan "group": one, or where there are at least 256 a
- * thread, up to 16 (at least 64 claims a thread left), so that the claims' atomics,
- * contended between the cores and each waiting on the gradients' non-temporal stores,
- * do not cost what a short group does. H8 D64 causal, 2 threads, binaries in turns (a
- * loud host): B1000 L16 15.3 - 16.7 -> 14.1 - 15.3 ms, the same tokens as varlen 14.5 -
- * 17.8 -> 13.6 - 17.1; B32 L512 (256 groups: one a claim) the same. */
-static int64_t bundle_of(int64_t groups, int nt)
-{
-    return groups >= 256 * (int64_t)nt ? TA_MAX(1, TA_MIN(16, groups / (64 * (int64_t)nt))) : 1;
-}
-
 /* Plan "group": the O and dO rows of group g (none past the last group) as the stream
  * that the dP products of the thread's current group advance (a line every other step
  * of their k loop, into L2 on Intel: TA_PF_STEP), so that g's row_terms_range finds them
@@ -752,15 +741,21 @@ ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
         if (sc.group_plan) {
             /* dynamic, one group ahead: a thread takes its next group as it starts one,
              * so that it can request that group's O and dO rows (next_stream) */
-            const int64_t per = bundle_of(groups, sc.nt);
-            for (int64_t b = ta_claim_first(), nb; b * per < groups; b = nb) {
-                nb = ta_claim_next(&claimed);
-                const int64_t end = TA_MIN(groups, (b + 1) * per);
-                for (int64_t it = b * per; it < end; it++) {
-                    const int64_t next = it + 1 < end ? it + 1 : TA_MIN(groups, nb * per);
-                    next_stream(&f, &w, next, groups);
-                    run_group(&f, &w, it / f.Hkv, it % f.Hkv, m.di, m.lse);
+            /* several groups a claim where there are plenty (ta_claim_bundle): H8 D64
+             * causal, 2 threads, binaries in turns (a loud host), B1000 L16 15.3 - 16.7
+             * -> 14.1 - 15.3 ms, the same tokens as varlen 14.5 - 17.8 -> 13.6 - 17.1;
+             * B32 L512 (256 groups: one a claim) the same */
+            const int64_t per = ta_claim_bundle(groups, sc.nt);
+            for (int64_t it = ta_claim_first() * per, end = TA_MIN(groups, it + per); it < groups;) {
+                int64_t next = it + 1, next_end = end;
+                if (next >= end) {
+                    next = ta_claim_next(&claimed) * per;
+                    next_end = TA_MIN(groups, next + per);
                 }
+                next_stream(&f, &w, next, groups);
+                run_group(&f, &w, it / f.Hkv, it % f.Hkv, m.di, m.lse);
+                it = next;
+                end = next_end;
             }
         } else {
             /* pass 1: dK, dV per (group, key tile); early key tiles first (they see the
@@ -936,12 +931,13 @@ ta_status ta_sdpa_backward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_a
 #pragma omp parallel num_threads(nt)
         {
             unsigned char *mine = m.ws + (size_t)omp_get_thread_num() * ws;
-            const int64_t per = bundle_of(items, nt);
-            for (int64_t b = ta_claim_first(), nb; b * per < items; b = nb) {
-              nb = ta_claim_next(&claimed);
-              const int64_t end = TA_MIN(items, (b + 1) * per);
-              for (int64_t it = b * per; it < end; it++) {
-                const int64_t next = it + 1 < end ? it + 1 : TA_MIN(items, nb * per);
+            const int64_t per = ta_claim_bundle(items, nt);
+            for (int64_t it = ta_claim_first() * per, end = TA_MIN(items, it + per); it < items;) {
+                int64_t next = it + 1, next_end = end; /* the thread's next group */
+                if (next >= end) {
+                    next = ta_claim_next(&claimed) * per;
+                    next_end = TA_MIN(items, next + per);
+                }
                 const int64_t k = item_seq(&h, joined, it), g = it - h.base[k];
                 const bwd_plan *f = &h.plans[h.order[k]];
                 bwd_ws w;
@@ -954,7 +950,8 @@ ta_status ta_sdpa_backward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_a
                 }
                 const int64_t r0 = h.rows[h.order[k]];
                 run_group(f, &w, g / f->Hkv, g % f->Hkv, m.di + r0, m.lse + r0);
-              }
+                it = next;
+                end = next_end;
             }
             if (nt_stores) ta_sdpa_stream_fence();
         }

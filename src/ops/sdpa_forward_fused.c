@@ -533,19 +533,16 @@ static void run_chunks(const fused_job *j, const fused_ws *ws, fused_pf *pfs, in
     }
 }
 
-/* The chunks a claim of job j takes on nt threads: one, or where every plan sweeps (a
- * decode batch, a varlen call of sequences of few tokens: one unit a chunk, each short
- * and alike) and there are at least 256 chunks a thread, up to 16 (at least 64 claims a
- * thread left). A claim is an atomic add, contended between the cores and waiting on
- * the previous chunk's non-temporal O stores: a varlen call of 1000 sequences of 3
- * tokens (H8 D64 causal) made 1000 of them: 2 threads, binaries in turns, 1.73 -> 1.58
- * ms (the same tokens as one [B, L, H, D] call, also a sweep, 1.17 -> 1.08). */
+/* The chunks a claim of job j takes on nt threads: ta_claim_bundle's where every plan
+ * sweeps (a decode batch, a varlen call of sequences of few tokens: one unit a chunk,
+ * each short and alike), else one. A varlen call of 1000 sequences of 3 tokens (H8 D64
+ * causal) made 1000 claims: 2 threads, binaries in turns, 1.73 -> 1.58 ms (the same
+ * tokens as one [B, L, H, D] call, also a sweep, 1.17 -> 1.08). */
 static int64_t job_bundle(const fused_job *j, int nt)
 {
-    const int64_t nchunks = j->cbase[j->n];
     for (int64_t k = 0; k < j->n; k++)
         if (j->plans[j->order[k]].sweep <= 1) return 1;
-    return nchunks >= 256 * (int64_t)nt ? TA_MAX(1, TA_MIN(16, nchunks / (64 * (int64_t)nt))) : 1;
+    return ta_claim_bundle(j->cbase[j->n], nt);
 }
 
 /* Items a chunk of plan f claims: whole groups while there are plenty (each core keeps
