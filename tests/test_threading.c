@@ -120,19 +120,23 @@ static void test_einsum_and_layers_from_callers_region(void **state)
     ta_tensor_free(&x); ta_tensor_free(&yref);
 }
 
-/* The work loops' claims (core.h: ta_claim_first, ta_claim_next; a claim taken one chunk
- * ahead of the one running): every chunk runs once, and a thread's first chunk is its
- * own, so a thread that arrives first cannot take a chunk another thread would have
- * started with. Thread 0 runs its whole loop before the others start (they wait at a
- * barrier): with as many chunks as threads it must take one, not all (the bug of one shared
- * counter for the first claims too, fixed in session 22: a backward with 2 groups on 2
- * threads ran on one). */
+/* The work loops' claims (core.h: ta_claims_first, ta_claims_next; the next chunk taken
+ * as the one running starts, claims of `per` consecutive chunks): every chunk runs once,
+ * in order within a claim, and a thread's first claim is its own, so a thread that
+ * arrives first cannot take a claim another thread would have started with. Thread 0
+ * runs its whole loop before the others start (they wait at a barrier): with as many
+ * claims as threads it must take one, not all (the bug of one shared counter for the
+ * first claims too, fixed in session 22: a backward with 2 groups on 2 threads ran on
+ * one). */
 /* A thread's loop over the chunks it claims, counting the runs of each chunk and its own. */
-static void claim_loop(int64_t nchunks, int64_t *counter, int *taken, int *mine)
+static void claim_loop(int64_t nchunks, int64_t per, int64_t *counter, int *taken, int *mine)
 {
-    int64_t c = ta_claim_first();
-    while (c < nchunks) {
-        const int64_t cn = ta_claim_next(counter);
+    ta_claims cl;
+    for (int64_t c = ta_claims_first(&cl, counter, per, nchunks); c < nchunks;) {
+        const int64_t cn = ta_claims_next(&cl, c);
+        if (cn < nchunks && cn % per != 0 && cn != c + 1)
+            fail_msg("chunk %lld followed by %lld inside a claim of %lld", (long long)c,
+                     (long long)cn, (long long)per);
         __atomic_fetch_add(&taken[c], 1, __ATOMIC_RELAXED);
         ++*mine;
         c = cn;
@@ -142,31 +146,36 @@ static void claim_loop(int64_t nchunks, int64_t *counter, int *taken, int *mine)
 static void test_claims(void **state)
 {
     (void)state;
-    for (int nt = 1; nt <= 4; nt++)
-        for (int64_t nchunks = 0; nchunks <= 3 * nt + 2; nchunks++) {
-            int taken[64] = {0}, mine[8] = {0}, team = 0;
-            int64_t counter = 0;
+    for (int64_t per = 1; per <= 3; per += 2)
+        for (int nt = 1; nt <= 4; nt++)
+            for (int64_t nchunks = 0; nchunks <= per * (3 * nt + 2); nchunks++) {
+                int taken[64] = {0}, mine[8] = {0}, team = 0;
+                int64_t counter = 0;
 #pragma omp parallel num_threads(nt)
-            {
-                const int me = omp_get_thread_num();
-                if (me == 0) {
-                    team = omp_get_num_threads();
-                    claim_loop(nchunks, &counter, taken, &mine[0]);
-                }
+                {
+                    const int me = omp_get_thread_num();
+                    if (me == 0) {
+                        team = omp_get_num_threads();
+                        claim_loop(nchunks, per, &counter, taken, &mine[0]);
+                    }
 #pragma omp barrier
-                if (me != 0) claim_loop(nchunks, &counter, taken, &mine[me]);
+                    if (me != 0) claim_loop(nchunks, per, &counter, taken, &mine[me]);
+                }
+                for (int64_t c = 0; c < nchunks; c++)
+                    if (taken[c] != 1)
+                        fail_msg("%d threads, %lld chunks of %lld a claim: chunk %lld ran %d "
+                                 "times", nt, (long long)nchunks, (long long)per, (long long)c,
+                                 taken[c]);
+                /* thread 0 ran alone first: its own claim, then all those past the team's
+                 * first ones; every other thread its own claim (as much of it as there
+                 * is) and nothing more */
+                for (int t = 1; t < team; t++) {
+                    const int64_t own = TA_MAX(0, TA_MIN(per, nchunks - t * per));
+                    if (mine[t] != own)
+                        fail_msg("%d threads, %lld chunks of %lld a claim: thread %d ran %d "
+                                 "chunks", team, (long long)nchunks, (long long)per, t, mine[t]);
+                }
             }
-            for (int64_t c = 0; c < nchunks; c++)
-                if (taken[c] != 1)
-                    fail_msg("%d threads, %lld chunks: chunk %lld ran %d times", nt,
-                             (long long)nchunks, (long long)c, taken[c]);
-            /* thread 0 ran alone first: its own chunk, then all those past the team's first
-             * ones; every other thread its own chunk (when there is one) and nothing more */
-            for (int t = 1; t < team; t++)
-                if (mine[t] != (t < nchunks))
-                    fail_msg("%d threads, %lld chunks: thread %d ran %d chunks", team,
-                             (long long)nchunks, t, mine[t]);
-        }
 }
 
 int main(void)

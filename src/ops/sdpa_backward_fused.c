@@ -729,7 +729,7 @@ ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
     if (scratch->overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", p->fn);
     set_views(&f, &m);
     if (!sc.group_plan) row_terms(&f, m.di, m.lse, sc.rows * f.Dv < 32768 ? 1 : sc.nt);
-    int64_t claimed = 0; /* plan "group": groups claimed past the first (ta_claim_next) */
+    int64_t claimed = 0; /* plan "group": claims past the first (ta_claims) */
 
     const int64_t groups = sc.groups, items1 = sc.items1, items2 = sc.items2;
 #pragma omp parallel num_threads(sc.nt)
@@ -746,16 +746,12 @@ ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
              * -> 14.1 - 15.3 ms, the same tokens as varlen 14.5 - 17.8 -> 13.6 - 17.1;
              * B32 L512 (256 groups: one a claim) the same */
             const int64_t per = ta_claim_bundle(groups, sc.nt);
-            for (int64_t it = ta_claim_first() * per, end = TA_MIN(groups, it + per); it < groups;) {
-                int64_t next = it + 1, next_end = end;
-                if (next >= end) {
-                    next = ta_claim_next(&claimed) * per;
-                    next_end = TA_MIN(groups, next + per);
-                }
+            ta_claims cl;
+            for (int64_t it = ta_claims_first(&cl, &claimed, per, groups); it < groups;) {
+                const int64_t next = ta_claims_next(&cl, it);
                 next_stream(&f, &w, next, groups);
                 run_group(&f, &w, it / f.Hkv, it % f.Hkv, m.di, m.lse);
                 it = next;
-                end = next_end;
             }
         } else {
             /* pass 1: dK, dV per (group, key tile); early key tiles first (they see the
@@ -932,12 +928,9 @@ ta_status ta_sdpa_backward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_a
         {
             unsigned char *mine = m.ws + (size_t)omp_get_thread_num() * ws;
             const int64_t per = ta_claim_bundle(items, nt);
-            for (int64_t it = ta_claim_first() * per, end = TA_MIN(items, it + per); it < items;) {
-                int64_t next = it + 1, next_end = end; /* the thread's next group */
-                if (next >= end) {
-                    next = ta_claim_next(&claimed) * per;
-                    next_end = TA_MIN(items, next + per);
-                }
+            ta_claims cl;
+            for (int64_t it = ta_claims_first(&cl, &claimed, per, items); it < items;) {
+                const int64_t next = ta_claims_next(&cl, it); /* the thread's next group */
                 const int64_t k = item_seq(&h, joined, it), g = it - h.base[k];
                 const bwd_plan *f = &h.plans[h.order[k]];
                 bwd_ws w;
@@ -951,7 +944,6 @@ ta_status ta_sdpa_backward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_a
                 const int64_t r0 = h.rows[h.order[k]];
                 run_group(f, &w, g / f->Hkv, g % f->Hkv, m.di + r0, m.lse + r0);
                 it = next;
-                end = next_end;
             }
             if (nt_stores) ta_sdpa_stream_fence();
         }

@@ -460,7 +460,7 @@ static int64_t job_place(const fused_job *j, int64_t c, int64_t k)
 }
 
 /* A thread's share of a job (its workspaces ws: the first, then a sweep's further
- * heads'; its prefetch stream pfs; next_chunk: the claims' counter, ta_claim_next). Each
+ * heads'; its prefetch stream pfs; next_chunk: the claims' counter, ta_claims). Each
  * thread claims its next chunk before it runs the current one, so that the last item of
  * a chunk knows the item that follows it on this thread (the next chunk's first, perhaps
  * another group's), whose Q rows and first keys it requests meanwhile
@@ -485,15 +485,9 @@ static void run_chunks(const fused_job *j, const fused_ws *ws, fused_pf *pfs, in
     held_rows hk = {.b = -1}, hv = {.b = -1};
     float *kb = NULL, *vb = NULL;
     const int64_t nchunks = j->cbase[j->n];
-    /* claims of `per` chunks (job_bundle), the next one taken as the last chunk of the
-     * current starts */
-    int64_t c = ta_claim_first() * per, end = TA_MIN(nchunks, c + per);
-    while (c < nchunks) {
-        int64_t cn = c + 1, next_end = end;
-        if (cn >= end) {
-            cn = ta_claim_next(next_chunk) * per;
-            next_end = TA_MIN(nchunks, cn + per);
-        }
+    ta_claims cl; /* claims of `per` chunks (job_bundle) */
+    for (int64_t c = ta_claims_first(&cl, next_chunk, per, nchunks); c < nchunks;) {
+        const int64_t cn = ta_claims_next(&cl, c);
         const int64_t kc = job_place(j, c, k < 0 ? 0 : k);
         if (kc != k) { /* another plan: its own rows, groups and copies */
             k = kc;
@@ -529,7 +523,6 @@ static void run_chunks(const fused_job *j, const fused_ws *ws, fused_pf *pfs, in
             }
         }
         c = cn;
-        end = next_end;
     }
 }
 
@@ -553,7 +546,7 @@ static int64_t job_bundle(const fused_job *j, int nt)
  * more than another's): a group's rows are then copied once, not once per thread. Fewer
  * groups a thread leave no room to balance a busy core (the bound came in when the claim
  * ahead let the first thread take both of 2 groups, B1 H2 L4096 D64 causal as [B, L, H,
- * D]: 21.7 ms against 10.9 with tiles, before ta_claim_first gave every thread its own
+ * D]: 21.7 ms against 10.9 with tiles, before ta_claims gave every thread its own
  * first chunk). Two-port Xeon, 2 threads, in one driver alternating the rule:
  * varlen_prefill's 8 sequences (H8: 8 groups) 5.62 - 5.80 ms against 5.72 - 5.83 with
  * tiles. Short groups (at most 4 Mi multiply-adds, ~20 us on one core) go four to a
@@ -615,7 +608,7 @@ static void run_job(const fused_job *j, unsigned char *ws_base, const fused_plan
 {
     bool split = false;
     for (int64_t k = 0; k < j->n; k++) split |= j->plans[j->order[k]].split;
-    int64_t next_chunk = 0; /* chunks claimed past the first (ta_claim_next) */
+    int64_t next_chunk = 0; /* claims past the first (ta_claims) */
     const int64_t per = job_bundle(j, nt);
 #pragma omp parallel num_threads(nt)
     {
