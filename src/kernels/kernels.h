@@ -30,6 +30,16 @@
  * 10.4 GB/s, 2 threads 20.2 -> 22.0, float32 2 threads 20.4 -> 22.9, paged16 bfloat16
  * 11.1 -> 12.1; the seed's causal case, L = 128 and L = 2048 unchanged. */
 extern int ta_pf_stream_l2;
+/* The same for a decode sweep's region (the few-row kernels' streams: the next tile of
+ * every kv head, 128 - 256 KiB of K and V a tile): into L2 except on AMD from Zen 5
+ * (family 0x1A) on, whose 48 KiB L1 took the region faster with prefetcht0 (session 15:
+ * 5.92 against 6.95 ms). On a Zen 4 (32 KiB L1; session 27, B1 H32 Hkv8 D128 cache of
+ * 32k keys from memory, driver, medians of 21, three alternations) prefetcht0 evicted
+ * the tile at work: float16 1 thread 10.7 - 10.9 -> 7.3 - 8.2 ms, 2 threads 5.6 - 6.4 ->
+ * 4.0 - 4.2; bfloat16 10.0 - 10.8 -> 6.9 - 7.1 and 5.4 - 5.7 -> 4.2 - 4.3; float32
+ * 19.0 - 19.5 -> 13.7 and 10.3 - 11.0 -> 9.2; paged (16) bfloat16 10.5 - 11.6 -> 7.2 -
+ * 8.0 and 6.0 - 6.4 -> 4.6 - 5.0. */
+extern int ta_pf_region_l2;
 /* A core's L2 in bytes as cpuid gives it, TA_L2_BYTES_DEFAULT where it does not; set
  * once, with the tables. */
 #define TA_L2_BYTES_DEFAULT ((int64_t)1 << 20)
@@ -72,10 +82,12 @@ static inline void ta_pf_add_rows(ta_pf_span *sp, int64_t *n, int64_t cap, const
 #define TA_PF_BEGIN(pf)                                                                     \
     const char *pf_a = (pf) && (pf)->next < (pf)->end ? (pf)->next->a : NULL,               \
                *pf_b = (pf) && (pf)->next < (pf)->end ? (pf)->next->b : NULL
-#define TA_PF_STEP(pf)                                                                      \
+#define TA_PF_STEP(pf) TA_PF_STEP_HINT(pf, ta_pf_stream_l2)
+/* The same with the hint given: l2 nonzero, prefetcht1; else prefetcht0. */
+#define TA_PF_STEP_HINT(pf, l2)                                                             \
     do {                                                                                    \
         if (pf_a < pf_b) {                                                                  \
-            if (ta_pf_stream_l2) __builtin_prefetch(pf_a, 0, 2);                            \
+            if (l2) __builtin_prefetch(pf_a, 0, 2);                                         \
             else __builtin_prefetch(pf_a, 0, 3);                                            \
             pf_a += 64;                                                                     \
             if (pf_a >= pf_b) {                                                             \
