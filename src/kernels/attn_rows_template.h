@@ -148,7 +148,7 @@ ROWS_INLINE void qk_block(float *s, int64_t mqs, const float *q, int64_t ldq, in
     do {                                                                                     \
         if (PFS)                                                                             \
             for (int64_t i_ = 0; i_ < (n) && left > 0; i_++, left--)                       \
-                TA_PF_STEP_HINT(pf, ta_pf_region_l2);                                        \
+                TA_PF_STEP_HINT(pf, !ta_stream_prefetch_l1);                                 \
     } while (0)
     VT acc[VL];
     const float *qr[8];
@@ -292,7 +292,7 @@ ROWS_INLINE void pv_group(float *o, int64_t ldo, const float *p, int64_t mqs,
     for (int64_t j = 0; j < nk; j++) {
         const char *vr = (const char *)v[j] + vo;
         if (PFS) /* the caller's stream instead of the rows ahead */
-            for (int64_t i = 0; i < per; i++) TA_PF_STEP_HINT(pf, ta_pf_region_l2);
+            for (int64_t i = 0; i < per; i++) TA_PF_STEP_HINT(pf, !ta_stream_prefetch_l1);
         else if (c0 == 0 && j % 4 == 0) /* the next 4 rows' lines: the key loop stays innermost */
             for (int64_t i = j; i < j + 4; i++) prefetch_row(v, voff, i, avail, bytes);
         VT pb[8];

@@ -30,16 +30,6 @@
  * 10.4 GB/s, 2 threads 20.2 -> 22.0, float32 2 threads 20.4 -> 22.9, paged16 bfloat16
  * 11.1 -> 12.1; the seed's causal case, L = 128 and L = 2048 unchanged. */
 extern int ta_pf_stream_l2;
-/* The same for a decode sweep's region (the few-row kernels' streams: the next tile of
- * every kv head, 128 - 256 KiB of K and V a tile): into L2 except on AMD from Zen 5
- * (family 0x1A) on, whose 48 KiB L1 took the region faster with prefetcht0 (session 15:
- * 5.92 against 6.95 ms). On a Zen 4 (32 KiB L1; session 27, B1 H32 Hkv8 D128 cache of
- * 32k keys from memory, driver, medians of 21, three alternations) prefetcht0 evicted
- * the tile at work: float16 1 thread 10.7 - 10.9 -> 7.3 - 8.2 ms, 2 threads 5.6 - 6.4 ->
- * 4.0 - 4.2; bfloat16 10.0 - 10.8 -> 6.9 - 7.1 and 5.4 - 5.7 -> 4.2 - 4.3; float32
- * 19.0 - 19.5 -> 13.7 and 10.3 - 11.0 -> 9.2; paged (16) bfloat16 10.5 - 11.6 -> 7.2 -
- * 8.0 and 6.0 - 6.4 -> 4.6 - 5.0. */
-extern int ta_pf_region_l2;
 /* A core's L2 in bytes as cpuid gives it, TA_L2_BYTES_DEFAULT where it does not; set
  * once, with the tables. */
 #define TA_L2_BYTES_DEFAULT ((int64_t)1 << 20)
@@ -303,12 +293,20 @@ static inline double ta_softmax_state_scale(const ta_kernels *k, float m)
 #define TA_STREAM_PREFETCH_ROWS 16
 extern int ta_stream_prefetch_rows;
 
-/* 1 where those stream prefetches go into L1 (prefetcht0) instead of L2 (prefetcht1):
- * AMD from Zen 5 (family 0x1A) on; set once, with the tables. Measured on the Zen 5
- * (session 17, B1 H32 Lk4096 D128 float32 from memory, driver, medians of 7 - 9
- * random-order rounds): 1 thread 4.31 -> 3.93 - 3.96 ms, 2 threads 2.97 -> 2.70; 8, 24,
- * 32 and 48 rows ahead were no better than 16. Intel keeps the L2 hint measured on the
- * Xeon (session 8). */
+/* 1 where those stream prefetches, and a decode sweep's region (the few-row kernels'
+ * ta_pf streams, TA_PF_STEP_HINT: the next tile of every kv head, 128 - 256 KiB of K
+ * and V a tile), go into L1 (prefetcht0) instead of L2 (prefetcht1): AMD from Zen 5
+ * (family 0x1A) on; set once, with the tables. Measured on the Zen 5 (session 17, B1
+ * H32 Lk4096 D128 float32 from memory, driver, medians of 7 - 9 random-order rounds):
+ * 1 thread 4.31 -> 3.93 - 3.96 ms, 2 threads 2.97 -> 2.70; 8, 24, 32 and 48 rows ahead
+ * were no better than 16; the region 5.92 ms against 6.95 with prefetcht1 (session 15).
+ * Intel keeps the L2 hint measured on the Xeon (session 8). On a Zen 4 (32 KiB L1;
+ * session 27, B1 H32 Hkv8 D128 cache of 32k keys from memory, driver, medians of 21,
+ * three alternations) the region into L1 evicted the tile at work: float16 1 thread
+ * 10.7 - 10.9 -> 7.3 - 8.2 ms with prefetcht1, 2 threads 5.6 - 6.4 -> 4.0 - 4.2;
+ * bfloat16 10.0 - 10.8 -> 6.9 - 7.1 and 5.4 - 5.7 -> 4.2 - 4.3; float32 19.0 - 19.5 ->
+ * 13.7 and 10.3 - 11.0 -> 9.2; paged (16) bfloat16 10.5 - 11.6 -> 7.2 - 8.0 and 6.0 -
+ * 6.4 -> 4.6 - 5.0. */
 extern int ta_stream_prefetch_l1;
 
 /* 1 where a vector result in the denormals costs a microcode assist (Intel cores: ~10x
