@@ -1,0 +1,195 @@
+/* How fast one core can run a KV-cache decode step at best: the reads of a decode sweep
+ * over a half-precision cache, in its order and with its prefetches, and no work but
+ * the FMAs the arithmetic needs, against a plain streaming read of the same bytes
+ * measured in turn in the same process (docs/performance.md, "Session 28").
+ *
+ *   build/decode_ceiling [keys [rounds [T dist W]]]   (default 32768 keys, 15 rounds and
+ *                                                     the configurations below)
+ *
+ * The cache is B1, Hkv 8, D 128, float16 K and V [keys, Hkv, D] (2 x 64 MiB at 32k
+ * keys): a kv head's rows are 2 KiB apart, beyond the hardware prefetchers. The sweep
+ * steps tiles of T keys; per tile and kv head it reads the head's T K rows, then its T V
+ * rows, widening each 16 values (one 512-bit vector; two 256-bit ones on AVX2) and
+ * adding it into W accumulators with one FMA each; with every row read it requests
+ * (prefetcht1) its share of the next tile's region (the keys [j + dist T, j + (dist + 1)
+ * T) of every head, K then V, in address order), as the library's decode sweep does
+ * (sdpa_fused_tiles.c, sweep_region). W = 4 is the FMA count of a 4-row decode (a GQA
+ * group of 4: 4 rows x 128 x 2 multiply-adds a (kv head, key) pair, 64 512-bit FMAs);
+ * W = 0 adds each vector once (the reads alone). The library's step also sums each
+ * score's lanes, takes the softmax and keeps its bookkeeping: it cannot be faster than
+ * this with the same W.
+ *
+ * Prints per configuration the medians (ms, GB/s, ns a pair) and the median of the
+ * per-round ratios to the plain read (bench_read_bandwidth, the bench's own yardstick,
+ * one pass over the same buffer right after each sweep). Calling thread only; x86 with
+ * AVX2 and F16C at least (else it says so and exits 0). */
+#define _GNU_SOURCE
+#include "peak.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define DC_X86 1
+#else
+#define DC_X86 0
+#endif
+
+enum { HKV = 8, D = 128, MAX_ROUNDS = 63 };
+
+typedef struct dc_cfg {
+    int T, dist, W; /* tile keys, tiles ahead of the region, FMAs a widened vector */
+} dc_cfg;
+
+#if DC_X86
+/* The sweep for one ISA and a constant W (a separate function each, so that the
+ * accumulators stay in registers): returns the sum of their lanes (kept, so that the
+ * loads stay). K and V are [L, HKV, D] halves. */
+#define DC_SWEEP(NAME, TARGET, VT, ZERO, WIDEN, FMA, ADD, STORE, VL, W)                    \
+    __attribute__((target(TARGET), noinline)) static float NAME(                            \
+        const uint16_t *K, const uint16_t *V, int64_t L, dc_cfg c)                          \
+    {                                                                                       \
+        VT acc[8];                                                                          \
+        for (int i = 0; i < 8; i++) acc[i] = ZERO();                                        \
+        const VT one = ADD(ZERO(), ZERO()); /* 0: the FMAs change nothing but cost */      \
+        const int64_t row = HKV * D;         /* halves between a head's keys */            \
+        const int64_t lines_tile = 2 * c.T * row * 2 / 64; /* of K and V, a tile */        \
+        const int64_t per_row = (lines_tile + 2 * HKV * c.T - 1) / (2 * HKV * c.T);       \
+        for (int64_t j = 0; j < L; j += c.T) {                                              \
+            const int64_t jn = j + (int64_t)c.dist * c.T, tk = L - j < c.T ? L - j : c.T;   \
+            const int64_t kn = jn < L ? (L - jn < c.T ? L - jn : c.T) : 0;                  \
+            const char *rk = (const char *)(K + jn * row), *rv = (const char *)(V + jn * row); \
+            const int64_t lines = 2 * kn * row * 2 / 64, half = lines / 2;                  \
+            int64_t line = 0;                                                               \
+            for (int h = 0; h < HKV; h++)                                                   \
+                for (int kv = 0; kv < 2; kv++)                                              \
+                    for (int64_t k = 0; k < tk; k++) {                                      \
+                        const uint16_t *r = (kv ? V : K) + ((j + k) * HKV + h) * D;         \
+                        for (int64_t x = 0; x < per_row && line < lines; x++, line++)       \
+                            _mm_prefetch(line < half ? rk + line * 64 : rv + (line - half) * 64, \
+                                         _MM_HINT_T1);                                      \
+                        _Pragma("GCC unroll 16") for (int v = 0; v < D / VL; v++) {         \
+                            const VT x = WIDEN(r + v * VL);                                 \
+                            if (W == 0) acc[v & 7] = ADD(acc[v & 7], x);                    \
+                            _Pragma("GCC unroll 8") for (int w = 0; w < W; w++)             \
+                                acc[(v * W + w) & 7] = FMA(x, one, acc[(v * W + w) & 7]);   \
+                        }                                                                   \
+                    }                                                                       \
+        }                                                                                   \
+        float out[16], s = 0.0f;                                                            \
+        for (int i = 0; i < 8; i++) {                                                       \
+            STORE(out, acc[i]);                                                             \
+            for (int l = 0; l < VL; l++) s += out[l];                                       \
+        }                                                                                   \
+        return s;                                                                           \
+    }
+
+#define W512(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define W256(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define DC_ISAS(W)                                                                          \
+    DC_SWEEP(sweep512_w##W, "avx512f,f16c,fma", __m512, _mm512_setzero_ps, W512,            \
+             _mm512_fmadd_ps, _mm512_add_ps, _mm512_storeu_ps, 16, W)                       \
+    DC_SWEEP(sweep256_w##W, "avx2,f16c,fma", __m256, _mm256_setzero_ps, W256,               \
+             _mm256_fmadd_ps, _mm256_add_ps, _mm256_storeu_ps, 8, W)
+DC_ISAS(0)
+DC_ISAS(4)
+DC_ISAS(5)
+
+static float sweep(int avx512, const uint16_t *K, const uint16_t *V, int64_t L, dc_cfg c)
+{
+    if (c.W == 0) return avx512 ? sweep512_w0(K, V, L, c) : sweep256_w0(K, V, L, c);
+    if (c.W == 4) return avx512 ? sweep512_w4(K, V, L, c) : sweep256_w4(K, V, L, c);
+    return avx512 ? sweep512_w5(K, V, L, c) : sweep256_w5(K, V, L, c);
+}
+#endif
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return v[n / 2];
+}
+
+int main(int argc, char **argv)
+{
+#if !DC_X86
+    (void)argc;
+    (void)argv;
+    printf("decode_ceiling: x86 only\n");
+    return 0;
+#else
+    const int64_t L = argc > 1 ? strtoll(argv[1], NULL, 10) : 32768;
+    const int rounds = argc > 2 ? atoi(argv[2]) : 15;
+    if (L < 1024 || rounds < 1 || rounds > MAX_ROUNDS) {
+        fprintf(stderr, "decode_ceiling: keys >= 1024 and 1 .. %d rounds\n", MAX_ROUNDS);
+        return 2;
+    }
+    const int avx512 = ta_cpu_supports(TA_ISA_AVX512);
+    if (!avx512 && !ta_cpu_supports(TA_ISA_AVX2)) {
+        printf("decode_ceiling: needs AVX2 and F16C at least\n");
+        return 0;
+    }
+    const size_t halves = (size_t)L * HKV * D, bytes = 2 * halves * sizeof(uint16_t);
+    uint16_t *buf = aligned_alloc((size_t)2 << 20, bytes); /* K, then V */
+    if (!buf) {
+        fprintf(stderr, "decode_ceiling: out of memory\n");
+        return 1;
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(buf, bytes, MADV_HUGEPAGE);
+#endif
+    for (size_t i = 0; i < 2 * halves; i++) buf[i] = (uint16_t)(0x3000 + (i & 0x3ff));
+    const uint16_t *K = buf, *V = buf + halves;
+    const ta_isa isa = avx512 ? TA_ISA_AVX512 : TA_ISA_AVX2;
+    printf("B1 Hkv%d D%d float16 cache of %lld keys (%.0f MiB of K and V), %s, 1 thread\n", HKV,
+           D, (long long)L, (double)bytes / (1 << 20), ta_isa_name(isa));
+
+    static const dc_cfg std_cfgs[] = {{64, 1, 0}, {64, 1, 4}, {64, 1, 5}, {32, 2, 4}, {16, 4, 4}};
+    dc_cfg one = {0, 0, 0};
+    if (argc > 5) {
+        one = (dc_cfg){atoi(argv[3]), atoi(argv[4]), atoi(argv[5])};
+        if (one.T < 1 || one.T > 1024 || one.dist < 1 || one.dist > 64 ||
+            (one.W != 0 && one.W != 4 && one.W != 5)) {
+            fprintf(stderr, "decode_ceiling: T in 1 .. 1024, dist in 1 .. 64, W 0, 4 or 5\n");
+            free(buf);
+            return 2;
+        }
+    }
+    const dc_cfg *cfgs = argc > 5 ? &one : std_cfgs;
+    const size_t ncfg = argc > 5 ? 1 : sizeof std_cfgs / sizeof std_cfgs[0];
+    float sink = 0.0f;
+    for (size_t ci = 0; ci < ncfg; ci++) {
+        const dc_cfg c = cfgs[ci];
+        double ts[MAX_ROUNDS], gb[MAX_ROUNDS], ratio[MAX_ROUNDS];
+        for (int r = 0; r < rounds; r++) {
+            const double t0 = bench_seconds_now();
+            sink += sweep(avx512, K, V, L, c);
+            ts[r] = bench_seconds_now() - t0;
+            const char *why = bench_read_bandwidth(&gb[r], isa, 1, (const float *)(void *)buf,
+                                                   (int64_t)(bytes / sizeof(float)), 1);
+            if (why) {
+                fprintf(stderr, "decode_ceiling: the plain read is not measured: %s\n", why);
+                free(buf);
+                return 1;
+            }
+            ratio[r] = (double)bytes / ts[r] * 1e-9 / gb[r];
+        }
+        const double t = median(ts, rounds), g = median(gb, rounds);
+        printf("tiles of %3d keys, region %d tile(s) ahead, %d FMAs a vector: %7.3f ms %5.1f "
+               "GB/s %5.1f ns a pair; plain read %5.1f GB/s; ratio %.3f\n",
+               c.T, c.dist, c.W, t * 1e3, (double)bytes / t * 1e-9, t * 1e9 / (double)(L * HKV),
+               g, median(ratio, rounds));
+    }
+    free(buf);
+    return sink == 42.0f ? 3 : 0; /* keeps the sums */
+#endif
+}
