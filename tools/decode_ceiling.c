@@ -10,14 +10,15 @@
  * keys): a kv head's rows are 2 KiB apart, beyond the hardware prefetchers. The sweep
  * steps tiles of T keys; per tile and kv head it reads the head's T K rows, then its T V
  * rows, widening each 16 values (one 512-bit vector; two 256-bit ones on AVX2) and
- * adding it into W accumulators with one FMA each; with every row read it requests
+ * giving each widened vector W FMAs (into 8 accumulators in turn, enough independent
+ * chains for two FMA ports); with every row read it requests
  * (prefetcht1) its share of the next tile's region (the keys [j + dist T, j + (dist + 1)
  * T) of every head, K then V, in address order), as the library's decode sweep does
  * (sdpa_fused_tiles.c, sweep_region). W = 4 is the FMA count of a 4-row decode (a GQA
  * group of 4: 4 rows x 128 x 2 multiply-adds a (kv head, key) pair, 64 512-bit FMAs);
- * W = 0 adds each vector once (the reads alone). The library's step also sums each
- * score's lanes, takes the softmax and keeps its bookkeeping: it cannot be faster than
- * this with the same W.
+ * W = 5 stands for ~16 cycles a pair more; W = 0 adds each vector once (the reads
+ * alone). The library's step does more on the same reads in the same order (each
+ * score's lane sums, the softmax, its bookkeeping), so this bounds what it can read.
  *
  * Prints per configuration the medians (ms, GB/s, ns a pair) and the median of the
  * per-round ratios to the plain read (bench_read_bandwidth, the bench's own yardstick,
