@@ -732,6 +732,11 @@ ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
     int64_t claimed = 0; /* plan "group": claims past the first (ta_claims) */
 
     const int64_t groups = sc.groups, items1 = sc.items1, items2 = sc.items2;
+    /* plan "group": several groups a claim where there are plenty (ta_claim_bundle): H8
+     * D64 causal, 2 threads, binaries in turns (a loud host), B1000 L16 15.3 - 16.7 ->
+     * 14.1 - 15.3 ms, the same tokens as varlen 14.5 - 17.8 -> 13.6 - 17.1; B32 L512 (256
+     * groups: one a claim) the same */
+    const int64_t per = sc.group_plan ? ta_claim_bundle(groups, sc.nt) : 1;
 #pragma omp parallel num_threads(sc.nt)
     {
         bwd_ws w;
@@ -740,12 +745,8 @@ ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
         w.next = w.kv_next = (ta_pf){NULL, NULL};
         if (sc.group_plan) {
             /* dynamic, one group ahead: a thread takes its next group as it starts one,
-             * so that it can request that group's O and dO rows (next_stream) */
-            /* several groups a claim where there are plenty (ta_claim_bundle): H8 D64
-             * causal, 2 threads, binaries in turns (a loud host), B1000 L16 15.3 - 16.7
-             * -> 14.1 - 15.3 ms, the same tokens as varlen 14.5 - 17.8 -> 13.6 - 17.1;
-             * B32 L512 (256 groups: one a claim) the same */
-            const int64_t per = ta_claim_bundle(groups, sc.nt);
+             * so that it can request that group's O and dO rows (next_stream); `per`
+             * groups a claim */
             ta_claims cl;
             for (int64_t it = ta_claims_first(&cl, &claimed, per, groups); it < groups;) {
                 const int64_t next = ta_claims_next(&cl, it);
@@ -924,10 +925,10 @@ ta_status ta_sdpa_backward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_a
             set_views(&h.plans[s], &ms);
         }
         int64_t claimed = 0;
+        const int64_t per = ta_claim_bundle(items, nt);
 #pragma omp parallel num_threads(nt)
         {
             unsigned char *mine = m.ws + (size_t)omp_get_thread_num() * ws;
-            const int64_t per = ta_claim_bundle(items, nt);
             ta_claims cl;
             for (int64_t it = ta_claims_first(&cl, &claimed, per, items); it < items;) {
                 const int64_t next = ta_claims_next(&cl, it); /* the thread's next group */
