@@ -131,8 +131,9 @@ int main(int argc, char **argv)
 #else
     const int64_t L = argc > 1 ? strtoll(argv[1], NULL, 10) : 32768;
     const int rounds = argc > 2 ? atoi(argv[2]) : 15;
-    if (L < 1024 || rounds < 1 || rounds > MAX_ROUNDS) {
-        fprintf(stderr, "decode_ceiling: keys >= 1024 and 1 .. %d rounds\n", MAX_ROUNDS);
+    if (L < 1024 || rounds < 1 || rounds > MAX_ROUNDS || argc == 4 || argc == 5 || argc > 6) {
+        fprintf(stderr, "usage: decode_ceiling [keys (>= 1024) [rounds (1 .. %d) [T dist W]]]\n",
+                MAX_ROUNDS);
         return 2;
     }
     /* the library's choice, so that TA_ARCH=avx2 measures what an AVX2 core's kernels see */
