@@ -59,18 +59,6 @@ int64_t bench_sampler_next(bench_sampler *s)
     return n < 2 + BENCH_SAMPLES + BENCH_RUN && e < s->total ? e : -1;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median_of(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 double bench_rel_err(double got, double ref, double scale)
 {
     double e = fabs(got - ref) / (scale > DBL_MIN ? scale : DBL_MIN);
@@ -264,7 +252,7 @@ static int time_case(bench_state *s, bench_case *c)
     /* The last output must be as right as the first (races, stale workspaces). */
     if (check_case(c)) return -1;
     c->runs = n;
-    c->median_s = median_of(s->times, n); /* sorts: times[0] is the minimum */
+    c->median_s = bench_median(s->times, n); /* sorts: times[0] is the minimum */
     c->min_s = s->times[0];
     c->gflops = c->median_s > 0.0 ? c->flops / c->median_s * 1e-9 : 0.0;
     /* The ratio itself is set after the peaks are measured again (finish_ratios). */
@@ -346,7 +334,7 @@ static int time_pair(bench_state *s, bench_case *c, bench_case *o)
     }
     if (!rc && (check_case(c) || check_case(o))) rc = -1;
     if (!rc && n > 0) {
-        c->ratio_alternating = median_of(s->times, n) / (c->vs_case[0] ? c->vs_scale : 1.0);
+        c->ratio_alternating = bench_median(s->times, n) / (c->vs_case[0] ? c->vs_scale : 1.0);
         c->ratio_rounds = n;
     }
     teardown(c);
@@ -418,7 +406,7 @@ static int time_against_peak(bench_state *s, bench_case *c)
     }
     if (!rc && check_case(c)) rc = -1;
     if (!rc && n > 0) {
-        c->peak_fraction_alternating = median_of(s->times, n);
+        c->peak_fraction_alternating = bench_median(s->times, n);
         c->peak_rounds = n;
     }
     teardown(c);

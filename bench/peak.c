@@ -41,6 +41,18 @@ double bench_seconds_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double bench_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 uint64_t bench_xorshift64(uint64_t *state)
 {
     uint64_t x = *state;
@@ -108,13 +120,7 @@ const char *bench_read_bandwidth(double *gbs, ta_isa isa, int threads, const flo
     }
     (void)sink;
     /* The median: the rate the machine sustains, not its luckiest pass. */
-    for (int i = 1; i < runs; i++)
-        for (int j = i; j > 0 && t[j - 1] > t[j]; j--) {
-            double x = t[j];
-            t[j] = t[j - 1];
-            t[j - 1] = x;
-        }
-    double median = runs % 2 ? t[runs / 2] : 0.5 * (t[runs / 2 - 1] + t[runs / 2]);
+    const double median = bench_median(t, runs);
     if (!(median > 0.0)) return "the clock did not advance";
     *gbs = (double)n * sizeof(float) / median * 1e-9;
     return NULL;

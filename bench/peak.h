@@ -17,6 +17,10 @@ double bench_seconds_now(void);
  * of the bench and its tools. */
 uint64_t bench_xorshift64(uint64_t *state);
 
+/* The median of the n (>= 1) values at v, which it sorts in place (an even n: the mean of
+ * the middle two): the bench's and its tools' one statistic. */
+double bench_median(double *v, int n);
+
 /* This machine's float32 FMA peak in GFLOP/s with the given ISA's widest FMA
  * (independent chains, no memory traffic) on `threads` threads (0 = the library's
  * thread count), running for about `seconds` (0 < seconds <= 60): the best rate of

@@ -31,7 +31,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/mman.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -109,18 +108,6 @@ static float sweep(int avx512, const uint16_t *K, const uint16_t *V, int64_t L, 
 }
 #endif
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return v[n / 2];
-}
-
 int main(int argc, char **argv)
 {
 #if !DC_X86
@@ -139,11 +126,14 @@ int main(int argc, char **argv)
     /* the library's choice, so that TA_ARCH=avx2 measures what an AVX2 core's kernels see */
     const int avx512 = ta_active_isa() == TA_ISA_AVX512;
     if (!avx512 && ta_active_isa() != TA_ISA_AVX2) {
-        printf("decode_ceiling: needs the library on its avx2 or avx512 kernels (this CPU or TA_ARCH chose %s)\n", ta_isa_name(ta_active_isa()));
+        printf("decode_ceiling: needs the library on its avx2 or avx512 kernels (this CPU or "
+               "TA_ARCH chose %s)\n",
+               ta_isa_name(ta_active_isa()));
         return 0;
     }
     const size_t halves = (size_t)L * HKV * D, bytes = 2 * halves * sizeof(uint16_t);
-    uint16_t *buf = aligned_alloc((size_t)2 << 20, bytes); /* K, then V */
+    const size_t huge = (size_t)2 << 20; /* aligned_alloc takes a multiple of the alignment */
+    uint16_t *buf = aligned_alloc(huge, (bytes + huge - 1) / huge * huge); /* K, then V */
     if (!buf) {
         fprintf(stderr, "decode_ceiling: out of memory\n");
         return 1;
@@ -187,11 +177,11 @@ int main(int argc, char **argv)
             }
             ratio[r] = (double)bytes / ts[r] * 1e-9 / gb[r];
         }
-        const double t = median(ts, rounds), g = median(gb, rounds);
+        const double t = bench_median(ts, rounds), g = bench_median(gb, rounds);
         printf("tiles of %3d keys, region %d tile(s) ahead, %d FMAs a vector: %7.3f ms %5.1f "
                "GB/s %5.1f ns a pair; plain read %5.1f GB/s; ratio %.3f\n",
                c.T, c.dist, c.W, t * 1e3, (double)bytes / t * 1e-9, t * 1e9 / (double)(L * HKV),
-               g, median(ratio, rounds));
+               g, bench_median(ratio, rounds));
     }
     free(buf);
     return sink == 42.0f ? 3 : 0; /* keeps the sums */

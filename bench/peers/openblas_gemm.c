@@ -28,19 +28,6 @@ char *openblas_get_corename(void);
 #define BLOCK 3 /* divides REPS */
 #define SETTLE_S 0.1 /* > 2^28 cycles at 2.7 GHz and up */
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* C[n,n] = A[n,n] B[n,n], row-major. */
 static void run_ours(float *C, const float *A, const float *B, int n)
 {
@@ -74,22 +61,20 @@ static void median_seconds(double *ours, double *theirs, float *C1, float *C2, c
         settle();
         run_ours(C1, A, B, n); /* warm-up: caches, thread pool awake */
         for (int i = r; i < r + BLOCK; i++) {
-            double t0 = now();
+            double t0 = bench_seconds_now();
             run_ours(C1, A, B, n);
-            t1[i] = now() - t0;
+            t1[i] = bench_seconds_now() - t0;
         }
         settle();
         run_openblas(C2, A, B, n);
         for (int i = r; i < r + BLOCK; i++) {
-            double t0 = now();
+            double t0 = bench_seconds_now();
             run_openblas(C2, A, B, n);
-            t2[i] = now() - t0;
+            t2[i] = bench_seconds_now() - t0;
         }
     }
-    qsort(t1, REPS, sizeof t1[0], cmp_double);
-    qsort(t2, REPS, sizeof t2[0], cmp_double);
-    *ours = t1[REPS / 2];
-    *theirs = t2[REPS / 2];
+    *ours = bench_median(t1, REPS);
+    *theirs = bench_median(t2, REPS);
 }
 
 int main(int argc, char **argv)
