@@ -275,11 +275,13 @@ void bench_add_sdpa_backward(bench_state *s, const char *name, int64_t B, int64_
                              int64_t L, int64_t D, ta_causal causal);
 /* cases_kvcache.c. One decode step through ta_sdpa_kvcache (fused): B sequences of lens[b]
  * keys (NULL: all Lmax) after appending one, a cache of Lmax keys per sequence of dtype,
- * contiguous (block 0) or paged in blocks of `block` rows scattered at random; vs (NULL:
- * none) names a case to time against, with its scale and JSON key (see vs_case). */
+ * contiguous (block 0) or paged in blocks of `block` rows scattered at random, q of
+ * q_dtype; vs (NULL: none) names a case to time against, with its scale and JSON key (see
+ * vs_case). */
 void bench_add_kv_decode(bench_state *s, const char *name, int64_t B, int64_t H, int64_t Hkv,
                          int64_t D, int64_t Lmax, const int64_t *lens, int64_t block,
-                         ta_dtype dtype, const char *vs, double vs_scale, const char *vs_key);
+                         ta_dtype dtype, ta_dtype q_dtype, const char *vs, double vs_scale,
+                         const char *vs_key);
 /* Causal prefill of nseq packed sequences of lens[b] tokens (cu_seqlens), and the same
  * batch padded to the longest as the sdpa pair "<name>_padded"; ratio_vs_padded_share. */
 void bench_add_varlen_prefill(bench_state *s, const char *name, int64_t nseq, const int64_t *lens,

@@ -89,24 +89,30 @@ static void build_inference_cases(bench_state *s)
         for (int d = 0; d < 3; d++) {
             snprintf(name, sizeof name, "kv_decode_%s%s", dt[d].name, sfx);
             snprintf(vs, sizeof vs, "kv_decode_f32%s", sfx);
-            bench_add_kv_decode(s, name, 1, 32, 8, 128, caps[c], NULL, 0, dt[d].dtype,
+            bench_add_kv_decode(s, name, 1, 32, 8, 128, caps[c], NULL, 0, dt[d].dtype, TA_F32,
                                 d ? vs : NULL, 1.0, "ratio_vs_f32");
         }
+        /* a bfloat16 model: q bfloat16 too (the CPU's bfloat16 dot product, where it has
+         * one, computes Q.K^T: attn_qk_rows_bf16dot) */
+        snprintf(name, sizeof name, "kv_decode_bf16q%s", sfx);
+        bench_add_kv_decode(s, name, 1, 32, 8, 128, caps[c], NULL, 0, TA_BF16, TA_BF16, vs, 1.0,
+                            "ratio_vs_f32");
         for (int d = 0; d < 3; d += 2) { /* paged: f32 and bf16, each against contiguous */
             snprintf(name, sizeof name, "kv_decode_paged16_%s%s", dt[d].name, sfx);
             snprintf(vs, sizeof vs, "kv_decode_%s%s", dt[d].name, sfx);
-            bench_add_kv_decode(s, name, 1, 32, 8, 128, caps[c], NULL, 16, dt[d].dtype, vs, 1.0,
-                                "ratio_vs_contiguous");
+            bench_add_kv_decode(s, name, 1, 32, 8, 128, caps[c], NULL, 16, dt[d].dtype, TA_F32,
+                                vs, 1.0, "ratio_vs_contiguous");
         }
     }
     int64_t lens[16], Lk = caps[0];
     for (int b = 0; b < 16; b++) lens[b] = 100 + (Lk - 100) * b / 15;
     bench_add_kv_decode(s, "kv_decode_batch16_f32", 16, q ? 8 : 32, q ? 2 : 8, 128, Lk, lens, 0,
-                        TA_F32, NULL, 1.0, NULL);
+                        TA_F32, TA_F32, NULL, 1.0, NULL);
     bench_add_kv_decode(s, "kv_decode_batch16_bf16", 16, q ? 8 : 32, q ? 2 : 8, 128, Lk, lens, 0,
-                        TA_BF16, "kv_decode_batch16_f32", 1.0, "ratio_vs_f32");
+                        TA_BF16, TA_F32, "kv_decode_batch16_f32", 1.0, "ratio_vs_f32");
     bench_add_kv_decode(s, "kv_decode_batch16_paged16_bf16", 16, q ? 8 : 32, q ? 2 : 8, 128, Lk,
-                        lens, 16, TA_BF16, "kv_decode_batch16_bf16", 1.0, "ratio_vs_contiguous");
+                        lens, 16, TA_BF16, TA_F32, "kv_decode_batch16_bf16", 1.0,
+                        "ratio_vs_contiguous");
     const int64_t plens[8] = {512, 64, 300, 17, 1024, 128, 5, 700};
     int64_t qlens[8];
     for (int b = 0; b < 8; b++) qlens[b] = q ? (plens[b] + 3) / 4 : plens[b];

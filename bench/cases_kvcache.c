@@ -27,7 +27,8 @@ typedef struct bench_kv {
     int64_t lens[KV_MAX_SEQS];         /* keys per sequence after the append */
     int32_t seqlens[KV_MAX_SEQS];      /* lens - 1: where the new key goes */
     int32_t *table;                    /* paged: [B, max_blocks], made by setup */
-    ta_dtype dtype;
+    ta_dtype dtype;                    /* the cache's */
+    ta_dtype q_dtype;                  /* q's: float32, or the cache's (a half model) */
 } bench_kv;
 
 static int64_t kv_sum(const bench_kv *a)
@@ -37,8 +38,8 @@ static int64_t kv_sum(const bench_kv *a)
     return n;
 }
 
-/* t[0] q [B,1,H,D], t[1] and t[2] the caches, t[3] O [B,1,H,D], t[4] and t[5] the new
- * key and value [B,1,Hkv,D] (float32). */
+/* t[0] q [B,1,H,D] (q_dtype), t[1] and t[2] the caches, t[3] O [B,1,H,D], t[4] and t[5]
+ * the new key and value [B,1,Hkv,D] (float32). */
 static int kv_setup(bench_case *c)
 {
     bench_kv *a = c->state;
@@ -66,7 +67,7 @@ static int kv_setup(bench_case *c)
         for (int64_t i = 0; i < a->nblocks; i++) a->table[i] = (int32_t)perm[i];
         free(perm);
     }
-    ta_status st = ta_tensor_empty(&c->t[0], 4, q);
+    ta_status st = ta_tensor_empty_dtype(&c->t[0], a->q_dtype, 4, q);
     if (!st) st = ta_randn(&c->t[0], 11);
     for (int i = 1; i <= 2 && !st; i++) {
         st = ta_tensor_empty_dtype(&c->t[i], a->dtype, 4, cache);
@@ -163,9 +164,9 @@ static int kv_check(bench_case *c, double *max_err)
     const bench_kv *a = c->state;
     const int64_t D = a->D, Lmax = a->Lmax;
     double *w = malloc(sizeof(double) * (size_t)Lmax), *acc = malloc(sizeof(double) * (size_t)D);
-    float *row = malloc(sizeof(float) * (size_t)D);
-    if (!w || !row || !acc) {
-        free(w); free(row); free(acc);
+    float *row = malloc(sizeof(float) * (size_t)D), *qw = malloc(sizeof(float) * (size_t)D);
+    if (!w || !row || !acc || !qw) {
+        free(w); free(row); free(acc); free(qw);
         return bench_fail(c, "bench: out of memory for the float64 check");
     }
     uint64_t rng = 0x2545f4914f6cdd1dULL;
@@ -174,11 +175,13 @@ static int kv_check(bench_case *c, double *max_err)
         int64_t b = n == 0 ? 0 : n == 1 ? a->B - 1 : (int64_t)(bench_rand(&rng) % (uint64_t)a->B);
         int64_t h = n == 1 ? a->H - 1 : (int64_t)(bench_rand(&rng) % (uint64_t)a->H);
         const row_at at = {c, b, h / (a->H / a->Hkv)};
-        const float *q = (const float *)c->t[0].data + (b * a->H + h) * D;
+        const size_t qs = ta_dtype_size(a->q_dtype);
+        ta_convert(qw, TA_F32, (const char *)c->t[0].data + qs * (size_t)((b * a->H + h) * D),
+                   a->q_dtype, (size_t)D);
         const float *o = (const float *)c->t[3].data + (b * a->H + h) * D;
-        worst = bench_worse(worst, row_error(q, o, D, a->lens[b], kv_read, &at, w, row, acc));
+        worst = bench_worse(worst, row_error(qw, o, D, a->lens[b], kv_read, &at, w, row, acc));
     }
-    free(w); free(row); free(acc);
+    free(w); free(row); free(acc); free(qw);
     *max_err = worst;
     return 0;
 }
@@ -189,6 +192,9 @@ static void kv_shape_text(const bench_case *c, char *buf, size_t n)
     char cache[48];
     if (a->block) snprintf(cache, sizeof cache, "paged%lld", (long long)a->block);
     else snprintf(cache, sizeof cache, "contig");
+    if (a->q_dtype != TA_F32) /* a half model: q in the cache's dtype too */
+        snprintf(cache + strlen(cache), sizeof cache - strlen(cache), " q %s",
+                 ta_dtype_name(a->q_dtype));
     if (a->B > 1)
         snprintf(buf, n, "B%lld H%lld/%lld Lk%lld..%lld D%lld %s %s", (long long)a->B,
                  (long long)a->H, (long long)a->Hkv, (long long)a->lens[0],
@@ -204,6 +210,7 @@ static void kv_shape_json(const bench_case *c, cJSON *o)
     static const char *const keys[6] = {"B", "H", "Hkv", "D", "capacity", "block_size"};
     bench_json_ints(o, 6, keys, (const int64_t[6]){a->B, a->H, a->Hkv, a->D, a->Lmax, a->block});
     cJSON_AddStringToObject(o, "kv_dtype", ta_dtype_name(a->dtype));
+    cJSON_AddStringToObject(o, "q_dtype", ta_dtype_name(a->q_dtype));
     cJSON *lens = cJSON_AddArrayToObject(o, "key_lengths");
     for (int64_t b = 0; b < a->B && lens; b++)
         cJSON_AddItemToArray(lens, cJSON_CreateNumber((double)a->lens[b]));
@@ -215,7 +222,8 @@ static const bench_kind kv_kind = {
 
 void bench_add_kv_decode(bench_state *s, const char *name, int64_t B, int64_t H, int64_t Hkv,
                          int64_t D, int64_t Lmax, const int64_t *lens, int64_t block,
-                         ta_dtype dtype, const char *vs, double vs_scale, const char *vs_key)
+                         ta_dtype dtype, ta_dtype q_dtype, const char *vs, double vs_scale,
+                         const char *vs_key)
 {
     if (B > KV_MAX_SEQS) {
         fprintf(stderr, "bench: warning: %s has more than %d sequences; left out\n", name,
@@ -223,14 +231,16 @@ void bench_add_kv_decode(bench_state *s, const char *name, int64_t B, int64_t H,
         return;
     }
     bench_kv a = {.B = B, .H = H, .Hkv = Hkv, .D = D, .Lmax = Lmax, .block = block,
-                  .dtype = dtype};
+                  .dtype = dtype, .q_dtype = q_dtype};
     for (int64_t b = 0; b < B; b++) a.lens[b] = lens ? lens[b] : Lmax;
     double keys = (double)kv_sum(&a);
     bench_case c = {.kind = &kv_kind, .path = "fused", .state = bench_state_dup(&a, sizeof a),
                     .flops = 4.0 * (double)H * keys * (double)D, .threads = s->cfg.threads,
                     .tolerance = BENCH_TOLERANCE, .twin = -1, .output = 3};
     c.bytes = 2.0 * (double)Hkv * keys * (double)D * (double)ta_dtype_size(dtype) +
-              sizeof(float) * (double)B * (double)D * (2.0 * (double)H + 2.0 * (double)Hkv);
+              (double)B * (double)D *
+                  ((double)(ta_dtype_size(q_dtype) + sizeof(float)) * (double)H +
+                   2.0 * sizeof(float) * (double)Hkv);
     snprintf(c.name, sizeof c.name, "%s", name);
     if (vs) {
         snprintf(c.vs_case, sizeof c.vs_case, "%s", vs);

@@ -42,6 +42,7 @@
  * The few-row kernels on typed rows (attn_qk_rows_kv, attn_pv_rows_kv, float32, float16
  * and bfloat16 K / V rows; the oracle widens the same half values exactly):
  *   attn_qk_rows_kv    oracle (d + 1) u sum_p |q k|; scalar kernel (2d + 2) u sum_p |q k|
+ *   attn_qk_rows_bf16dot (avx512bf16 only; bfloat16 q too) oracle (d + 2) u scale sum_p |q k|
  *   attn_pv_rows_kv    bitwise the table's attn_pv on the widened rows; oracle as attn_pv
  *   attn_softmax_rows  m, s, alpha bitwise the table's attn_softmax; l as attn_softmax's
  *                      bound against the oracle. */
@@ -1294,6 +1295,76 @@ static void test_attn_qk_rows_kv(void **state)
                         qk_rows_kv_case(k, ref, kind, dvs[di] * VL, nk == 20 ? 64 : nk, mq);
 }
 
+/* attn_qk_rows_bf16dot (the avx512bf16 table; NULL elsewhere): bfloat16 q rows and K rows,
+ * the scores times scale, against the float64 oracle of the same bfloat16 values. */
+static void qk_rows_bf16dot_case(const ta_kernels *k, int64_t d, int64_t nk, int64_t mq)
+{
+    const int64_t MQ = k->attn_mq, ldq = d + 2, ldk = d + 3;
+    const float scale = 0.37f;
+    snprintf(where, sizeof where, "%s attn_qk_rows_bf16dot d=%lld nk=%lld mq=%lld", k->name,
+             (long long)d, (long long)nk, (long long)mq);
+    arena ar = {0};
+    float *kw, *qw;
+    const uint16_t *q = typed_rows(&ar, 2, mq, d, ldq, &qw);
+    /* the table points one row past each key's and is read at koff = minus a row */
+    const void *kk = typed_rows(&ar, 2, nk + 2, d, ldk, &kw);
+    const int64_t koff = -2 * ldk;
+    float *s = gfloats(&ar, nk * MQ, SENTINEL), *s2 = gfloats(&ar, nk * MQ, SENTINEL);
+    const void *rows[64 + TA_ROWS_AHEAD]; /* reverse key order, rows to prefetch past them */
+    assert_true(nk <= 64);
+    for (int64_t j = 0; j < nk + TA_ROWS_AHEAD; j++)
+        rows[j] = (const char *)kk + 2 * ldk * (nk ? nk - j % nk : 1);
+    k->attn_qk_rows_bf16dot(s, MQ, q, ldq, mq, scale, rows, koff, nk, d, nk + TA_ROWS_AHEAD,
+                            rows, koff, 2 * d, NULL);
+    { /* with a caller's prefetch stream: the same bits, and every line of it requested */
+        ta_pf_span spans[2] = {{(const char *)kk, (const char *)kk + 2 * ldk * nk},
+                               {(const char *)q, (const char *)(q + d)}};
+        ta_pf pf = {spans, spans + 2};
+        k->attn_qk_rows_bf16dot(s2, MQ, q, ldq, mq, scale, rows, koff, nk, d, nk, NULL, 0, 0, &pf);
+        assert_memory_equal(s2, s, sizeof(float) * (size_t)(nk * MQ));
+        if (nk > 0) assert_true(pf.next == pf.end);
+    }
+    for (int64_t j = 0; j < nk; j++)
+        for (int64_t r = 0; r < MQ; r++) {
+            const int64_t i = j * MQ + r;
+            if (r >= mq) {
+                EXPECT_ORACLE("untouched s", i, s[i], SENTINEL, 0.0);
+                continue;
+            }
+            double sum = 0.0, e = 0.0;
+            for (int64_t p = 0; p < d; p++) {
+                const double t = (double)qw[r * ldq + p] * kw[(nk - 1 - j) * ldk + p];
+                sum += fabs(t);
+                e += t;
+            }
+            /* d products exact, d roundings of the sums at most, one of the product by scale */
+            EXPECT_ORACLE("s", i, s[i], (double)scale * e, ((double)d + 2.0) * U * scale * sum);
+        }
+    free(kw);
+    free(qw);
+    arena_release(&ar);
+}
+
+/* The avx512bf16 table has it, the others not; d = 2, 4, 6, 8 vectors (D 128 at 16 lanes);
+ * nk = 0 .. 19 (every block tail of VL / R keys), 64; mq = 1 .. attn_rows_max. */
+static void test_attn_qk_rows_bf16dot(void **state)
+{
+    (void)state;
+    const ta_kernels *ref, *k = tested(&ref);
+    assert_true(ref->attn_qk_rows_bf16dot == NULL);
+    if (k->isa != TA_ISA_AVX512BF16) {
+        assert_true(k->attn_qk_rows_bf16dot == NULL);
+        return;
+    }
+    assert_non_null(k->attn_qk_rows_bf16dot);
+    const int64_t VL = k->attn_vl;
+    for (int64_t dv = 2; dv <= 8; dv += 2)
+        for (int64_t nk = 0; nk <= 20; nk++)
+            for (int64_t mq = 1; mq <= k->attn_rows_max; mq++)
+                if (nk < 20 ? (nk + mq + dv) % 3 == 0 || dv == 8 : 1)
+                    qk_rows_bf16dot_case(k, dv * VL, nk == 20 ? 64 : nk, mq);
+}
+
 static void pv_rows_kv_case(const ta_kernels *k, int kind, int64_t nk, int64_t dv, int64_t mq)
 {
     const int64_t MQ = k->attn_mq, ldo = dv, ldv = dv + 5, es = kind == 0 ? 4 : 2;
@@ -1519,6 +1590,7 @@ int main(void)
         cmocka_unit_test(test_attn_scale_row),
         cmocka_unit_test(test_attn_finish_rows),
         cmocka_unit_test(test_attn_qk_rows_kv),
+        cmocka_unit_test(test_attn_qk_rows_bf16dot),
         cmocka_unit_test(test_attn_pv_rows_kv),
         cmocka_unit_test(test_attn_softmax_rows),
         cmocka_unit_test(test_attn_softmax_exp_range),

@@ -37,6 +37,10 @@ CASES = [
     (2, 3, 3, 5, 17, 8, 8, ("f16", "f16", "f32", "bf16"), dict(mask=("B11Lk", "block"), tags=["mixed", "mask"])),
     (4, 2, 2, 6, 11, 16, 16, ("bf16", "f16", "bf16", "f16"), dict(lengths=[0, 3, 11, 1], tags=["mixed", "key_lengths"])),
     (1, 2, 2, 7, 10, 16, 40, ("f16",) * 4, dict(mask=("1HLqLk", "additive"), tags=["f16", "dv", "mask"])),
+    # bfloat16 q and K with D a multiple of 32: the few-row tiles take the CPU's bfloat16 dot
+    # product where it has one (attn_qk_rows_bf16dot): a GQA decode, three rows a head
+    (1, 8, 2, 1, 130, 128, 128, ("bf16",) * 4, dict(causal="bottom_right", tags=["bf16", "decode", "gqa", "dot"])),
+    (2, 4, 4, 3, 40, 64, 32, ("bf16", "bf16", "f32", "f32"), dict(causal="bottom_right", tags=["bf16", "dv", "few_rows", "dot"])),
 ]
 
 

@@ -154,6 +154,7 @@ few-rows P.V key loop, RP rows|attn|ta_attn_pv_ISA_[0-9]+x[0-9]+|attn_template.h
 few-rows P.V key loop, 1 row|attn|ta_attn_pv_ISA_[0-9]+x[0-9]+|attn_template.h|acc\[r\]\[c\] = V_FMA\(pb|fma=PCW,bcast=1|one key (pv_whole_rows): 1 row x PCW vectors
 pv_stream column loop, 1 row|attn|ta_attn_pv_ISA_[0-9]+x[0-9]+|attn_template.h|VT vv = V_LOADU\(vr \+ c \* VL\)|fma=1|one vector of a V row wider than PCW vectors, 1 row: o += p v, o read and written in L1
 rows_kv Q.K^T d loop, bf16|attn_rows|ta_attn_qk_rows_bf16_ISA|attn_rows_template.h|acc\[j \* R \+ r\] = V_FMA\(qo\[r\], ko||one block of 2 VL of d (a shift and a mask widen a K block into its even and odd halves): R rows x VL / R keys, 2 VL FMAs
+rows_kv Q.K^T d loop, bf16 dot|attn_rows|ta_attn_qk_rows_bf16dot_ISA|attn_rows_template.h|acc\[j \* R \+ r\] = V_DOT_BF16\(|isa=avx512bf16|one block of 2 VL of d, q and K as they lie (vdpbf16ps: 2 VL products each): R rows x VL / R keys, VL dot products (counted as FMAs)
 rows_kv Q.K^T d loop, f16|attn_rows|ta_attn_qk_rows_f16_ISA|attn_rows_template.h|acc\[j \* R \+ r\] = V_FMA\(qv\[r\], kv||one vector of d (vcvtph2ps widens each key row): R rows x VL / R keys, VL FMAs
 rows_kv P.V key loop, bf16, 4 rows|attn_rows|ta_attn_pv_rows_bf16_ISA|attn_rows_template.h|acc\[r\]\[c\] = V_FMA\(pb\[r\], v0|fma=PV_ACC,bcast=4|one key: 4 rows x PV_ACC / 4 vectors of its V row, in pairs widened by a shift (even columns) and a mask (odd)
 rows_kv P.V key loop, f16, 4 rows|attn_rows|ta_attn_pv_rows_f16_ISA|attn_rows_template.h|acc\[r\]\[c\] = V_FMA\(pb\[r\], v0|fma=PV_ACC,bcast=4|one key: 4 rows x PV_ACC / 4 vectors of its V row, widened by vcvtph2ps
@@ -232,7 +233,7 @@ extract_loop() {
                 ins++
                 split(L[i], w, /[ \t]+/)   # w[2] the mnemonic, w[3] the first operand
                 if (w[2] == "jmp" && (!(w[3] in lab) || lab[w[3]] < ls[a] || lab[w[3]] > le[a])) out = 1
-                if (w[2] ~ /^vf(n)?m(add|sub)(sub|add)?[0-9]+[ps]s$/) fma++
+                if (w[2] ~ /^vf(n)?m(add|sub)(sub|add)?[0-9]+[ps]s$/ || w[2] == "vdpbf16ps") fma++
                 if (L[i] ~ /%k[1-7]/ || L[i] ~ /vmaskmov/) msk++
                 if (w[2] ~ /^vbroadcastss$/ && !(w[3] in src)) { src[w[3]] = 1; bc++ }
                 if (match(L[i], /[^ \t]*[{]1to[0-9]+[}]/)) { s = substr(L[i], RSTART, RLENGTH); if (!(s in src)) { src[s] = 1; bc++ } }
@@ -339,18 +340,28 @@ while IFS='|' read -r lname file fnpat tmpl lre pick unit; do
         echo "mca_loops.sh: $lname: '$lre' must match one line of $tpath (matches: ${tl:-none})" >&2; exit 1; }
     legend="$legend
 - $lname: $unit (\`$tmpl\` line $tl${pick:+; $pick})"
+    # "isa=NAME" in the pick: a kernel only that ISA has (attn_qk_rows_bf16dot)
+    only=$(sed -n 's/.*isa=\([a-z0-9_]*\).*/\1/p' <<<"$pick")
+    pick=$(sed 's/,\{0,1\}isa=[a-z0-9_]*//; s/^,//' <<<"$pick")
+    found=0
     for isa in $isas; do
         asm="$work/${file}_${isa}.s"
+        fn="${fnpat//ISA/$isa}"
+        if [ -n "$only" ] && [ "$isa" != "$only" ]; then continue; fi
+        # an ISA without its own SGEMM (gemm_<isa>.c: avx512bf16) overrides a few of its
+        # parent's entries: it shows only the loops its own kernels have
+        if [ -z "$only" ] && [ ! -f "src/kernels/gemm_${isa}.c" ]; then continue; fi
         [ -f "$asm" ] || { echo "mca_loops.sh: $lname: no src/kernels/${file}_${isa}.c" >&2; exit 1; }
+        found=1
         want=$(eval_pick "$pick" "src/kernels/${file}_${isa}.c" 2>"$work/err") || {
             echo "mca_loops.sh: $lname ($isa): pick '$pick': $(cat "$work/err")" >&2; exit 1; }
         slug="$(sed 's/[^A-Za-z0-9]\{1,\}/_/g; s/_$//' <<<"$lname").$isa"
         body="$work/$slug.s"
         # shellcheck disable=SC2086
-        if ! extract_loop "$asm" "${fnpat//ISA/$isa}" "$tmpl" "$tl" $want >"$body" 2>"$work/err"; then
+        if ! extract_loop "$asm" "$fn" "$tmpl" "$tl" $want >"$body" 2>"$work/err"; then
             echo "mca_loops.sh: $lname ($isa): $(cat "$work/err")" >&2; exit 1
         fi
-        fma=$(grep -cE '^[[:space:]]+vf(n)?m(add|sub)(sub|add)?[0-9]+[ps]s' "$body" || true)
+        fma=$(grep -cE '^[[:space:]]+(vf(n)?m(add|sub)(sub|add)?[0-9]+[ps]s|vdpbf16ps)' "$body" || true)
         width=ymm; grep -q '%zmm' "$body" && width=zmm
         # the models that lack the ISA's instructions (Zen 3: AVX-512) skip all its loops
         isaw=ymm; case " $(isa_flags "$isa") " in *" -mavx512f "*) isaw=zmm ;; esac
@@ -387,6 +398,7 @@ while IFS='|' read -r lname file fnpat tmpl lre pick unit; do
             nrows=$((nrows + 1))
         done
     done
+    [ "$found" = 1 ] || { echo "mca_loops.sh: $lname: no ISA ${only:+named $only }has it" >&2; exit 1; }
 done <<<"$LOOPS"
 [ "$nrows" -gt 0 ] || { echo "mca_loops.sh: no row" >&2; exit 1; }
 
@@ -403,6 +415,7 @@ echo
 printf "Tile constants (the kernel files' #defines):"
 for isa in $isas; do
     for f in gemm attn attn_bwd attn_variants attn_rows; do
+        [ -f "src/kernels/${f}_${isa}.c" ] || continue
         c=$(tile_consts "src/kernels/${f}_${isa}.c" | tr '\n' ' ' | sed 's/ $//')
         if [ -n "$c" ]; then printf "\n- \`%s\`: %s" "${f}_${isa}.c" "$c"; fi
     done

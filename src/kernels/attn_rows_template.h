@@ -9,7 +9,10 @@
  *   ROWS_MAX           the most rows a tile of the few-row path has (attn_rows_max);
  *   PV_ACC             accumulators of a P.V pass (rows x column vectors);
  *   NAME_QK_F32, NAME_QK_F16, NAME_QK_BF16, NAME_PV_F32, NAME_PV_F16, NAME_PV_BF16,
- *   NAME_SOFTMAX_ROWS, FILL_FN   the exported names;
+ *   NAME_SOFTMAX_ROWS, FILL_FN   the exported names (each group of NAME_QK_*, NAME_PV_*
+ *                      and NAME_SOFTMAX_ROWS optional: an instance without one leaves
+ *                      the parent's entries); NAME_QK_BF16DOT (optional, with the
+ *                      vocabulary's VB, VB_LOAD and V_DOT_BF16): attn_qk_rows_bf16dot;
  * and the vocabulary: VT, VL, V_ZERO, V_SET1, V_BCAST, V_LOADU, V_STOREU, V_ADD, V_SUB,
  * V_MUL, V_FMA, V_MAX, V_EXP, V_EXP_ONEPASS, V_LOAD_BF16_EO(p, e, o) (2 VL bfloat16:
  * even, odd widened), V_LOAD_F16(p), V_LOAD_BF16(p) (VL values widened), V_HSUM_ALL(a)
@@ -129,6 +132,14 @@ ROWS_INLINE void store_sums(float *s, int64_t mqs, VT sum, int nkb, int nr, cons
             for (int r = 0; r < nr; r++) s[j * mqs + r] = t[j * R + r];
 }
 
+/* n of the `left` requests of a block's share of the caller's stream pf (PFS: a constant). */
+#define QK_PF(n)                                                                             \
+    do {                                                                                     \
+        if (PFS)                                                                             \
+            for (int64_t i_ = 0; i_ < (n) && left > 0; i_++, left--)                       \
+                TA_PF_STEP_HINT(pf, !ta_stream_prefetch_l1);                                 \
+    } while (0)
+
 /* s[k * MQS + r] = q_r . k_(j0 + k) for KB = VL / R keys from j0 (nkb of them real) and
  * R rows (nr real; the others repeat row 0 and are not stored). Accumulator k * R + r
  * holds the lane sums of that pair along d; V_HSUM_ALL adds all of them at once. PFS (a
@@ -144,12 +155,6 @@ ROWS_INLINE void qk_block(float *s, int64_t mqs, const float *q, int64_t ldq, in
     int64_t left = PFS ? per : 0; /* the stream's requests of this block, spread over it */
     const int64_t steps = d / VL > 0 ? d / VL : 1;
     const int64_t pst = PFS ? (per + steps - 1) / steps : 0; /* requests a step of VL */
-#define QK_PF(n)                                                                             \
-    do {                                                                                     \
-        if (PFS)                                                                             \
-            for (int64_t i_ = 0; i_ < (n) && left > 0; i_++, left--)                       \
-                TA_PF_STEP_HINT(pf, !ta_stream_prefetch_l1);                                 \
-    } while (0)
     VT acc[VL];
     const float *qr[8];
     const char *kr[VL];
@@ -205,59 +210,149 @@ ROWS_INLINE void qk_block(float *s, int64_t mqs, const float *q, int64_t ldq, in
     }
     QK_PF(left);
     TA_PF_END(pf);
-#undef QK_PF
     store_sums(s, mqs, V_HSUM_ALL(acc), nkb, nr, R);
 }
 
-/* The scores of nk keys for mq rows, R rows a pass (R >= mq, a power of two <= VL). */
-ROWS_INLINE void qk_rows(float *s, int64_t mqs, const float *q, int64_t ldq, int mq,
-                         const void *const *k, int64_t koff, int64_t nk, int64_t d,
-                         int64_t avail, const void *const *vp, int64_t voff, int64_t vbytes,
-                         ta_pf *pf, int64_t per,
-                         const int R, const int kind)
+#ifdef V_DOT_BF16
+/* qk_block for a bfloat16 query (attn_qk_rows_bf16dot; the vocabulary's VB, VB_LOAD and
+ * V_DOT_BF16, lane i += a[2i] b[2i] + a[2i + 1] b[2i + 1]): accumulator k * R + r holds
+ * the lane partials of element pairs along d, 2 VL elements a step, read as they lie in
+ * q and K (no widening); then the lanes' sums, times scale. d a multiple of 2 VL. */
+ROWS_INLINE void qk_block_dot(float *s, int64_t mqs, const uint16_t *q, int64_t ldq, int nr,
+                              float scale, const void *const *k, int64_t koff, int nkb,
+                              int64_t d, ta_pf *pf, int64_t per, const int R, const int PFS)
+{
+    const int KB = VL / R;
+    TA_PF_BEGIN(pf);
+    int64_t left = PFS ? per : 0;
+    const int64_t steps = d / (2 * VL) > 0 ? d / (2 * VL) : 1;
+    const int64_t pst = PFS ? (per + steps - 1) / steps : 0; /* requests a step of 2 VL */
+    VT acc[VL];
+    const uint16_t *qr[8], *kr[VL];
+#pragma GCC unroll 16
+    for (int i = 0; i < VL; i++) acc[i] = V_ZERO();
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) qr[r] = q + (r < nr ? r : 0) * ldq;
+#pragma GCC unroll 16
+    for (int j = 0; j < KB; j++)
+        kr[j] = (const uint16_t *)(const void *)((const char *)k[j < nkb ? j : 0] + koff);
+    for (int64_t p = 0; p < d; p += 2 * VL) {
+        QK_PF(pst);
+        VB qv[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) qv[r] = VB_LOAD(qr[r] + p);
+#pragma GCC unroll 16
+        for (int j = 0; j < KB; j++) {
+            const VB kv = VB_LOAD(kr[j] + p);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) acc[j * R + r] = V_DOT_BF16(acc[j * R + r], qv[r], kv);
+        }
+    }
+    QK_PF(left);
+    TA_PF_END(pf);
+    store_sums(s, mqs, V_MUL(V_HSUM_ALL(acc), V_SET1(scale)), nkb, nr, R);
+}
+#endif
+#undef QK_PF
+
+/* qk_block, or with DOT (a constant) qk_block_dot on q as bfloat16 (scale its factor). */
+ROWS_INLINE void qk_block_any(float *s, int64_t mqs, const void *q, int64_t ldq, int nr,
+                              float scale, const void *const *k, int64_t koff, int nkb,
+                              int64_t d, ta_pf *pf, int64_t per, const int R, const int kind,
+                              const int PFS, const int DOT)
+{
+#ifdef V_DOT_BF16
+    if (DOT) {
+        qk_block_dot(s, mqs, (const uint16_t *)q, ldq, nr, scale, k, koff, nkb, d, pf, per, R,
+                     PFS);
+        return;
+    }
+#endif
+    (void)scale;
+    (void)DOT;
+    qk_block(s, mqs, (const float *)q, ldq, nr, k, koff, nkb, d, pf, per, R, kind, PFS);
+}
+
+/* The scores of nk keys for mq rows, R rows a pass (R >= mq, a power of two <= VL); q
+ * float32 rows, or with DOT (a constant) bfloat16 rows and the scores times scale. */
+ROWS_INLINE void qk_rows(float *s, int64_t mqs, const void *q, int64_t ldq, int mq,
+                         float scale, const void *const *k, int64_t koff, int64_t nk,
+                         int64_t d, int64_t avail, const void *const *vp, int64_t voff,
+                         int64_t vbytes, ta_pf *pf, int64_t per, const int R, const int kind,
+                         const int DOT)
 {
     const int KB = VL / R;
     const int64_t bytes = d * (kind == KIND_F32 ? 4 : 2);
     for (int64_t j = 0; j < nk; j += KB) {
         const int nkb = (int)(nk - j < KB ? nk - j : KB);
         if (pf) { /* the caller's stream instead of the rows ahead, spread over the block */
-            qk_block(s + j * mqs, mqs, q, ldq, mq, k + j, koff, nkb, d, pf, per, R, kind, 1);
+            qk_block_any(s + j * mqs, mqs, q, ldq, mq, scale, k + j, koff, nkb, d, pf, per, R,
+                         kind, 1, DOT);
             continue;
         }
         for (int i = 0; i < nkb; i++) {
             prefetch_row(k, koff, j + i, avail, bytes);
             if (vp) prefetch_row(vp, voff, j + i, avail, vbytes);
         }
-        qk_block(s + j * mqs, mqs, q, ldq, mq, k + j, koff, nkb, d, NULL, 0, R, kind, 0);
+        qk_block_any(s + j * mqs, mqs, q, ldq, mq, scale, k + j, koff, nkb, d, NULL, 0, R, kind,
+                     0, DOT);
     }
 }
 
 /* s [nk, mqs] (rows < mq only, mq <= 8) = q [mq rows, ldq] K^T for the nk key rows the
  * table k points to (of the kind's type), prefetching from the table's avail rows (and
- * v's, when given): passes of R rows, R the
- * smallest power of two >= mq up to VL (R = 8 as two passes of 4 below 8 lanes). */
+ * v's, when given): passes of R rows, R the smallest power of two >= mq up to VL (R = 8
+ * as two passes of 4 below 8 lanes). q float32, or with DOT bfloat16 rows and the scores
+ * times scale. */
+ROWS_INLINE void qk_entry(float *s, int64_t mqs, const void *q, int64_t ldq, int64_t mq,
+                          float scale, const void *const *k, int64_t koff, int64_t nk,
+                          int64_t d, int64_t avail, const void *const *v, int64_t voff,
+                          int64_t vbytes, ta_pf *pf, const int kind, const int DOT)
+{
+    const int rp = mq <= 1 || VL < 2 ? 1 : mq <= 2 || VL < 4 ? 2 : mq <= 4 || VL < 8 ? 4 : 8;
+    /* the stream's lines spread over every block (VL / rp keys) of every pass */
+    const int64_t per = pf_per_step(pf, (mq + rp - 1) / rp * ((nk + VL / rp - 1) / (VL / rp)));
+    const int64_t qsz = DOT ? 2 : 4;
+    for (int64_t r0 = 0; r0 < mq; r0 += rp) {
+        const int nr = (int)(mq - r0 < rp ? mq - r0 : rp);
+        const void *qr = (const char *)q + r0 * ldq * qsz;
+#define QK_PASS(RR)                                                                          \
+    qk_rows(s + r0, mqs, qr, ldq, nr, scale, k, koff, nk, d, avail, v, voff, vbytes, pf, per, \
+            RR, kind, DOT)
+        if (rp == 1) QK_PASS(1);
+        else if (rp == 2) QK_PASS(VL < 2 ? 1 : 2);
+        else if (rp == 4) QK_PASS(VL < 4 ? 1 : 4);
+        else QK_PASS(VL < 8 ? 1 : 8);
+#undef QK_PASS
+    }
+}
+
+#ifdef NAME_QK_F32
 #define QK_ENTRY(NAME, KIND)                                                                 \
     void NAME(float *s, int64_t mqs, const float *q, int64_t ldq, int64_t mq,                \
               const void *const *k, int64_t koff, int64_t nk, int64_t d, int64_t avail,     \
               const void *const *v, int64_t voff, int64_t vbytes, ta_pf *pf)                \
     {                                                                                        \
-        const int rp = mq <= 1 || VL < 2 ? 1 : mq <= 2 || VL < 4 ? 2 : mq <= 4 || VL < 8 ? 4 : 8; \
-        /* the stream's lines spread over every block (VL / rp keys) of every pass */       \
-        const int64_t per = pf_per_step(pf, (mq + rp - 1) / rp * ((nk + VL / rp - 1) / (VL / rp))); \
-        for (int64_t r0 = 0; r0 < mq; r0 += rp) {                                            \
-            const int nr = (int)(mq - r0 < rp ? mq - r0 : rp);                               \
-            const float *qr = q + r0 * ldq;                                                  \
-            if (rp == 1) qk_rows(s + r0, mqs, qr, ldq, nr, k, koff, nk, d, avail, v, voff, vbytes, pf, per, 1, KIND); \
-            else if (rp == 2) qk_rows(s + r0, mqs, qr, ldq, nr, k, koff, nk, d, avail, v, voff, vbytes, pf, per, VL < 2 ? 1 : 2, KIND); \
-            else if (rp == 4) qk_rows(s + r0, mqs, qr, ldq, nr, k, koff, nk, d, avail, v, voff, vbytes, pf, per, VL < 4 ? 1 : 4, KIND); \
-            else qk_rows(s + r0, mqs, qr, ldq, nr, k, koff, nk, d, avail, v, voff, vbytes, pf, per, VL < 8 ? 1 : 8, KIND); \
-        }                                                                                    \
+        qk_entry(s, mqs, q, ldq, mq, 1.0f, k, koff, nk, d, avail, v, voff, vbytes, pf, KIND, 0); \
     }
 QK_ENTRY(NAME_QK_F32, KIND_F32)
 QK_ENTRY(NAME_QK_F16, KIND_F16)
 QK_ENTRY(NAME_QK_BF16, KIND_BF16)
 #undef QK_ENTRY
+#endif
 
+#ifdef NAME_QK_BF16DOT
+void NAME_QK_BF16DOT(float *s, int64_t mqs, const uint16_t *q, int64_t ldq, int64_t mq,
+                     float scale, const void *const *k, int64_t koff, int64_t nk, int64_t d,
+                     int64_t avail, const void *const *v, int64_t voff, int64_t vbytes,
+                     ta_pf *pf)
+{
+    qk_entry(s, mqs, q, ldq, mq, scale, k, koff, nk, d, avail, v, voff, vbytes, pf, KIND_BF16,
+             1);
+}
+#endif
+
+#ifdef NAME_PV_F32
 /* o[r, c0 + c * VL ..] = o * alpha[r] + sum_j p[j * mqs + r] v_j[c0 + c * VL ..] for R rows
  * (a constant) and NV column vectors (a constant), keys in order: per element the
  * operations of attn_pv (o * alpha, then one FMA per key in key order), so bitwise its
@@ -398,7 +493,9 @@ PV_ENTRY(NAME_PV_F32, KIND_F32)
 PV_ENTRY(NAME_PV_F16, KIND_F16)
 PV_ENTRY(NAME_PV_BF16, KIND_BF16)
 #undef PV_ENTRY
+#endif /* NAME_PV_F32 */
 
+#ifdef NAME_SOFTMAX_ROWS
 /* The online-softmax step of attn_softmax for the rows r < mq (<= ROWS_MAX) of a score
  * tile s [nk, mqs], with the lanes holding (key, row) pairs instead of one key's rows: G
  * rows (the smallest power of two >= mq: 1, 2, 4 or 8; rows mq .. G - 1 are computed on
@@ -529,14 +626,26 @@ void NAME_SOFTMAX_ROWS(float *s, int64_t mqs, float *m, float *l, float *alpha, 
     else softmax_rows_form(s, mqs, m, l, alpha, nk, (int)mq, VL < 8 ? 4 : 8);
 }
 #undef SM_KEYS
+#endif /* NAME_SOFTMAX_ROWS */
 
+/* The entries this instance defines (the others stay the parent's). */
 void FILL_FN(ta_kernels *k)
 {
+#ifdef NAME_SOFTMAX_ROWS
     k->attn_softmax_rows = NAME_SOFTMAX_ROWS;
+#endif
+#ifdef NAME_QK_F32
     k->attn_qk_rows_kv[KIND_F32] = NAME_QK_F32;
     k->attn_qk_rows_kv[KIND_F16] = NAME_QK_F16;
     k->attn_qk_rows_kv[KIND_BF16] = NAME_QK_BF16;
+#endif
+#ifdef NAME_PV_F32
     k->attn_pv_rows_kv[KIND_F32] = NAME_PV_F32;
     k->attn_pv_rows_kv[KIND_F16] = NAME_PV_F16;
     k->attn_pv_rows_kv[KIND_BF16] = NAME_PV_BF16;
+#endif
+#ifdef NAME_QK_BF16DOT
+    k->attn_qk_rows_bf16dot = NAME_QK_BF16DOT;
+#endif
+    (void)k;
 }

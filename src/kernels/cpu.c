@@ -52,6 +52,15 @@ int ta_cpu_has_avx512(void)
     int f = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
     return f && dq && bw && vl && (xcr0 & 0xE6) == 0xE6;
 }
+
+/* AVX-512 (above) and AVX512_BF16: cpuid leaf 7, subleaf 1, eax bit 5. */
+int ta_cpu_has_avx512bf16(void)
+{
+    unsigned a, b, c, d;
+    if (!ta_cpu_has_avx512() || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || a < 1) return 0;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
+    return (a >> 5) & 1;
+}
 /* Whether cpuid leaf 0's vendor string is id (12 characters: ebx, edx, ecx). */
 static int vendor_is(const char *id)
 {

@@ -259,6 +259,20 @@ typedef struct ta_kernels {
     void (*attn_pv_rows_kv[3])(float *o, int64_t ldo, const float *p, int64_t mqs,
                                const float *alpha, const void *const *v, int64_t voff,
                                int64_t nk, int64_t dv, int64_t mq, int64_t avail, ta_pf *pf);
+    /* attn_qk_rows_kv's bfloat16 entry for a query that is bfloat16 itself, where the CPU
+     * has a bfloat16 dot product (AVX512_BF16's vdpbf16ps: a lane adds two products,
+     * each exact in float32, rounding to nearest-even; bfloat16 denormals read as zero
+     * and a denormal result flushes to zero), or NULL: s[j * mqs + r] = scale (q_r .
+     * k_j), the dot in float32 from q's rows as bfloat16 ([mq rows, ldq] elements, in
+     * order, not scaled) and K's. d a multiple of 2 attn_vl; otherwise as
+     * attn_qk_rows_kv (tables, avail, v, pf). Summation: lane partials of element pairs
+     * along d, then the lanes, then one product by scale. Half the instructions of the
+     * float32 FMAs and no widening of K (docs/kernels.md, "Decode: the few-row
+     * kernels"). */
+    void (*attn_qk_rows_bf16dot)(float *s, int64_t mqs, const uint16_t *q, int64_t ldq,
+                                 int64_t mq, float scale, const void *const *k, int64_t koff,
+                                 int64_t nk, int64_t d, int64_t avail, const void *const *v,
+                                 int64_t voff, int64_t vbytes, ta_pf *pf);
 } ta_kernels;
 
 /* log2(e) rounded to float, and the largest |fl(u L)| whose carry a base-2 softmax

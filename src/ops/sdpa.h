@@ -55,6 +55,9 @@ typedef struct ta_sdpa_problem {
     ta_sdpa_variants var;     /* window, softcap, ALiBi, sinks (sdpa_variants.h); dsinks
                                  is a backward output */
     const ta_tensor *Q, *K, *V;
+    bool q_bf16;              /* Q's values are bfloat16 (the caller's Q is, and Q here is
+                                 its float32 stand-in): the fused forward may take
+                                 attn_qk_rows_bf16dot (ta_sdpa_stage_plan sets it) */
     ta_tensor *O;             /* the forward's output (an input of the backward) */
     ta_tensor *weights;       /* forward: NULL or [B, H, Lq, Lk] */
     ta_tensor *lse;           /* forward: NULL or [B, H, Lq] */

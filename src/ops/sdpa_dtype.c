@@ -71,6 +71,7 @@ void ta_sdpa_stage_plan(ta_sdpa_staging *s, const ta_sdpa_problem *p)
         s->orig[r] = t;
         s->t[r] = ta_tensor_view(NULL, t->ndim, t->shape); /* float32, contiguous */
         set_role(&s->p, r, &s->t[r]);
+        if (r == TA_SDPA_T_Q) s->p.q_bf16 = t->dtype == TA_BF16; /* exact in the stand-in */
     }
 }
 

@@ -114,6 +114,8 @@ typedef struct fused_plan {
     size_t state_bytes;  /* a sweep's workspace state per further head (ws_state_layout) */
     bool too_big;        /* D or Dv above TA_FUSED_DIM_MAX: the scratch cannot fit */
     bool pack_k, pack_v; /* K or V not unit-stride along D: copy each key tile */
+    bool qk_dot;         /* few-row tiles of bfloat16 K take attn_qk_rows_bf16dot on a
+                            bfloat16 query (p->q_bf16), its rows packed as bfloat16 */
     int kind_k, kind_v;  /* few-row tiles read K / V rows in place through
                             attn_qk_rows_kv / attn_pv_rows_kv of this kind (0 float32,
                             1 float16, 2 bfloat16), or -1: through kv_tile */

@@ -53,6 +53,12 @@ static void pack_q(const fused_plan *f, const fused_item *it, float *qp, int64_t
         f->k->attn_pack_t(qp, f->mq_max, q, qoff, s3, it->mq, D, p->scale);
         return;
     }
+    if (f->qk_dot) { /* bfloat16 rows, not scaled (attn_qk_rows_bf16dot): q's values are */
+        uint16_t *qb = (uint16_t *)(void *)qp;
+        for (int64_t r = 0; r < it->mq; r++)
+            for (int64_t d = 0; d < D; d++) qb[r * D + d] = ta_f32_to_bf16(q[qoff[r] + d * s3]);
+        return;
+    }
     for (int64_t r = 0; r < it->mq; r++)
         for (int64_t d = 0; d < D; d++) qp[r * D + d] = q[qoff[r] + d * s3] * p->scale;
     if (f->kind_k == 2) { /* bfloat16 K in place: blocks of 2 VL even, then odd (kernels.h) */
@@ -497,11 +503,16 @@ static void tile_scores(const fused_plan *f, const fused_item *it, const fused_w
     if (typed_rows(f, it, false)) { /* K rows in place, through a table (any run) */
         *tab = tile_tables(f, it, w, j0, nk);
         fused_pf *s = w->pfs; /* V's rows prefetched with K's when V has a table */
-        f->k->attn_qk_rows_kv[f->kind_k](w->s, ss, w->qp, p->D, it->mq, tab->k, tab->koff, nk,
-                                         p->D, tab->kn, tab->vn >= 0 ? tab->v : NULL,
-                                         tab->voff,
-                                         p->Dv * (int64_t)ta_elem_size(p->V->dtype),
-                                         s->sweep ? pf_take(s, nk * s->line_key) : NULL);
+        const void *const *vt = tab->vn >= 0 ? tab->v : NULL;
+        const int64_t vbytes = p->Dv * (int64_t)ta_elem_size(p->V->dtype);
+        ta_pf *pf = s->sweep ? pf_take(s, nk * s->line_key) : NULL;
+        if (f->qk_dot)
+            f->k->attn_qk_rows_bf16dot(w->s, ss, (const uint16_t *)(const void *)w->qp, p->D,
+                                       it->mq, p->scale, tab->k, tab->koff, nk, p->D, tab->kn,
+                                       vt, tab->voff, vbytes, pf);
+        else
+            f->k->attn_qk_rows_kv[f->kind_k](w->s, ss, w->qp, p->D, it->mq, tab->k, tab->koff,
+                                             nk, p->D, tab->kn, vt, tab->voff, vbytes, pf);
         return;
     }
     int64_t n, ld;
