@@ -124,7 +124,7 @@ int main(int argc, char **argv)
         return 2;
     }
     /* the library's choice, so that TA_ARCH=avx2 measures what an AVX2 core's kernels see */
-    const int avx512 = ta_active_isa() == TA_ISA_AVX512;
+    const int avx512 = ta_active_isa() == TA_ISA_AVX512 || ta_active_isa() == TA_ISA_AVX512BF16;
     if (!avx512 && ta_active_isa() != TA_ISA_AVX2) {
         printf("decode_ceiling: needs the library on its avx2 or avx512 kernels (this CPU or "
                "TA_ARCH chose %s)\n",

@@ -226,11 +226,12 @@ extract_loop() {
             for (b = 1; b <= nl; b++)
                 if (b != a && ls[b] >= ls[a] && le[b] <= le[a] && (ls[b] != ls[a] || le[b] != le[a])) inner = 0
             if (!inner) continue
-            h = 0; fma = 0; msk = 0; ins = 0; bc = 0; out = 0; delete src
+            h = 0; fma = 0; msk = 0; ins = 0; bc = 0; out = 0; ld = 0; delete src
             for (i = ls[a]; i <= le[a]; i++) {
                 if (i in hit) h = 1
                 if (L[i] !~ /^[ \t]+[a-z]/) continue
                 ins++
+                if (L[i] ~ /\)[ \t]*,/) ld = 1  # a memory operand before the last: a load
                 split(L[i], w, /[ \t]+/)   # w[2] the mnemonic, w[3] the first operand
                 if (w[2] == "jmp" && (!(w[3] in lab) || lab[w[3]] < ls[a] || lab[w[3]] > le[a])) out = 1
                 if (w[2] ~ /^vf(n)?m(add|sub)(sub|add)?[0-9]+[ps]s$/ || w[2] == "vdpbf16ps") fma++
@@ -239,6 +240,8 @@ extract_loop() {
                 if (match(L[i], /[^ \t]*[{]1to[0-9]+[}]/)) { s = substr(L[i], RSTART, RLENGTH); if (!(s in src)) { src[s] = 1; bc++ } }
             }
             if (!h || out) continue  # out: out-of-line blocks that jump back, not a loop
+            if (!fma && !ld) continue  # no FMA and no load: a fill or store loop that the
+                                       # same .loc marks (avx512 attn_pack_t), not the work
             cands++
             lb = L[ls[a]]; sub(/:.*/, "", lb)
             cl = cl sprintf("  %s: %d FMAs, %d broadcasts, %d masked, %d instructions\n", lb, fma, bc, msk, ins)
