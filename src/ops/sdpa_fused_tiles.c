@@ -55,8 +55,13 @@ static void pack_q(const fused_plan *f, const fused_item *it, float *qp, int64_t
     }
     if (f->qk_dot) { /* bfloat16 rows, not scaled (attn_qk_rows_bf16dot): q's values are */
         uint16_t *qb = (uint16_t *)(void *)qp;
-        for (int64_t r = 0; r < it->mq; r++)
+        for (int64_t r = 0; r < it->mq; r++) {
+            if (s3 == 1) { /* the table's conversion (nearest-even: exact here) */
+                f->k->cvt_f32_bf16(qb + r * D, q + qoff[r], D);
+                continue;
+            }
             for (int64_t d = 0; d < D; d++) qb[r * D + d] = ta_f32_to_bf16(q[qoff[r] + d * s3]);
+        }
         return;
     }
     for (int64_t r = 0; r < it->mq; r++)
