@@ -1345,8 +1345,9 @@ static void qk_rows_bf16dot_case(const ta_kernels *k, int64_t d, int64_t nk, int
     arena_release(&ar);
 }
 
-/* The avx512bf16 table has it, the others not; d = 2, 4, 6, 8 vectors (D 128 at 16 lanes);
- * nk = 0 .. 19 (every block tail of VL / R keys), 64; mq = 1 .. attn_rows_max. */
+/* The avx512bf16 table has it, the others not; d = 1 .. 8 vectors (D 128 at 16 lanes; an
+ * odd count ends in a step of one vector); nk = 0 .. 19 (every block tail of VL / R keys),
+ * 64; mq = 1 .. attn_rows_max. */
 static void test_attn_qk_rows_bf16dot(void **state)
 {
     (void)state;
@@ -1358,7 +1359,7 @@ static void test_attn_qk_rows_bf16dot(void **state)
     }
     assert_non_null(k->attn_qk_rows_bf16dot);
     const int64_t VL = k->attn_vl;
-    for (int64_t dv = 2; dv <= 8; dv += 2)
+    for (int64_t dv = 1; dv <= 8; dv++)
         for (int64_t nk = 0; nk <= 20; nk++)
             for (int64_t mq = 1; mq <= k->attn_rows_max; mq++)
                 if (nk < 20 ? (nk + mq + dv) % 3 == 0 || dv == 8 : 1)

@@ -10,6 +10,7 @@
 
 #define VB __m512bh
 #define VB_LOAD(p) ((__m512bh)_mm512_loadu_si512((const void *)(p)))
+#define VB_LOAD_VL(p) ((__m512bh)_mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(p))))
 #define V_DOT_BF16(acc, a, b) _mm512_dpbf16_ps((acc), (a), (b))
 
 #define NAME_QK_BF16DOT ta_attn_qk_rows_bf16dot_avx512bf16

@@ -214,10 +214,11 @@ ROWS_INLINE void qk_block(float *s, int64_t mqs, const float *q, int64_t ldq, in
 }
 
 #ifdef V_DOT_BF16
-/* qk_block for a bfloat16 query (attn_qk_rows_bf16dot; the vocabulary's VB, VB_LOAD and
- * V_DOT_BF16, lane i += a[2i] b[2i] + a[2i + 1] b[2i + 1]): accumulator k * R + r holds
- * the lane partials of element pairs along d, 2 VL elements a step, read as they lie in
- * q and K (no widening); then the lanes' sums, times scale. d a multiple of 2 VL. */
+/* qk_block for a bfloat16 query (attn_qk_rows_bf16dot; the vocabulary's VB, VB_LOAD,
+ * VB_LOAD_VL (VL elements, the others zero) and V_DOT_BF16, lane i += a[2i] b[2i] +
+ * a[2i + 1] b[2i + 1]): accumulator k * R + r holds the lane partials of element pairs
+ * along d, 2 VL elements a step (a last step of VL), read as they lie in q and K (no
+ * widening); then the lanes' sums, times scale. d a multiple of VL. */
 ROWS_INLINE void qk_block_dot(float *s, int64_t mqs, const uint16_t *q, int64_t ldq, int nr,
                               float scale, const void *const *k, int64_t koff, int nkb,
                               int64_t d, ta_pf *pf, int64_t per, const int R, const int PFS)
@@ -225,7 +226,7 @@ ROWS_INLINE void qk_block_dot(float *s, int64_t mqs, const uint16_t *q, int64_t 
     const int KB = VL / R;
     TA_PF_BEGIN(pf);
     int64_t left = PFS ? per : 0;
-    const int64_t steps = d / (2 * VL) > 0 ? d / (2 * VL) : 1;
+    const int64_t steps = (d + 2 * VL - 1) / (2 * VL) > 0 ? (d + 2 * VL - 1) / (2 * VL) : 1;
     const int64_t pst = PFS ? (per + steps - 1) / steps : 0; /* requests a step of 2 VL */
     VT acc[VL];
     const uint16_t *qr[8], *kr[VL];
@@ -236,7 +237,8 @@ ROWS_INLINE void qk_block_dot(float *s, int64_t mqs, const uint16_t *q, int64_t 
 #pragma GCC unroll 16
     for (int j = 0; j < KB; j++)
         kr[j] = (const uint16_t *)(const void *)((const char *)k[j < nkb ? j : 0] + koff);
-    for (int64_t p = 0; p < d; p += 2 * VL) {
+    int64_t p = 0;
+    for (; p + 2 * VL <= d; p += 2 * VL) {
         QK_PF(pst);
         VB qv[8];
 #pragma GCC unroll 8
@@ -246,6 +248,18 @@ ROWS_INLINE void qk_block_dot(float *s, int64_t mqs, const uint16_t *q, int64_t 
             const VB kv = VB_LOAD(kr[j] + p);
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++) acc[j * R + r] = V_DOT_BF16(acc[j * R + r], qv[r], kv);
+        }
+    }
+    if (p < d) { /* VL elements left: the upper pairs read as zeros */
+        QK_PF(pst);
+        VB qh[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) qh[r] = VB_LOAD_VL(qr[r] + p);
+#pragma GCC unroll 16
+        for (int j = 0; j < KB; j++) {
+            const VB kh = VB_LOAD_VL(kr[j] + p);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) acc[j * R + r] = V_DOT_BF16(acc[j * R + r], qh[r], kh);
         }
     }
     QK_PF(left);

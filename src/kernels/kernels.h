@@ -264,7 +264,7 @@ typedef struct ta_kernels {
      * each exact in float32, rounding to nearest-even; bfloat16 denormals read as zero
      * and a denormal result flushes to zero), or NULL: s[j * mqs + r] = scale (q_r .
      * k_j), the dot in float32 from q's rows as bfloat16 ([mq rows, ldq] elements, in
-     * order, not scaled) and K's. d a multiple of 2 attn_vl; otherwise as
+     * order, not scaled) and K's. d a multiple of attn_vl; otherwise as
      * attn_qk_rows_kv (tables, avail, v, pf). Summation: lane partials of element pairs
      * along d, then the lanes, then one product by scale. Half the instructions of the
      * float32 FMAs and no widening of K (docs/kernels.md, "Decode: the few-row
