@@ -43,6 +43,7 @@
  * and bfloat16 K / V rows; the oracle widens the same half values exactly):
  *   attn_qk_rows_kv    oracle (d + 1) u sum_p |q k|; scalar kernel (2d + 2) u sum_p |q k|
  *   attn_qk_rows_bf16dot (avx512bf16 only; bfloat16 q too) oracle (d + 2) u scale sum_p |q k|
+ *   attn_qk_bf16dot    (the same) oracle (d + 2) u scale sum_p |q k|; rowk as attn_qk's
  *   attn_pv_rows_kv    bitwise the table's attn_pv on the widened rows; oracle as attn_pv
  *   attn_softmax_rows  m, s, alpha bitwise the table's attn_softmax; l as attn_softmax's
  *                      bound against the oracle. */
@@ -1366,6 +1367,83 @@ static void test_attn_qk_rows_bf16dot(void **state)
                     qk_rows_bf16dot_case(k, dv * VL, nk == 20 ? 64 : nk, mq);
 }
 
+/* attn_qk_bf16dot (the avx512bf16 table; NULL elsewhere): bfloat16 q pairs and K rows
+ * (ldk = d + 3 elements: odd, so rows start 2-byte aligned), the scores times scale,
+ * against the float64 oracle of the same bfloat16 values; rowk as attn_qk's; with a
+ * prefetch stream the same bits. */
+static void qk_bf16dot_case(const ta_kernels *k, int64_t d, int64_t nk, int with_rowk)
+{
+    const int64_t MQ = k->attn_mq, ldk = d + 3;
+    const float scale = 0.37f;
+    snprintf(where, sizeof where, "%s attn_qk_bf16dot d=%lld nk=%lld rowk=%d", k->name,
+             (long long)d, (long long)nk, with_rowk);
+    arena ar = {0};
+    float *qw, *kw;
+    const uint16_t *qr = typed_rows(&ar, 2, MQ, d, d, &qw); /* q rows [MQ, d] */
+    const uint16_t *kk = typed_rows(&ar, 2, nk, d, ldk, &kw);
+    assert_true(ar.n < 8);
+    uint16_t *qp = (uint16_t *)ta_guard_bytes(&ar.g[ar.n++], (size_t)(d * MQ * 2 + 2));
+    assert_non_null(qp);
+    for (int64_t p = 0; p < d; p++)
+        for (int64_t r = 0; r < MQ; r++) qp[(p / 2) * 2 * MQ + 2 * r + p % 2] = qr[r * d + p];
+    float *s = gfloats(&ar, nk * MQ, SENTINEL);
+    int32_t *rowk = NULL;
+    if (with_rowk) {
+        rowk = malloc(sizeof(int32_t) * (size_t)MQ);
+        assert_non_null(rowk);
+        for (int64_t r = 0; r < MQ; r++) rowk[r] = irand(nk + 1);
+    }
+    ta_pf_span sp[2] = {{(const char *)kk, (const char *)(kk + (nk ? (nk - 1) * ldk + d : 0))},
+                        {(const char *)qp, (const char *)(qp + d * MQ)}};
+    ta_pf pf = {sp, sp + 2};
+    k->attn_qk_bf16dot(s, qp, kk, ldk, nk, d, scale, rowk, &pf);
+    assert_true(pf.next <= pf.end);
+    float *s2 = copy_of(s, nk * MQ);
+    k->attn_qk_bf16dot(s2, qp, kk, ldk, nk, d, scale, rowk, NULL);
+    if (memcmp(s, s2, sizeof(float) * (size_t)(nk * MQ)) != 0)
+        fail_msg("%s: the scores with a prefetch stream differ from those without", where);
+    free(s2);
+    for (int64_t j = 0; j < nk; j++)
+        for (int64_t r = 0; r < MQ; r++) {
+            const int64_t i = j * MQ + r;
+            double sum = 0.0, e = 0.0;
+            for (int64_t p = 0; p < d; p++) {
+                const double t = (double)qw[r * d + p] * kw[j * ldk + p];
+                sum += fabs(t);
+                e += t;
+            }
+            e *= scale;
+            sum *= scale;
+            if (rowk && j >= rowk[r]) { /* a score the row does not need: as it was, or right */
+                if (s[i] != SENTINEL) EXPECT_ORACLE("unneeded s", i, s[i], e, ((double)d + 2.0) * U * sum);
+                continue;
+            }
+            EXPECT_ORACLE("s", i, s[i], e, ((double)d + 2.0) * U * sum);
+        }
+    free(rowk);
+    free(qw);
+    free(kw);
+    arena_release(&ar);
+}
+
+/* The avx512bf16 table has it, the others not; key counts 1 .. 17 (every tail of a
+ * micro-tile of keys) and 64, d = 2, 16, 34, 128, with and without row bounds. */
+static void test_attn_qk_bf16dot(void **state)
+{
+    (void)state;
+    const ta_kernels *ref, *k = tested(&ref);
+    assert_true(ref->attn_qk_bf16dot == NULL);
+    if (k->isa != TA_ISA_AVX512BF16) {
+        assert_true(k->attn_qk_bf16dot == NULL);
+        return;
+    }
+    assert_non_null(k->attn_qk_bf16dot);
+    const int64_t ds[] = {2, 16, 34, 128};
+    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
+        for (int64_t nk = 1; nk <= 18; nk++)
+            for (int rk = 0; rk < 2; rk++) qk_bf16dot_case(k, ds[i], nk == 18 ? 64 : nk, rk);
+}
+
 static void pv_rows_kv_case(const ta_kernels *k, int kind, int64_t nk, int64_t dv, int64_t mq)
 {
     const int64_t MQ = k->attn_mq, ldo = dv, ldv = dv + 5, es = kind == 0 ? 4 : 2;
@@ -1592,6 +1670,7 @@ int main(void)
         cmocka_unit_test(test_attn_finish_rows),
         cmocka_unit_test(test_attn_qk_rows_kv),
         cmocka_unit_test(test_attn_qk_rows_bf16dot),
+        cmocka_unit_test(test_attn_qk_bf16dot),
         cmocka_unit_test(test_attn_pv_rows_kv),
         cmocka_unit_test(test_attn_softmax_rows),
         cmocka_unit_test(test_attn_softmax_exp_range),

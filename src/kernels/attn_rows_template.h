@@ -13,6 +13,8 @@
  *                      and NAME_SOFTMAX_ROWS optional: an instance without one leaves
  *                      the parent's entries); NAME_QK_BF16DOT (optional, with the
  *                      vocabulary's VB, VB_LOAD and V_DOT_BF16): attn_qk_rows_bf16dot;
+ *   NAME_QK_TILE_BF16DOT (optional, with VB_BCAST_PAIR and the tile TILE_QV x TILE_KJ):
+ *                      attn_qk_bf16dot, installed when the table's attn_mq is its tile's;
  * and the vocabulary: VT, VL, V_ZERO, V_SET1, V_BCAST, V_LOADU, V_STOREU, V_ADD, V_SUB,
  * V_MUL, V_FMA, V_MAX, V_EXP, V_EXP_ONEPASS, V_LOAD_BF16_EO(p, e, o) (2 VL bfloat16:
  * even, odd widened), V_LOAD_F16(p), V_LOAD_BF16(p) (VL values widened), V_HSUM_ALL(a)
@@ -341,6 +343,108 @@ ROWS_INLINE void qk_entry(float *s, int64_t mqs, const void *q, int64_t ldq, int
     }
 }
 
+#ifdef NAME_QK_TILE_BF16DOT
+/* attn_qk_bf16dot (kernels.h): the tile kernel of many query rows, attn_qk's layout with
+ * bfloat16 pairs. TILE_QV query vectors (MQ = TILE_QV * VL rows, the table's attn_mq: the
+ * filler installs it only then) by TILE_KJ keys, TILE_QV * TILE_KJ accumulators; a step
+ * takes one pair of d: the q pairs of the tile's rows (2 VL bfloat16 a vector, row r's
+ * pair in lane r) and each key's pair broadcast (VB_BCAST_PAIR), one V_DOT_BF16 a vector
+ * and key. */
+#define TMQ (TILE_QV * VL)
+ROWS_INLINE void qk_tile_micro(float *s, const uint16_t *qp, const uint16_t *k, int64_t ldk,
+                               int64_t d, float scale, const int nj, const int NQ, ta_pf *pf)
+{
+    VT acc[TILE_KJ][TILE_QV];
+    const uint16_t *kr[TILE_KJ];
+#pragma GCC unroll 16
+    for (int j = 0; j < TILE_KJ; j++) {
+        kr[j] = k + (j < nj ? j : 0) * ldk;
+#pragma GCC unroll 4
+        for (int q = 0; q < TILE_QV; q++) acc[j][q] = V_ZERO();
+    }
+    TA_PF_BEGIN(pf);
+    for (int64_t p = 0; p < d; p += 2) {
+        TA_PF_STEP(pf); /* the caller's stream: a line every pair (attn_qk: every other d) */
+        if ((p & 31) == 0) /* the next micro-tile's keys, one line ahead per row */
+#pragma GCC unroll 16
+            for (int j = 0; j < TILE_KJ; j++) __builtin_prefetch(kr[j] + TILE_KJ * ldk + p);
+        VB qv[TILE_QV];
+#pragma GCC unroll 4
+        for (int q = 0; q < TILE_QV; q++)
+            if (q < NQ) qv[q] = VB_LOAD(qp + p * TMQ + 2 * q * VL);
+#pragma GCC unroll 16
+        for (int j = 0; j < TILE_KJ; j++) {
+            if (j >= nj) break;
+            const VB kb = VB_BCAST_PAIR(kr[j] + p);
+#pragma GCC unroll 4
+            for (int q = 0; q < TILE_QV; q++)
+                if (q < NQ) acc[j][q] = V_DOT_BF16(acc[j][q], qv[q], kb);
+        }
+    }
+    TA_PF_END(pf);
+    const VT sc = V_SET1(scale);
+#pragma GCC unroll 16
+    for (int j = 0; j < TILE_KJ; j++) {
+        if (j >= nj) break;
+#pragma GCC unroll 4
+        for (int q = 0; q < TILE_QV; q++)
+            if (q < NQ) V_STOREU(s + j * TMQ + q * VL, V_MUL(acc[j][q], sc));
+    }
+}
+
+/* nj keys (<= TILE_KJ) for the query vectors q0 .. q0 + nq - 1 (nq <= TILE_QV). */
+ROWS_INLINE void qk_tile_block(float *s, const uint16_t *qp, const uint16_t *k, int64_t ldk,
+                               int64_t d, float scale, int nj, int q0, int nq, ta_pf *pf)
+{
+    float *sq = s + q0 * VL;
+    const uint16_t *qq = qp + 2 * q0 * VL;
+#define TQ(nq_, n)                                                                           \
+    if (n <= TILE_KJ && nq_ <= TILE_QV) qk_tile_micro(sq, qq, k, ldk, d, scale, n, nq_, pf)
+#define TQ_SWITCH(nq_)                                                                       \
+    switch (nj) {                                                                            \
+    case 1: TQ(nq_, 1); break; case 2: TQ(nq_, 2); break; case 3: TQ(nq_, 3); break;        \
+    case 4: TQ(nq_, 4); break; case 5: TQ(nq_, 5); break; case 6: TQ(nq_, 6); break;        \
+    case 7: TQ(nq_, 7); break; case 8: TQ(nq_, 8); break; default: break;                  \
+    }
+    switch (nq) {
+    case 1: TQ_SWITCH(1) break;
+    case 2: TQ_SWITCH(2) break;
+    case 3: TQ_SWITCH(3) break;
+    default: break;
+    }
+#undef TQ_SWITCH
+#undef TQ
+}
+
+_Static_assert(TILE_KJ >= 1 && TILE_KJ <= 8 && TILE_QV >= 1 && TILE_QV <= 3,
+               "attn_rows_template.h: the bfloat16 tile kernel's switches: KJ 1..8, QV 1..3");
+
+/* s [nk, MQ] = scale (qp^T K^T) for nk bfloat16 key rows (stride ldk elements) and the
+ * tile's q pairs qp [d / 2][MQ][2], d even; rowk as attn_qk's (blocks of TILE_KJ keys for
+ * the query vectors from the first to the last that needs them). */
+void NAME_QK_TILE_BF16DOT(float *s, const uint16_t *qp, const uint16_t *k, int64_t ldk,
+                          int64_t nk, int64_t d, float scale, const int32_t *rowk, ta_pf *pf)
+{
+    int32_t need[TILE_QV];
+    for (int q = 0; q < TILE_QV; q++) {
+        need[q] = rowk ? 0 : (int32_t)nk;
+        for (int r = 0; rowk && r < VL; r++)
+            if (rowk[q * VL + r] > need[q]) need[q] = rowk[q * VL + r];
+    }
+    for (int64_t j = 0; j < nk; j += TILE_KJ) {
+        int nj = (int)(nk - j < TILE_KJ ? nk - j : TILE_KJ), q0 = TILE_QV, q1 = -1;
+        for (int q = 0; q < TILE_QV; q++)
+            if (need[q] > j) {
+                if (q < q0) q0 = q;
+                q1 = q;
+            }
+        if (q1 >= q0)
+            qk_tile_block(s + j * TMQ, qp, k + j * ldk, ldk, d, scale, nj, q0, q1 - q0 + 1, pf);
+    }
+}
+#undef TMQ
+#endif
+
 #ifdef NAME_QK_F32
 #define QK_ENTRY(NAME, KIND)                                                                 \
     void NAME(float *s, int64_t mqs, const float *q, int64_t ldq, int64_t mq,                \
@@ -660,6 +764,9 @@ void FILL_FN(ta_kernels *k)
 #endif
 #ifdef NAME_QK_BF16DOT
     k->attn_qk_rows_bf16dot = NAME_QK_BF16DOT;
+#endif
+#ifdef NAME_QK_TILE_BF16DOT
+    if (k->attn_mq == TILE_QV * VL) k->attn_qk_bf16dot = NAME_QK_TILE_BF16DOT; /* its tile */
 #endif
     (void)k;
 }

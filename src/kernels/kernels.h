@@ -269,6 +269,15 @@ typedef struct ta_kernels {
      * along d, then the lanes, then one product by scale. Half the instructions of the
      * float32 FMAs and no widening of K (docs/kernels.md, "Decode: the few-row
      * kernels"). */
+    /* attn_qk for a bfloat16 query on bfloat16 K rows with the same dot product, or NULL:
+     * s[j * attn_mq + r] = scale (q_r . k_j) for the tile's attn_mq rows and nk key rows of
+     * k (stride ldk elements, d of them read, d even); qp holds the tile's q rows as
+     * bfloat16 pairs, not scaled: qp[(p / 2) * 2 attn_mq + 2 r + p % 2] = q[r][p] (rows past
+     * the tile's zero); rowk and pf as attn_qk's. Summation: the pairs along d in order in
+     * one chain per (key, row), then the product by scale. */
+    void (*attn_qk_bf16dot)(float *s, const uint16_t *qp, const uint16_t *k, int64_t ldk,
+                            int64_t nk, int64_t d, float scale, const int32_t *rowk,
+                            ta_pf *pf);
     void (*attn_qk_rows_bf16dot)(float *s, int64_t mqs, const uint16_t *q, int64_t ldq,
                                  int64_t mq, float scale, const void *const *k, int64_t koff,
                                  int64_t nk, int64_t d, int64_t avail, const void *const *v,

@@ -116,6 +116,8 @@ typedef struct fused_plan {
     bool pack_k, pack_v; /* K or V not unit-stride along D: copy each key tile */
     bool qk_dot;         /* few-row tiles of bfloat16 K take attn_qk_rows_bf16dot on a
                             bfloat16 query (p->q_bf16), its rows packed as bfloat16 */
+    bool qk_dot_tile;    /* and tiles of many rows attn_qk_bf16dot, on K's rows in place
+                            (no widened copy), q packed as bfloat16 pairs */
     int kind_k, kind_v;  /* few-row tiles read K / V rows in place through
                             attn_qk_rows_kv / attn_pv_rows_kv of this kind (0 float32,
                             1 float16, 2 bfloat16), or -1: through kv_tile */

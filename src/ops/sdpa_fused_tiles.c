@@ -49,6 +49,25 @@ static void pack_q(const fused_plan *f, const fused_item *it, float *qp, int64_t
     const float *q = (const float *)p->Q->data;
     const int64_t D = p->D, s3 = p->Q->stride[3];
     q_offsets(f, it, 0, it->mq, qoff);
+    if (!few_rows(f, it) && f->qk_dot_tile) { /* bfloat16 pairs, not scaled (attn_qk_bf16dot) */
+        uint32_t *qb = (uint32_t *)(void *)qp; /* pair p / 2 of row r at [p / 2][r] */
+        const int64_t M = f->mq_max;
+        uint16_t row[256]; /* a row's piece of up to 256 elements (D is even) */
+        for (int64_t r = 0; r < M; r++)
+            for (int64_t d0 = 0; d0 < D; d0 += 256) {
+                const int64_t n = TA_MIN(D - d0, 256);
+                if (r < it->mq && s3 == 1) f->k->cvt_f32_bf16(row, q + qoff[r] + d0, n);
+                else
+                    for (int64_t d = 0; d < n; d++)
+                        row[d] = r < it->mq ? ta_f32_to_bf16(q[qoff[r] + (d0 + d) * s3]) : 0;
+                for (int64_t p2 = 0; p2 < n / 2; p2++) {
+                    uint32_t pair;
+                    memcpy(&pair, row + 2 * p2, sizeof pair);
+                    qb[(d0 / 2 + p2) * M + r] = pair;
+                }
+            }
+        return;
+    }
     if (!few_rows(f, it)) {
         f->k->attn_pack_t(qp, f->mq_max, q, qoff, s3, it->mq, D, p->scale);
         return;
@@ -525,6 +544,16 @@ static void tile_scores(const fused_plan *f, const fused_item *it, const fused_w
         const int64_t run = ta_sdpa_kv_run(p, j0 + a);
         n = TA_MIN(nk - a, run);
         float *s = w->s + a * f->mq_max;
+        if (f->qk_dot_tile && !few_rows(f, it)) { /* bfloat16 rows in place, no widening */
+            prefetch_run(f, it, false, j0 + a + n);
+            f->k->attn_qk_bf16dot(s, (const uint16_t *)(const void *)w->qp,
+                                  (const uint16_t *)(const void *)kv_rows(f, it, false, j0 + a),
+                                  p->K->stride[2], n, p->D, p->scale,
+                                  run_rowk(f, w, rowk, nk, a, n),
+                                  stream_scores(f, it, w, j0 + a, n));
+            ahead_sync(w->pfs);
+            continue;
+        }
         const float *kt = kv_tile(f, it, false, j0 + a, n, w->kp, &ld);
         prefetch_run(f, it, false, j0 + a + n);
         if (few_rows(f, it))
