@@ -254,6 +254,10 @@ void bench_add_einsum(bench_state *s, const char *name, const char *spec, const 
                       int64_t B, int64_t H, int64_t L, int64_t D);
 void bench_add_sdpa(bench_state *s, const char *name, int64_t B, int64_t H, int64_t Hkv,
                     int64_t Lq, int64_t Lk, int64_t D, ta_causal causal);
+/* A forward shape (Lq = Lk = L, H = Hkv) with Q, K and V of dtype (O float32), each path
+ * timed against the same path of the float32 case vs ("ratio_vs_f32"). */
+void bench_add_sdpa_dtype(bench_state *s, const char *name, int64_t B, int64_t H, int64_t L,
+                          int64_t D, ta_causal causal, ta_dtype dtype, const char *vs);
 /* One new token (Lq = 1, bottom-right) against a cache of Lk keys; key_lengths: NULL,
  * or B (<= BENCH_SDPA_MAX_RAGGED) lengths passed as opts.key_lengths. Memory-bound: bytes
  * count the keys and values each sequence reads, Q and O. */

@@ -20,6 +20,10 @@ static void build_sdpa_cases(bench_state *s)
     /* The same mask as the seed passes it: a [L, L] tensor, triu(ones, 1), blocked where
      * nonzero. The same work as opts.causal, timed against it (ratio_vs_causal). */
     bench_add_sdpa_causal_mask(s, "sdpa_seed_causal_mask", "sdpa_seed_causal", 32, 8, L0, 64);
+    /* The seed's causal case with Q, K and V in bfloat16 (a bfloat16 model; O float32):
+     * where the CPU has AVX512_BF16, Q.K^T by its dot product (attn_qk_bf16dot) */
+    bench_add_sdpa_dtype(s, "sdpa_seed_causal_bf16", 32, 8, L0, 64, TA_CAUSAL_TOP_LEFT, TA_BF16,
+                         "sdpa_seed_causal");
     /* L at constant B*H*L^2 (2^26; --quick: 2^20): the same flops per call at every L,
      * so the curve shows how each path scales with the sequence alone. H = 8 heads
      * while B*H allows. The seed is the D=64 point at L=512. */

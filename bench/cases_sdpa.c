@@ -93,6 +93,12 @@ int bench_sdpa_setup(bench_case *c)
         if (st != TA_OK) return bench_lib_fail(c, "ta_tensor_empty", st);
         st = ta_randn(&c->t[i], (uint64_t)i + 11); /* as the seed's torch.randn */
         if (st != TA_OK) return bench_lib_fail(c, "ta_randn", st);
+        if (a->dtype == TA_F32) continue;
+        /* the half copy ta_sdpa reads, and its values back in t[i] for the oracle */
+        st = ta_tensor_empty_dtype(&c->t[7 + i], a->dtype, 4, shapes[i]);
+        if (st == TA_OK) st = ta_tensor_copy(&c->t[7 + i], &c->t[i]);
+        if (st == TA_OK) st = ta_tensor_copy(&c->t[i], &c->t[7 + i]);
+        if (st != TA_OK) return bench_lib_fail(c, "the half-precision inputs", st);
     }
     if (a->mask_tensor) { /* the seed's mask: torch.triu(torch.ones(L, L), diagonal=1) */
         const int64_t m[2] = {a->Lq, a->Lk};
@@ -127,7 +133,8 @@ static int sdpa_run(bench_case *c)
     opts.alibi_slopes = a->alibi ? &c->t[5] : NULL;
     opts.sinks = a->sinks ? &c->t[6] : NULL;
     opts.path = a->path;
-    ta_status st = ta_sdpa(&c->t[3], &c->t[0], &c->t[1], &c->t[2], &opts);
+    const int in = a->dtype == TA_F32 ? 0 : 7; /* Q, K, V: t[in .. in + 2] */
+    ta_status st = ta_sdpa(&c->t[3], &c->t[in], &c->t[in + 1], &c->t[in + 2], &opts);
     if (st != TA_OK) return bench_lib_fail(c, "ta_sdpa", st);
     return 0;
 }
@@ -231,8 +238,10 @@ void bench_sdpa_shape_text(const bench_case *c, char *buf, size_t n)
         w += snprintf(buf + w, n - (size_t)w, " window%lld,%lld", (long long)a->wleft,
                       (long long)a->wright);
     if (w > 0 && (size_t)w < n)
-        snprintf(buf + w, n - (size_t)w, "%s%s%s", a->softcap > 0.0f ? " softcap" : "",
-                 a->alibi ? " alibi" : "", a->sinks ? " sinks" : "");
+        w += snprintf(buf + w, n - (size_t)w, "%s%s%s", a->softcap > 0.0f ? " softcap" : "",
+                      a->alibi ? " alibi" : "", a->sinks ? " sinks" : "");
+    if (a->dtype != TA_F32 && w > 0 && (size_t)w < n)
+        snprintf(buf + w, n - (size_t)w, " %s", ta_dtype_name(a->dtype));
 }
 
 void bench_sdpa_shape_json(const bench_case *c, cJSON *o)
@@ -258,6 +267,7 @@ void bench_sdpa_shape_json(const bench_case *c, cJSON *o)
     if (a->alibi) cJSON_AddStringToObject(o, "alibi_slopes", "2^(-8 (h + 1) / H)");
     if (a->sinks) cJSON_AddStringToObject(o, "sinks", "0.25 (h % 4) - 0.5");
     cJSON_AddNumberToObject(o, "pairs", a->pairs);
+    cJSON_AddStringToObject(o, "qkv_dtype", ta_dtype_name(a->dtype));
 }
 
 static const bench_kind sdpa_kind = {
@@ -311,7 +321,7 @@ bench_sdpa bench_sdpa_shape(int64_t B, int64_t H, int64_t Hkv, int64_t Lq, int64
  * unmasked pair and d; memory-bound shapes count their bytes. The reference path is
  * skipped where its [B, H, Lq, Lk] scratch would exceed 4 GiB. */
 static void add_forward(bench_state *s, const char *name, const bench_sdpa *a, int memory_bound,
-                        const char *vs_causal, const char *vs_plain)
+                        const char *vs_causal, const char *vs_plain, const char *vs_key)
 {
     double scratch = (double)a->B * (double)a->H * (double)a->Lq * (double)a->Lk * sizeof(float);
     char skip[160] = "";
@@ -324,7 +334,7 @@ static void add_forward(bench_state *s, const char *name, const bench_sdpa *a, i
     snprintf(proto.vs_causal, sizeof proto.vs_causal, "%s", vs_causal ? vs_causal : "");
     if (vs_plain) {
         snprintf(proto.vs_case, sizeof proto.vs_case, "%s", vs_plain);
-        snprintf(proto.vs_key, sizeof proto.vs_key, "ratio_vs_plain");
+        snprintf(proto.vs_key, sizeof proto.vs_key, "%s", vs_key ? vs_key : "ratio_vs_plain");
         proto.vs_scale = 1.0;
     }
     bench_add_sdpa_pair(s, &sdpa_kind, name, a, &proto, skip);
@@ -334,7 +344,15 @@ void bench_add_sdpa(bench_state *s, const char *name, int64_t B, int64_t H, int6
                     int64_t Lq, int64_t Lk, int64_t D, ta_causal causal)
 {
     bench_sdpa a = bench_sdpa_shape(B, H, Hkv, Lq, Lk, D, causal);
-    add_forward(s, name, &a, 0, NULL, NULL);
+    add_forward(s, name, &a, 0, NULL, NULL, NULL);
+}
+
+void bench_add_sdpa_dtype(bench_state *s, const char *name, int64_t B, int64_t H, int64_t L,
+                          int64_t D, ta_causal causal, ta_dtype dtype, const char *vs)
+{
+    bench_sdpa a = bench_sdpa_shape(B, H, H, L, L, D, causal);
+    a.dtype = dtype;
+    add_forward(s, name, &a, 0, NULL, vs, "ratio_vs_f32"); /* each path against f32's */
 }
 
 void bench_add_sdpa_decode(bench_state *s, const char *name, int64_t B, int64_t H, int64_t Hkv,
@@ -351,7 +369,7 @@ void bench_add_sdpa_decode(bench_state *s, const char *name, int64_t B, int64_t 
         for (int64_t b = 0; b < B; b++) a.key_lengths[b] = key_lengths[b];
         a.pairs = sdpa_pairs(&a);
     }
-    add_forward(s, name, &a, 1, NULL, NULL);
+    add_forward(s, name, &a, 1, NULL, NULL, NULL);
 }
 
 void bench_add_sdpa_causal_mask(bench_state *s, const char *name, const char *causal_name,
@@ -359,7 +377,7 @@ void bench_add_sdpa_causal_mask(bench_state *s, const char *name, const char *ca
 {
     bench_sdpa a = bench_sdpa_shape(B, H, H, L, L, D, TA_CAUSAL_TOP_LEFT);
     a.mask_tensor = 1;
-    add_forward(s, name, &a, 0, causal_name, NULL);
+    add_forward(s, name, &a, 0, causal_name, NULL, NULL);
 }
 
 void bench_add_sdpa_window(bench_state *s, const char *name, int64_t B, int64_t H, int64_t L,
@@ -370,7 +388,7 @@ void bench_add_sdpa_window(bench_state *s, const char *name, int64_t B, int64_t 
     a.wleft = left;
     a.wright = 0;
     a.pairs = sdpa_pairs(&a);
-    add_forward(s, name, &a, 0, NULL, NULL);
+    add_forward(s, name, &a, 0, NULL, NULL, NULL);
 }
 
 void bench_add_sdpa_variant(bench_state *s, const char *name, int64_t B, int64_t H, int64_t L,
@@ -380,5 +398,5 @@ void bench_add_sdpa_variant(bench_state *s, const char *name, int64_t B, int64_t
     a.softcap = softcap;
     a.alibi = alibi;
     a.sinks = sinks;
-    add_forward(s, name, &a, 0, NULL, vs);
+    add_forward(s, name, &a, 0, NULL, vs, NULL);
 }

@@ -28,6 +28,9 @@ typedef struct bench_sdpa {
     int64_t wleft, wright;
     float softcap;
     int alibi, sinks;
+    /* Q, K and V stored in this dtype (t[7], t[8], t[9]; O stays float32), t[0..2]
+     * holding their values exactly, for the oracle; TA_F32 (0): t[0..2] themselves. */
+    ta_dtype dtype;
 } bench_sdpa;
 
 /* The variants' per-head values the forward cases pass (and their oracle uses): BLOOM's

@@ -284,12 +284,24 @@ static void test_causal_mask_tensor_is_set_against_opts_causal(void **state)
 {
     (void)state;
     cJSON *root = BENCH_REPORT("--quick", "--threads", "1", "--filter", "sdpa_seed_causal");
-    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "cases")), 4);
+    /* and the bfloat16 pair, sdpa_seed_causal_bf16, checked below too */
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "cases")), 6);
     const char *paths[2] = {"reference", "fused"};
     for (int p = 0; p < 2; p++) {
         char name[64];
+        snprintf(name, sizeof name, "sdpa_seed_causal_bf16_%s", paths[p]);
+        const cJSON *bf = find_case(root, name);
         snprintf(name, sizeof name, "sdpa_seed_causal_%s", paths[p]);
         const cJSON *causal = find_case(root, name);
+        /* the seed's causal case with Q, K, V in bfloat16: the same pairs, checked against
+         * float64 of the rounded values as tightly, timed against the float32 case */
+        assert_string_equal(str(bf, "status"), "ok");
+        assert_string_equal(str(bf, "qkv_dtype"), "bf16");
+        assert_string_equal(str(causal, "qkv_dtype"), "f32");
+        assert_close(num(bf, "pairs"), num(causal, "pairs"), 0.0);
+        assert_true(num(bf, "max_abs_err") <= 1e-4);
+        assert_close(num(bf, "ratio_vs_f32"), num(bf, "median_s") / num(causal, "median_s"), 1e-9);
+        assert_true(num(bf, "ratio_vs_f32_alternating") > 0.0);
         snprintf(name, sizeof name, "sdpa_seed_causal_mask_%s", paths[p]);
         const cJSON *mask = find_case(root, name);
         assert_string_equal(str(causal, "status"), "ok");
