@@ -3,7 +3,8 @@
 shapes of `tensorattn bench`.
 
 The peer of the bench's attention cases that users already have: one call of
-torch.nn.functional.scaled_dot_product_attention per case, float32, Q [B, H, Lq, D],
+torch.nn.functional.scaled_dot_product_attention per case, float32 (or the case's
+qkv_dtype: bfloat16 or float16 Q, K, V and O, checked at HALF_TOLERANCE), Q [B, H, Lq, D],
 K and V [B, Hkv, Lk, D], all contiguous, N(0,1) inputs, the default scale 1/sqrt(D).
 Only the CPU flash kernel may run: every call is made inside
 sdpa_kernel(SDPBackend.FLASH_ATTENTION) (torch.backends.cuda.sdp_kernel on a torch
@@ -69,9 +70,12 @@ import time
 MIN_TORCH = (2, 1)
 EXIT_NO_TORCH = 3
 TOLERANCE = 1e-4  # the bench's, on max |out - float64|
+# for bfloat16 / float16 inputs torch rounds P to the input type inside its kernel and O
+# to it at the end (2^-9 / 2^-12 of |O| ~ 3 alone): its error is checked at this bound
+HALF_TOLERANCE = {"bf16": 3e-2, "f16": 4e-3}
 MAX_RUNS = 10000  # the bench's cap on timed runs of tiny cases
 SHAPE_FIELDS = {"name", "kind", "B", "H", "Hkv", "Lq", "Lk", "D", "causal", "pairs",
-                "key_lengths", "mask"}
+                "key_lengths", "mask", "qkv_dtype"}
 FLASH_OP = "_scaled_dot_product_flash_attention"  # the _for_cpu kernel since torch 2.2
 
 
@@ -157,6 +161,9 @@ class Case:
             self.mask = None
         if self.mask not in (None, "triu"):
             raise ValueError(f"unknown mask {self.mask!r} (known: \"none\", \"triu\")")
+        self.dtype = obj.get("qkv_dtype", "f32")
+        if self.dtype not in ("f32", "bf16", "f16"):
+            raise ValueError(f"unknown qkv_dtype {self.dtype!r} (known: f32, bf16, f16)")
         self.pairs = obj.get("pairs")
         if self.pairs is None:
             self.pairs = self.H * sum(self.keys_seen(b, i) for b in range(self.B)
@@ -180,6 +187,8 @@ class Case:
             o["key_lengths"] = self.key_lengths
         if self.mask is not None:
             o["mask"] = self.mask
+        if self.dtype != "f32":
+            o["qkv_dtype"] = self.dtype
         return o
 
 
@@ -254,6 +263,10 @@ def time_case(torch, c, quick):
     q = torch.randn(c.B, c.H, c.Lq, c.D, generator=gen)
     k = torch.randn(c.B, c.Hkv, c.Lk, c.D, generator=gen)
     v = torch.randn(c.B, c.Hkv, c.Lk, c.D, generator=gen)
+    if c.dtype != "f32":  # the inputs rounded; the check reads the rounded values
+        dt = torch.bfloat16 if c.dtype == "bf16" else torch.float16
+        q, k, v = q.to(dt), k.to(dt), v.to(dt)
+    tolerance = HALF_TOLERANCE.get(c.dtype, TOLERANCE)
     kwargs, words = torch_arguments(torch, c)
     group = c.H // c.Hkv
     if group > 1 and version_tuple(torch.__version__) >= (2, 5):
@@ -277,7 +290,7 @@ def time_case(torch, c, quick):
             for t in (q, k, v):
                 t.requires_grad_(True)
             out = sdpa(q, k, v)  # the forward: saves O and the LSE, not timed
-            dO = torch.randn(c.B, c.H, c.Lq, c.D, generator=gen)
+            dO = torch.randn(c.B, c.H, c.Lq, c.D, generator=gen).to(q.dtype)
 
             def call():
                 return torch.autograd.grad(out, (q, k, v), dO, retain_graph=True)
@@ -302,10 +315,10 @@ def time_case(torch, c, quick):
             err = (check(torch, c, q, k, v, out.detach(), dO, first[0]) if backward
                    else check(torch, c, q, k, v, first))
         del first
-        row.update(cold_s=cold, max_abs_err=err, tolerance=TOLERANCE)
-        if not err <= TOLERANCE:
+        row.update(cold_s=cold, max_abs_err=err, tolerance=tolerance)
+        if not err <= tolerance:
             row.update(status="check_failed",
-                       error=f"result check failed: max_abs_err {err:.3g} > {TOLERANCE}")
+                       error=f"result check failed: max_abs_err {err:.3g} > {tolerance}")
             return row
         warmup, min_runs, min_seconds = run_policy(cold, quick)
         for _ in range(warmup):

@@ -16,6 +16,7 @@
 #include "core/core.h"
 #include "core/dtype.h"
 #include "core/tensor_internal.h"
+#include "kernels/kernels.h"
 
 /* The problem's tensor of a role (NULL when the problem has none). */
 static const ta_tensor *role_tensor(const ta_sdpa_problem *p, int role)
@@ -53,12 +54,25 @@ static bool role_is_output(const ta_sdpa_problem *p, int role)
     return role == TA_SDPA_T_DQ || role == TA_SDPA_T_DK || role == TA_SDPA_T_DV;
 }
 
+/* A bfloat16 Q that the fused forward reads as it is: on bfloat16 K, unit-stride along D,
+ * with D a multiple of the kernels' vector, where the kernel table has both of the
+ * bfloat16 dot product's Q.K^T kernels, every tile takes one of them (qk_dot, qk_dot_tile
+ * in make_plan) and pack_q copies the rows; no float32 stand-in (for the seed's shape in
+ * bfloat16, 32 MiB written and read again). */
+static bool q_native(const ta_sdpa_problem *p)
+{
+    const ta_kernels *k = ta_kernels_active();
+    return p->Q->dtype == TA_BF16 && p->K->dtype == TA_BF16 && p->K->stride[3] == 1 &&
+           k->attn_qk_rows_bf16dot && k->attn_qk_bf16dot && p->D > 0 && p->D % k->attn_vl == 0;
+}
+
 bool ta_sdpa_native_dtype(const ta_sdpa_problem *p, int role)
 {
     /* the fused forward widens K and V tile by tile (kv_tile): a decode step reads a
      * half-precision cache once, at half the bytes, and a paged cache (which has no
      * stand-in) in place */
-    return !p->backward && p->path == TA_SDPA_FUSED && (role == TA_SDPA_T_K || role == TA_SDPA_T_V);
+    if (p->backward || p->path != TA_SDPA_FUSED) return false;
+    return role == TA_SDPA_T_K || role == TA_SDPA_T_V || (role == TA_SDPA_T_Q && q_native(p));
 }
 
 void ta_sdpa_stage_plan(ta_sdpa_staging *s, const ta_sdpa_problem *p)

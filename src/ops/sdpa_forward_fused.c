@@ -252,9 +252,12 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
     /* a bfloat16 query on bfloat16 K: the CPU's dot product where it has one (products
      * exact in float32; 18.5 against 38.2 cycles a (kv head, key) pair for Q.K^T alone on
      * the Zen 4, 4 rows, D 128: docs/kernels.md) */
-    f.qk_dot = f.kind_k == 2 && p->q_bf16 && f.k->attn_qk_rows_bf16dot; /* D % attn_vl 0 */
-    f.qk_dot_tile = p->K->dtype == TA_BF16 && p->K->stride[3] == 1 && p->D % 2 == 0 &&
-                    p->q_bf16 && f.k->attn_qk_bf16dot;
+    /* (a bfloat16 Q the staging left as it is, ta_sdpa_native_dtype, takes both: every
+     * tile then packs it as bfloat16) */
+    const bool qb = p->q_bf16 || p->Q->dtype == TA_BF16;
+    f.qk_dot = f.kind_k == 2 && qb && f.k->attn_qk_rows_bf16dot; /* D % attn_vl 0 */
+    f.qk_dot_tile = p->K->dtype == TA_BF16 && p->K->stride[3] == 1 && p->D % 2 == 0 && qb &&
+                    f.k->attn_qk_bf16dot;
     /* a large O with non-temporal stores (ta_sdpa_stream_rows). Measured on the two-port
      * Xeon (driver, medians, alternated): causal B512 H8 L128 D64 (O 128 MiB) 161 -> 152
      * ms on 1 thread, 84.2 -> 79.1 on 2; the seed's causal case (32 MiB) 89.1 -> 85.9 and

@@ -169,11 +169,13 @@ static inline void row_next(const fused_plan *f, int64_t *h, int64_t *i)
     }
 }
 
-/* Q's row (b, h, i) (float32 Q: the fused paths stage others). */
-static inline const float *q_row(const ta_sdpa_problem *p, int64_t b, int64_t h, int64_t i)
+/* Q's row (b, h, i) (float32 Q, or a bfloat16 one the staging left as it is:
+ * ta_sdpa_native_dtype). */
+static inline const void *q_row(const ta_sdpa_problem *p, int64_t b, int64_t h, int64_t i)
 {
     const ta_tensor *Q = p->Q;
-    return (const float *)Q->data + b * Q->stride[0] + h * Q->stride[1] + i * Q->stride[2];
+    return (const char *)Q->data +
+           ta_elem_size(Q->dtype) * (size_t)(b * Q->stride[0] + h * Q->stride[1] + i * Q->stride[2]);
 }
 
 /* O's row (b, h, i). */

@@ -41,25 +41,44 @@ static inline bool few_rows(const fused_plan *f, const fused_item *it)
     return it->mq <= f->k->attn_rows_max;
 }
 
+/* Elements d0 .. d0 + n - 1 of Q's row at element offset qoff as bfloat16 into out: Q's
+ * own when it is bfloat16 (ta_sdpa_native_dtype), else float32 holding bfloat16 values
+ * (the staging's stand-in: the conversion is exact). */
+static void q_bf16_piece(const fused_plan *f, int64_t qoff, int64_t d0, int64_t n, uint16_t *out)
+{
+    const ta_tensor *Q = f->p->Q;
+    const int64_t s3 = Q->stride[3];
+    if (Q->dtype == TA_BF16) {
+        const uint16_t *q = (const uint16_t *)Q->data + qoff + d0 * s3;
+        if (s3 == 1) memcpy(out, q, sizeof(uint16_t) * (size_t)n);
+        else
+            for (int64_t d = 0; d < n; d++) out[d] = q[d * s3];
+        return;
+    }
+    const float *q = (const float *)Q->data + qoff + d0 * s3;
+    if (s3 == 1) f->k->cvt_f32_bf16(out, q, n);
+    else
+        for (int64_t d = 0; d < n; d++) out[d] = ta_f32_to_bf16(q[d * s3]);
+}
+
 /* Q rows of the tile, scaled: into qp [D, mq_max] (rows past mq are zero) for attn_qk,
- * or, for a tile of few rows, untransposed into qp [mq, D] for attn_qk_rows. */
+ * or, for a tile of few rows, untransposed into qp [mq, D] for attn_qk_rows; for the
+ * bfloat16 dot product's kernels (a bfloat16 Q) as bfloat16, not scaled. */
 static void pack_q(const fused_plan *f, const fused_item *it, float *qp, int64_t *qoff)
 {
     const ta_sdpa_problem *p = f->p;
-    const float *q = (const float *)p->Q->data;
+    const float *q = (const float *)p->Q->data; /* float32 unless qk_dot and qk_dot_tile */
     const int64_t D = p->D, s3 = p->Q->stride[3];
     q_offsets(f, it, 0, it->mq, qoff);
-    if (!few_rows(f, it) && f->qk_dot_tile) { /* bfloat16 pairs, not scaled (attn_qk_bf16dot) */
+    if (!few_rows(f, it) && f->qk_dot_tile) { /* pairs (attn_qk_bf16dot) */
         uint32_t *qb = (uint32_t *)(void *)qp; /* pair p / 2 of row r at [p / 2][r] */
         const int64_t M = f->mq_max;
         uint16_t row[256]; /* a row's piece of up to 256 elements (D is even) */
         for (int64_t r = 0; r < M; r++)
             for (int64_t d0 = 0; d0 < D; d0 += 256) {
                 const int64_t n = TA_MIN(D - d0, 256);
-                if (r < it->mq && s3 == 1) f->k->cvt_f32_bf16(row, q + qoff[r] + d0, n);
-                else
-                    for (int64_t d = 0; d < n; d++)
-                        row[d] = r < it->mq ? ta_f32_to_bf16(q[qoff[r] + (d0 + d) * s3]) : 0;
+                if (r < it->mq) q_bf16_piece(f, qoff[r], d0, n, row);
+                else memset(row, 0, sizeof(uint16_t) * (size_t)n);
                 for (int64_t p2 = 0; p2 < n / 2; p2++) {
                     uint32_t pair;
                     memcpy(&pair, row + 2 * p2, sizeof pair);
@@ -68,19 +87,13 @@ static void pack_q(const fused_plan *f, const fused_item *it, float *qp, int64_t
             }
         return;
     }
-    if (!few_rows(f, it)) {
-        f->k->attn_pack_t(qp, f->mq_max, q, qoff, s3, it->mq, D, p->scale);
+    if (few_rows(f, it) && f->qk_dot) { /* rows (attn_qk_rows_bf16dot) */
+        uint16_t *qb = (uint16_t *)(void *)qp;
+        for (int64_t r = 0; r < it->mq; r++) q_bf16_piece(f, qoff[r], 0, D, qb + r * D);
         return;
     }
-    if (f->qk_dot) { /* bfloat16 rows, not scaled (attn_qk_rows_bf16dot): q's values are */
-        uint16_t *qb = (uint16_t *)(void *)qp;
-        for (int64_t r = 0; r < it->mq; r++) {
-            if (s3 == 1) { /* the table's conversion (nearest-even: exact here) */
-                f->k->cvt_f32_bf16(qb + r * D, q + qoff[r], D);
-                continue;
-            }
-            for (int64_t d = 0; d < D; d++) qb[r * D + d] = ta_f32_to_bf16(q[qoff[r] + d * s3]);
-        }
+    if (!few_rows(f, it)) {
+        f->k->attn_pack_t(qp, f->mq_max, q, qoff, s3, it->mq, D, p->scale);
         return;
     }
     for (int64_t r = 0; r < it->mq; r++)
@@ -454,8 +467,8 @@ static ta_pf *stream_pv(const fused_plan *f, const fused_item *it, const fused_w
          * one tile more than the item may have: the causal diagonal's) */
         const int64_t want = j >= it->jhi ? nx->mq - s->r : TA_MIN(s->share, nx->mq - s->r);
         const int64_t n = TA_MIN(want, p->Lq - i); /* one head */
-        pf_rows(s, q_row(p, nx->b, h, i), p->Q->stride[2] * (int64_t)sizeof(float),
-                p->D * (int64_t)sizeof(float), n);
+        const int64_t qes = (int64_t)ta_elem_size(p->Q->dtype);
+        pf_rows(s, q_row(p, nx->b, h, i), p->Q->stride[2] * qes, p->D * qes, n);
         if (s->o)
             pf_rows(s, o_row(p, nx->b, h, i), p->O->stride[2] * (int64_t)sizeof(float),
                     p->Dv * (int64_t)sizeof(float), n);
