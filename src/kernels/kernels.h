@@ -269,6 +269,10 @@ typedef struct ta_kernels {
      * along d, then the lanes, then one product by scale. Half the instructions of the
      * float32 FMAs and no widening of K (docs/kernels.md, "Decode: the few-row
      * kernels"). */
+    void (*attn_qk_rows_bf16dot)(float *s, int64_t mqs, const uint16_t *q, int64_t ldq,
+                                 int64_t mq, float scale, const void *const *k, int64_t koff,
+                                 int64_t nk, int64_t d, int64_t avail, const void *const *v,
+                                 int64_t voff, int64_t vbytes, ta_pf *pf);
     /* attn_qk for a bfloat16 query on bfloat16 K rows with the same dot product, or NULL:
      * s[j * attn_mq + r] = scale (q_r . k_j) for the tile's attn_mq rows and nk key rows of
      * k (stride ldk elements, d of them read, d even); qp holds the tile's q rows as
@@ -278,10 +282,6 @@ typedef struct ta_kernels {
     void (*attn_qk_bf16dot)(float *s, const uint16_t *qp, const uint16_t *k, int64_t ldk,
                             int64_t nk, int64_t d, float scale, const int32_t *rowk,
                             ta_pf *pf);
-    void (*attn_qk_rows_bf16dot)(float *s, int64_t mqs, const uint16_t *q, int64_t ldq,
-                                 int64_t mq, float scale, const void *const *k, int64_t koff,
-                                 int64_t nk, int64_t d, int64_t avail, const void *const *v,
-                                 int64_t voff, int64_t vbytes, ta_pf *pf);
 } ta_kernels;
 
 /* log2(e) rounded to float, and the largest |fl(u L)| whose carry a base-2 softmax

@@ -251,9 +251,8 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
     f.kind_v = rows_kind(p->V, p->Dv, f.k->attn_vl);
     /* a bfloat16 query on bfloat16 K: the CPU's dot product where it has one (products
      * exact in float32; 18.5 against 38.2 cycles a (kv head, key) pair for Q.K^T alone on
-     * the Zen 4, 4 rows, D 128: docs/kernels.md) */
-    /* (a bfloat16 Q the staging left as it is, ta_sdpa_native_dtype, takes both: every
-     * tile then packs it as bfloat16) */
+     * the Zen 4, 4 rows, D 128: docs/kernels.md). A bfloat16 Q the staging left as it is
+     * (ta_sdpa_native_dtype) takes both: every tile then packs it as bfloat16. */
     const bool qb = p->q_bf16 || p->Q->dtype == TA_BF16;
     f.qk_dot = f.kind_k == 2 && qb && f.k->attn_qk_rows_bf16dot; /* D % attn_vl 0 */
     f.qk_dot_tile = p->K->dtype == TA_BF16 && p->K->stride[3] == 1 && p->D % 2 == 0 && qb &&
