@@ -10,8 +10,11 @@
  *   - dQ, dK, dV (the backward gets the reference O rounded to O's dtype, and the LSE)
  *     within (4e-3 + 4 u) of each gradient's scale when a half tensor takes part (u: O's
  *     unit roundoff, as D_i = rowsum(dO * O) sees O rounded), else 1e-4.
- * Also: varlen batches with bfloat16 tensors equal the dense runs of each sequence, and
- * a half output is written whole (no element left from before). */
+ * Also: varlen batches with bfloat16 tensors equal the dense runs of each sequence, a
+ * half output is written whole (no element left from before), and bfloat16 Q, K, V give
+ * the O and LSE of float32 tensors holding the same values within float32 roundoff, on
+ * 60 random shapes and option sets (on avx512bf16 the bfloat16 dot product's Q.K^T
+ * against the FMAs). */
 #include "ta_test.h"
 
 #include "fixture_cases.h"
@@ -196,11 +199,99 @@ static void test_half_varlen_equals_dense(void **state)
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ta_tensor_free(all[i]);
 }
 
+/* A bfloat16 Q, K and V against float32 ones holding the same values, fused path, on
+ * random shapes with every option the forward takes (GQA, both causal alignments, a
+ * window, softcap, ALiBi, sinks, key lengths, Dv != D, D with and without a last odd
+ * vector of the kernels): where the CPU has AVX512_BF16 the bfloat16 run's Q.K^T is the
+ * dot product (attn_qk_rows_bf16dot, attn_qk_bf16dot) and the float32 run's the FMAs,
+ * so O and the LSE may differ by float32 roundoff only (1e-5 of max(1, |x|)); elsewhere
+ * both widen the same values. */
+static void test_bf16_equals_float32_values(void **state)
+{
+    (void)state;
+    uint64_t rng = 0x9e3779b97f4a7c15ULL;
+#define RND(n) (rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17, (int64_t)(rng % (uint64_t)(n)))
+    static const int64_t Ds[6] = {16, 32, 48, 64, 80, 128};
+    for (int c = 0; c < 60; c++) {
+        const int64_t Hkv = 1 + RND(3), H = Hkv * (1 + RND(6)), B = 1 + RND(2);
+        const int64_t Lq = 1 + RND(c % 3 == 0 ? 4 : 100), Lk = 1 + RND(200), D = Ds[RND(6)];
+        const int64_t Dv = RND(3) == 0 ? 32 : D;
+        const int64_t qs[4] = {B, H, Lq, D}, ks[4] = {B, Hkv, Lk, D}, vs[4] = {B, Hkv, Lk, Dv};
+        const int64_t os[4] = {B, H, Lq, Dv}, ls[3] = {B, H, Lq}, hs[1] = {H};
+        ta_tensor x32[3], x16[3], o[2], lse[2], slopes = {0}, sinks = {0};
+        const int64_t *shapes[3] = {qs, ks, vs};
+        for (int i = 0; i < 3; i++) {
+            TA_CHECK_OK(ta_tensor_empty(&x32[i], 4, shapes[i]));
+            TA_CHECK_OK(ta_randn(&x32[i], (uint64_t)(3 * c + i + 1)));
+            ta_test_as_dtype(&x16[i], &x32[i], TA_BF16);
+            TA_CHECK_OK(ta_tensor_copy(&x32[i], &x16[i])); /* the same values */
+        }
+        ta_sdpa_opts op = {.path = TA_SDPA_FUSED};
+        const int64_t cm = RND(3);
+        op.causal = cm == 0 ? TA_CAUSAL_NONE : cm == 1 ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_BOTTOM_RIGHT;
+        if (RND(4) == 0) {
+            op.has_window = 1;
+            op.window_left = RND(2) ? -1 : RND(50);
+            op.window_right = RND(2) ? -1 : RND(50);
+        }
+        if (RND(4) == 0) op.softcap = 20.0f;
+        if (RND(4) == 0) {
+            TA_CHECK_OK(ta_tensor_empty(&slopes, 1, hs));
+            for (int64_t h = 0; h < H; h++) ((float *)slopes.data)[h] = 0.1f / (float)(h + 1);
+            op.alibi_slopes = &slopes;
+        }
+        if (RND(4) == 0) {
+            TA_CHECK_OK(ta_tensor_empty(&sinks, 1, hs));
+            for (int64_t h = 0; h < H; h++) ((float *)sinks.data)[h] = 0.3f * (float)h - 0.5f;
+            op.sinks = &sinks;
+        }
+        int64_t kl[2];
+        if (RND(3) == 0) {
+            for (int64_t b = 0; b < B; b++) kl[b] = RND(Lk + 1);
+            op.key_lengths = kl;
+        }
+        for (int r = 0; r < 2; r++) {
+            TA_CHECK_OK(ta_tensor_empty(&o[r], 4, os));
+            TA_CHECK_OK(ta_tensor_empty(&lse[r], 3, ls));
+            op.lse = &lse[r];
+            const ta_tensor *x = r ? x32 : x16;
+            TA_CHECK_OK(ta_sdpa(&o[r], &x[0], &x[1], &x[2], &op));
+        }
+        for (int t = 0; t < 2; t++) {
+            const float *a = (const float *)(t ? lse[0].data : o[0].data);
+            const float *b = (const float *)(t ? lse[1].data : o[1].data);
+            const int64_t n = ta_tensor_numel(t ? &lse[0] : &o[0]);
+            for (int64_t i = 0; i < n; i++) {
+                if (a[i] == b[i]) continue; /* -inf LSE of a row without keys too */
+                const double m = fmax(1.0, fabs((double)b[i]));
+                if (!(fabs((double)a[i] - (double)b[i]) <= 1e-5 * m))
+                    fail_msg("case %d (B%lld H%lld/%lld Lq%lld Lk%lld D%lld Dv%lld): %s[%lld] "
+                             "%.9g (bfloat16) against %.9g (float32 of the same values)",
+                             c, (long long)B, (long long)H, (long long)Hkv, (long long)Lq,
+                             (long long)Lk, (long long)D, (long long)Dv, t ? "lse" : "O",
+                             (long long)i, (double)a[i], (double)b[i]);
+            }
+        }
+        for (int i = 0; i < 3; i++) {
+            ta_tensor_free(&x32[i]);
+            ta_tensor_free(&x16[i]);
+        }
+        for (int r = 0; r < 2; r++) {
+            ta_tensor_free(&o[r]);
+            ta_tensor_free(&lse[r]);
+        }
+        ta_tensor_free(&slopes);
+        ta_tensor_free(&sinks);
+    }
+#undef RND
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_half_matches_pytorch),
         cmocka_unit_test(test_half_varlen_equals_dense),
+        cmocka_unit_test(test_bf16_equals_float32_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
