@@ -1296,6 +1296,20 @@ static void test_attn_qk_rows_kv(void **state)
                         qk_rows_kv_case(k, ref, kind, dvs[di] * VL, nk == 20 ? 64 : nk, mq);
 }
 
+/* The tested table when it is avx512bf16, which has both of the bfloat16 dot product's
+ * kernels, else NULL, after checking that it and the scalar table have neither. */
+static const ta_kernels *bf16dot_table(void)
+{
+    const ta_kernels *ref, *k = tested(&ref);
+    assert_true(!ref->attn_qk_rows_bf16dot && !ref->attn_qk_bf16dot);
+    if (k->isa != TA_ISA_AVX512BF16) {
+        assert_true(!k->attn_qk_rows_bf16dot && !k->attn_qk_bf16dot);
+        return NULL;
+    }
+    assert_true(k->attn_qk_rows_bf16dot && k->attn_qk_bf16dot);
+    return k;
+}
+
 /* attn_qk_rows_bf16dot (the avx512bf16 table; NULL elsewhere): bfloat16 q rows and K rows,
  * the scores times scale, against the float64 oracle of the same bfloat16 values. */
 static void qk_rows_bf16dot_case(const ta_kernels *k, int64_t d, int64_t nk, int64_t mq)
@@ -1352,13 +1366,8 @@ static void qk_rows_bf16dot_case(const ta_kernels *k, int64_t d, int64_t nk, int
 static void test_attn_qk_rows_bf16dot(void **state)
 {
     (void)state;
-    const ta_kernels *ref, *k = tested(&ref);
-    assert_true(ref->attn_qk_rows_bf16dot == NULL);
-    if (k->isa != TA_ISA_AVX512BF16) {
-        assert_true(k->attn_qk_rows_bf16dot == NULL);
-        return;
-    }
-    assert_non_null(k->attn_qk_rows_bf16dot);
+    const ta_kernels *k = bf16dot_table();
+    if (!k) return;
     const int64_t VL = k->attn_vl;
     for (int64_t dv = 1; dv <= 8; dv++)
         for (int64_t nk = 0; nk <= 20; nk++)
@@ -1431,13 +1440,8 @@ static void qk_bf16dot_case(const ta_kernels *k, int64_t d, int64_t nk, int with
 static void test_attn_qk_bf16dot(void **state)
 {
     (void)state;
-    const ta_kernels *ref, *k = tested(&ref);
-    assert_true(ref->attn_qk_bf16dot == NULL);
-    if (k->isa != TA_ISA_AVX512BF16) {
-        assert_true(k->attn_qk_bf16dot == NULL);
-        return;
-    }
-    assert_non_null(k->attn_qk_bf16dot);
+    const ta_kernels *k = bf16dot_table();
+    if (!k) return;
     const int64_t ds[] = {2, 16, 34, 128};
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
         for (int64_t nk = 1; nk <= 18; nk++)

@@ -216,6 +216,23 @@ ROWS_INLINE void qk_block(float *s, int64_t mqs, const float *q, int64_t ldq, in
 }
 
 #ifdef V_DOT_BF16
+/* One step of qk_block_dot along d at p: 2 VL elements, or with HALF (a constant) VL, the
+ * upper pairs loaded as zeros. */
+ROWS_INLINE void dot_step(VT *acc, const uint16_t *const *qr, const uint16_t *const *kr,
+                          int64_t p, const int R, const int HALF)
+{
+    const int KB = VL / R;
+    VB qv[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) qv[r] = HALF ? VB_LOAD_VL(qr[r] + p) : VB_LOAD(qr[r] + p);
+#pragma GCC unroll 16
+    for (int j = 0; j < KB; j++) {
+        const VB kv = HALF ? VB_LOAD_VL(kr[j] + p) : VB_LOAD(kr[j] + p);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) acc[j * R + r] = V_DOT_BF16(acc[j * R + r], qv[r], kv);
+    }
+}
+
 /* qk_block for a bfloat16 query (attn_qk_rows_bf16dot; the vocabulary's VB, VB_LOAD,
  * VB_LOAD_VL (VL elements, the others zero) and V_DOT_BF16, lane i += a[2i] b[2i] +
  * a[2i + 1] b[2i + 1]): accumulator k * R + r holds the lane partials of element pairs
@@ -242,27 +259,11 @@ ROWS_INLINE void qk_block_dot(float *s, int64_t mqs, const uint16_t *q, int64_t 
     int64_t p = 0;
     for (; p + 2 * VL <= d; p += 2 * VL) {
         QK_PF(pst);
-        VB qv[8];
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) qv[r] = VB_LOAD(qr[r] + p);
-#pragma GCC unroll 16
-        for (int j = 0; j < KB; j++) {
-            const VB kv = VB_LOAD(kr[j] + p);
-#pragma GCC unroll 8
-            for (int r = 0; r < R; r++) acc[j * R + r] = V_DOT_BF16(acc[j * R + r], qv[r], kv);
-        }
+        dot_step(acc, qr, kr, p, R, 0);
     }
-    if (p < d) { /* VL elements left: the upper pairs read as zeros */
+    if (p < d) { /* VL elements left */
         QK_PF(pst);
-        VB qh[8];
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) qh[r] = VB_LOAD_VL(qr[r] + p);
-#pragma GCC unroll 16
-        for (int j = 0; j < KB; j++) {
-            const VB kh = VB_LOAD_VL(kr[j] + p);
-#pragma GCC unroll 8
-            for (int r = 0; r < R; r++) acc[j * R + r] = V_DOT_BF16(acc[j * R + r], qh[r], kh);
-        }
+        dot_step(acc, qr, kr, p, R, 1);
     }
     QK_PF(left);
     TA_PF_END(pf);
@@ -426,20 +427,12 @@ void NAME_QK_TILE_BF16DOT(float *s, const uint16_t *qp, const uint16_t *k, int64
                           int64_t nk, int64_t d, float scale, const int32_t *rowk, ta_pf *pf)
 {
     int32_t need[TILE_QV];
-    for (int q = 0; q < TILE_QV; q++) {
-        need[q] = rowk ? 0 : (int32_t)nk;
-        for (int r = 0; rowk && r < VL; r++)
-            if (rowk[q * VL + r] > need[q]) need[q] = rowk[q * VL + r];
-    }
+    ta_qk_vector_needs(need, TILE_QV, VL, rowk, nk);
     for (int64_t j = 0; j < nk; j += TILE_KJ) {
-        int nj = (int)(nk - j < TILE_KJ ? nk - j : TILE_KJ), q0 = TILE_QV, q1 = -1;
-        for (int q = 0; q < TILE_QV; q++)
-            if (need[q] > j) {
-                if (q < q0) q0 = q;
-                q1 = q;
-            }
-        if (q1 >= q0)
-            qk_tile_block(s + j * TMQ, qp, k + j * ldk, ldk, d, scale, nj, q0, q1 - q0 + 1, pf);
+        const int nj = (int)(nk - j < TILE_KJ ? nk - j : TILE_KJ);
+        int q0;
+        const int nq = ta_qk_vectors_at(need, TILE_QV, j, &q0);
+        if (nq) qk_tile_block(s + j * TMQ, qp, k + j * ldk, ldk, d, scale, nj, q0, nq, pf);
     }
 }
 #undef TMQ

@@ -139,19 +139,12 @@ void NAME_QK(float *s, const float *qp, const float *k, int64_t ldk, int64_t nk,
              const int32_t *rowk, ta_pf *pf)
 {
     int32_t need[QV];
-    for (int q = 0; q < QV; q++) {
-        need[q] = rowk ? 0 : (int32_t)nk;
-        for (int r = 0; rowk && r < VL; r++)
-            if (rowk[q * VL + r] > need[q]) need[q] = rowk[q * VL + r];
-    }
+    ta_qk_vector_needs(need, QV, VL, rowk, nk);
     for (int64_t j = 0; j < nk; j += KJ) {
-        int nj = (int)(nk - j < KJ ? nk - j : KJ), q0 = QV, q1 = -1;
-        for (int q = 0; q < QV; q++)
-            if (need[q] > j) {
-                if (q < q0) q0 = q;
-                q1 = q;
-            }
-        if (q1 >= q0) qk_block(s + j * MQ, qp, k + j * ldk, ldk, d, nj, q0, q1 - q0 + 1, pf);
+        const int nj = (int)(nk - j < KJ ? nk - j : KJ);
+        int q0;
+        const int nq = ta_qk_vectors_at(need, QV, j, &q0);
+        if (nq) qk_block(s + j * MQ, qp, k + j * ldk, ldk, d, nj, q0, nq, pf);
     }
 }
 

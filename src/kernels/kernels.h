@@ -299,6 +299,33 @@ static inline double ta_softmax_state_scale(const ta_kernels *k, float m)
     return exp2((double)mL - (double)m * (double)TA_LOG2E_F);
 }
 
+/* attn_qk's row bounds by query vector (its implementations, attn_template.h and the
+ * bfloat16 tile kernel): need[q] = the most keys a row of vector q (rows q vl .. q vl +
+ * vl - 1) needs, nk without rowk. */
+static inline void ta_qk_vector_needs(int32_t *need, int qv, int vl, const int32_t *rowk,
+                                      int64_t nk)
+{
+    for (int q = 0; q < qv; q++) {
+        need[q] = rowk ? 0 : (int32_t)nk;
+        for (int r = 0; rowk && r < vl; r++)
+            if (rowk[q * vl + r] > need[q]) need[q] = rowk[q * vl + r];
+    }
+}
+
+/* The query vectors from the first to the last that needs key j (need from
+ * ta_qk_vector_needs): their count (0: none), the first in *q0. */
+static inline int ta_qk_vectors_at(const int32_t *need, int qv, int64_t j, int *q0)
+{
+    int first = qv, last = -1;
+    for (int q = 0; q < qv; q++)
+        if (need[q] > j) {
+            if (q < first) first = q;
+            last = q;
+        }
+    *q0 = first;
+    return last >= first ? last - first + 1 : 0;
+}
+
 /* Rows ahead of the one in use that the few-row kernels prefetch (attn_qk_rows_kv). */
 #define TA_ROWS_AHEAD 16
 
