@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define BENCH_MAX_TENSORS 10
+#define BENCH_MAX_TENSORS 14
 #define BENCH_MAX_CASES 96
 #define BENCH_MAX_RUNS 10000 /* a cap on timed runs of tiny cases */
 #define BENCH_TOLERANCE 1e-4
@@ -277,6 +277,11 @@ void bench_add_sdpa_variant(bench_state *s, const char *name, int64_t B, int64_t
                             int64_t D, float softcap, int alibi, int sinks, const char *vs);
 void bench_add_sdpa_backward(bench_state *s, const char *name, int64_t B, int64_t H,
                              int64_t L, int64_t D, ta_causal causal);
+/* The backward with Q, K, V and dO of dtype (O and the gradients float32), each path
+ * timed against the same path of the float32 case vs ("ratio_vs_f32"; NULL: none). */
+void bench_add_sdpa_backward_dtype(bench_state *s, const char *name, int64_t B, int64_t H,
+                                   int64_t L, int64_t D, ta_causal causal, ta_dtype dtype,
+                                   const char *vs);
 /* cases_kvcache.c. One decode step through ta_sdpa_kvcache (fused): B sequences of lens[b]
  * keys (NULL: all Lmax) after appending one, a cache of Lmax keys per sequence of dtype,
  * contiguous (block 0) or paged in blocks of `block` rows scattered at random, q of

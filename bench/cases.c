@@ -70,6 +70,10 @@ static void build_sdpa_cases(bench_state *s)
     /* Training: the backward of the seed's causal attention, and a long sequence whose
      * extra memory must stay O(L). */
     bench_add_sdpa_backward(s, "sdpa_bwd_seed_causal", 32, 8, L0, 64, TA_CAUSAL_TOP_LEFT);
+    /* ... in bfloat16 (Q, K, V, dO; O and the gradients float32): where the CPU has
+     * AVX512_BF16, S = Q K^T and dP = dO V^T by its dot product (attn_bwd_gemm_bf16dot) */
+    bench_add_sdpa_backward_dtype(s, "sdpa_bwd_seed_causal_bf16", 32, 8, L0, 64,
+                                  TA_CAUSAL_TOP_LEFT, TA_BF16, "sdpa_bwd_seed_causal");
     if (!q)
         bench_add_sdpa_backward(s, "sdpa_bwd_L8192_causal", 1, 8, 8192, 64, TA_CAUSAL_TOP_LEFT);
 }

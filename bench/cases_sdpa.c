@@ -95,9 +95,10 @@ int bench_sdpa_setup(bench_case *c)
         if (st != TA_OK) return bench_lib_fail(c, "ta_randn", st);
         if (a->dtype == TA_F32) continue;
         /* the half copy ta_sdpa reads, and its values back in t[i] for the oracle */
-        st = ta_tensor_empty_dtype(&c->t[7 + i], a->dtype, 4, shapes[i]);
-        if (st == TA_OK) st = ta_tensor_copy(&c->t[7 + i], &c->t[i]);
-        if (st == TA_OK) st = ta_tensor_copy(&c->t[i], &c->t[7 + i]);
+        ta_tensor *h = &c->t[a->half_at + i];
+        st = ta_tensor_empty_dtype(h, a->dtype, 4, shapes[i]);
+        if (st == TA_OK) st = ta_tensor_copy(h, &c->t[i]);
+        if (st == TA_OK) st = ta_tensor_copy(&c->t[i], h);
         if (st != TA_OK) return bench_lib_fail(c, "the half-precision inputs", st);
     }
     if (a->mask_tensor) { /* the seed's mask: torch.triu(torch.ones(L, L), diagonal=1) */
@@ -133,7 +134,7 @@ static int sdpa_run(bench_case *c)
     opts.alibi_slopes = a->alibi ? &c->t[5] : NULL;
     opts.sinks = a->sinks ? &c->t[6] : NULL;
     opts.path = a->path;
-    const int in = a->dtype == TA_F32 ? 0 : 7; /* Q, K, V: t[in .. in + 2] */
+    const int in = a->dtype == TA_F32 ? 0 : a->half_at; /* Q, K, V: t[in .. in + 2] */
     ta_status st = ta_sdpa(&c->t[3], &c->t[in], &c->t[in + 1], &c->t[in + 2], &opts);
     if (st != TA_OK) return bench_lib_fail(c, "ta_sdpa", st);
     return 0;
@@ -312,7 +313,8 @@ void bench_add_sdpa_pair(bench_state *s, const bench_kind *kind, const char *nam
 bench_sdpa bench_sdpa_shape(int64_t B, int64_t H, int64_t Hkv, int64_t Lq, int64_t Lk,
                             int64_t D, ta_causal causal)
 {
-    bench_sdpa a = {.B = B, .H = H, .Hkv = Hkv, .Lq = Lq, .Lk = Lk, .D = D, .causal = causal};
+    bench_sdpa a = {.B = B, .H = H, .Hkv = Hkv, .Lq = Lq, .Lk = Lk, .D = D, .causal = causal,
+                    .half_at = 7};
     a.pairs = sdpa_pairs(&a);
     return a;
 }

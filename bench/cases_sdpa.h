@@ -28,9 +28,12 @@ typedef struct bench_sdpa {
     int64_t wleft, wright;
     float softcap;
     int alibi, sinks;
-    /* Q, K and V stored in this dtype (t[7], t[8], t[9]; O stays float32), t[0..2]
-     * holding their values exactly, for the oracle; TA_F32 (0): t[0..2] themselves. */
+    /* Q, K and V stored in this dtype (t[half_at .. half_at + 2]: t[7..9] for a forward,
+     * t[10..12] for a backward, whose dO is t[13] then; O and the gradients stay
+     * float32), t[0..2] holding their values exactly, for the oracle; TA_F32 (0):
+     * t[0..2] themselves. */
     ta_dtype dtype;
+    int half_at;
 } bench_sdpa;
 
 /* The variants' per-head values the forward cases pass (and their oracle uses): BLOOM's

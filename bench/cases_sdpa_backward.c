@@ -11,7 +11,8 @@
 
 /* t[0..2] = Q, K, V as the forward's; t[3] = O and t[4] = LSE from a forward call
  * (inputs of the backward, not timed); t[5] = dO, N(0,1); t[6] = dQ (the output the
- * harness scans and hands to the fused twin), t[7] = dK, t[8] = dV, all NaN. */
+ * harness scans and hands to the fused twin), t[7] = dK, t[8] = dV, all NaN. With a
+ * dtype, t[10..12] hold Q, K, V in it and t[13] dO (t[0..2] and t[5] their values). */
 static int sdpa_bwd_setup(bench_case *c)
 {
     if (bench_sdpa_setup(c)) return -1;
@@ -22,6 +23,12 @@ static int sdpa_bwd_setup(bench_case *c)
     if (st == TA_OK) st = ta_tensor_empty(&c->t[5], 4, q);
     if (st == TA_OK) st = ta_randn(&c->t[5], 17);
     if (st != TA_OK) return bench_lib_fail(c, "ta_tensor_empty", st);
+    if (a->dtype != TA_F32) {
+        st = ta_tensor_empty_dtype(&c->t[13], a->dtype, 4, q);
+        if (st == TA_OK) st = ta_tensor_copy(&c->t[13], &c->t[5]);
+        if (st == TA_OK) st = ta_tensor_copy(&c->t[5], &c->t[13]);
+        if (st != TA_OK) return bench_lib_fail(c, "the half-precision dO", st);
+    }
     ta_sdpa_opts fwd = {.causal = a->causal, .lse = &c->t[4]};
     st = ta_sdpa(&c->t[3], &c->t[0], &c->t[1], &c->t[2], &fwd);
     if (st != TA_OK) return bench_lib_fail(c, "ta_sdpa (the forward)", st);
@@ -35,8 +42,9 @@ static int sdpa_bwd_run(bench_case *c)
 {
     const bench_sdpa *a = c->state;
     ta_sdpa_opts opts = {.causal = a->causal, .path = a->path};
-    ta_status st = ta_sdpa_backward(&c->t[6], &c->t[7], &c->t[8], &c->t[5], &c->t[0], &c->t[1],
-                                    &c->t[2], &c->t[3], &c->t[4], &opts);
+    const int in = a->dtype == TA_F32 ? 0 : a->half_at, d = a->dtype == TA_F32 ? 5 : 13;
+    ta_status st = ta_sdpa_backward(&c->t[6], &c->t[7], &c->t[8], &c->t[d], &c->t[in],
+                                    &c->t[in + 1], &c->t[in + 2], &c->t[3], &c->t[4], &opts);
     if (st != TA_OK) return bench_lib_fail(c, "ta_sdpa_backward", st);
     return 0;
 }
@@ -130,14 +138,27 @@ static const bench_kind sdpa_backward_kind = {
 void bench_add_sdpa_backward(bench_state *s, const char *name, int64_t B, int64_t H,
                              int64_t L, int64_t D, ta_causal causal)
 {
+    bench_add_sdpa_backward_dtype(s, name, B, H, L, D, causal, TA_F32, NULL);
+}
+
+void bench_add_sdpa_backward_dtype(bench_state *s, const char *name, int64_t B, int64_t H,
+                                   int64_t L, int64_t D, ta_causal causal, ta_dtype dtype,
+                                   const char *vs)
+{
     bench_sdpa a = bench_sdpa_shape(B, H, H, L, L, D, causal);
+    a.dtype = dtype;
+    a.half_at = 10;
     double scratch = 2.0 * (double)B * (double)H * (double)L * (double)L * sizeof(float);
     char skip[160] = "";
     if (scratch > (double)(1LL << 30))
         snprintf(skip, sizeof skip,
                  "the reference backward's P and dP would take %.1f GiB (> 1 GiB)",
                  scratch / (double)(1LL << 30));
-    bench_add_sdpa_pair(s, &sdpa_backward_kind, name, &a,
-                        &(bench_case){.flops = 2.5 * (4.0 * a.pairs * (double)D), .output = 6},
-                        skip);
+    bench_case proto = {.flops = 2.5 * (4.0 * a.pairs * (double)D), .output = 6};
+    if (vs) { /* each path against the float32 case's */
+        snprintf(proto.vs_case, sizeof proto.vs_case, "%s", vs);
+        snprintf(proto.vs_key, sizeof proto.vs_key, "ratio_vs_f32");
+        proto.vs_scale = 1.0;
+    }
+    bench_add_sdpa_pair(s, &sdpa_backward_kind, name, &a, &proto, skip);
 }

@@ -44,6 +44,7 @@
  *   attn_qk_rows_kv    oracle (d + 1) u sum_p |q k|; scalar kernel (2d + 2) u sum_p |q k|
  *   attn_qk_rows_bf16dot (avx512bf16 only; bfloat16 q too) oracle (d + 2) u scale sum_p |q k|
  *   attn_qk_bf16dot    (the same) oracle (d + 2) u scale sum_p |q k|; rowk as attn_qk's
+ *   attn_bwd_gemm_bf16dot (the same) oracle (k + 2) u sum_p |a b|; column bounds nhi
  *   attn_pv_rows_kv    bitwise the table's attn_pv on the widened rows; oracle as attn_pv
  *   attn_softmax_rows  m, s, alpha bitwise the table's attn_softmax; l as attn_softmax's
  *                      bound against the oracle. */
@@ -1301,12 +1302,12 @@ static void test_attn_qk_rows_kv(void **state)
 static const ta_kernels *bf16dot_table(void)
 {
     const ta_kernels *ref, *k = tested(&ref);
-    assert_true(!ref->attn_qk_rows_bf16dot && !ref->attn_qk_bf16dot);
+    assert_true(!ref->attn_qk_rows_bf16dot && !ref->attn_qk_bf16dot && !ref->attn_bwd_gemm_bf16dot);
     if (k->isa != TA_ISA_AVX512BF16) {
-        assert_true(!k->attn_qk_rows_bf16dot && !k->attn_qk_bf16dot);
+        assert_true(!k->attn_qk_rows_bf16dot && !k->attn_qk_bf16dot && !k->attn_bwd_gemm_bf16dot);
         return NULL;
     }
-    assert_true(k->attn_qk_rows_bf16dot && k->attn_qk_bf16dot);
+    assert_true(k->attn_qk_rows_bf16dot && k->attn_qk_bf16dot && k->attn_bwd_gemm_bf16dot);
     return k;
 }
 
@@ -1446,6 +1447,78 @@ static void test_attn_qk_bf16dot(void **state)
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
         for (int64_t nk = 1; nk <= 18; nk++)
             for (int rk = 0; rk < 2; rk++) qk_bf16dot_case(k, ds[i], nk == 18 ? 64 : nk, rk);
+}
+
+/* attn_bwd_gemm_bf16dot (the avx512bf16 table; NULL elsewhere): A's bfloat16 rows (lda =
+ * k + 1 elements: odd, so rows start 2-byte aligned) times B given as the pairs of n
+ * bfloat16 rows (B[p, j] = row j's element p), against the float64 oracle of the same
+ * values; with nhi, a row's columns from its nhi on are 0 or right (its micro-tile's
+ * rows may need them); columns past n untouched; with a prefetch stream the same bits. */
+static void bwd_gemm_bf16dot_case(const ta_kernels *k, int64_t m, int64_t n, int64_t kd,
+                                  int with_nhi)
+{
+    const int64_t lda = kd + 1, ldb = n + 3, ldc = n + 2;
+    snprintf(where, sizeof where, "%s attn_bwd_gemm_bf16dot m=%lld n=%lld k=%lld nhi=%d",
+             k->name, (long long)m, (long long)n, (long long)kd, with_nhi);
+    arena ar = {0};
+    float *aw, *bw;
+    const uint16_t *a = typed_rows(&ar, 2, m, kd, lda, &aw);
+    const uint16_t *br = typed_rows(&ar, 2, n, kd, kd, &bw); /* B^T's rows [n, k] */
+    assert_true(ar.n < 8);
+    uint32_t *b = (uint32_t *)ta_guard_bytes(&ar.g[ar.n++], (size_t)((kd / 2 - 1) * ldb + n) * 4);
+    assert_non_null(b);
+    for (int64_t p = 0; p < kd / 2; p++)
+        for (int64_t j = 0; j < n; j++)
+            b[p * ldb + j] = (uint32_t)br[j * kd + 2 * p] | (uint32_t)br[j * kd + 2 * p + 1] << 16;
+    float *c = gfloats(&ar, (m - 1) * ldc + n, SENTINEL);
+    int32_t nhi[16];
+    assert_true(m <= 16);
+    for (int64_t r = 0; r < m; r++) nhi[r] = (int32_t)irand(n + 1);
+    ta_pf_span sp[1] = {{(const char *)b, (const char *)(b + (kd / 2 - 1) * ldb + n)}};
+    ta_pf pf = {sp, sp + 1};
+    k->attn_bwd_gemm_bf16dot(c, ldc, a, lda, b, ldb, m, n, kd, with_nhi ? nhi : NULL, &pf);
+    assert_true(pf.next <= pf.end);
+    float *c2 = copy_of(c, (m - 1) * ldc + n);
+    k->attn_bwd_gemm_bf16dot(c2, ldc, a, lda, b, ldb, m, n, kd, with_nhi ? nhi : NULL, NULL);
+    if (memcmp(c, c2, sizeof(float) * (size_t)((m - 1) * ldc + n)) != 0)
+        fail_msg("%s: the product with a prefetch stream differs from that without", where);
+    free(c2);
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t j = 0; j < ldc && r * ldc + j < (m - 1) * ldc + n; j++) {
+            const int64_t i = r * ldc + j;
+            if (j >= n) {
+                EXPECT_ORACLE("untouched c", i, c[i], SENTINEL, 0.0);
+                continue;
+            }
+            double sum = 0.0, e = 0.0;
+            for (int64_t p = 0; p < kd; p++) {
+                const double t = (double)aw[r * lda + p] * bw[j * kd + p];
+                sum += fabs(t);
+                e += t;
+            }
+            /* k products exact, two roundings a pair at most */
+            if (with_nhi && j >= nhi[r] && c[i] == 0.0f) continue;
+            EXPECT_ORACLE("c", i, c[i], e, ((double)kd + 2.0) * U * sum);
+        }
+    free(aw);
+    free(bw);
+    arena_release(&ar);
+}
+
+/* The avx512bf16 table has it, the others not; m = 1 .. 13 (every tail of a micro-tile
+ * of up to 8 rows), n = 1 .. 17, 33, 64, 70 (every column tail), k = 2, 16, 34, 64, 130,
+ * with and without column bounds. */
+static void test_attn_bwd_gemm_bf16dot(void **state)
+{
+    (void)state;
+    const ta_kernels *k = bf16dot_table();
+    if (!k) return;
+    const int64_t ns[] = {1, 2, 3, 5, 8, 9, 15, 16, 17, 33, 64, 70}, ks[] = {2, 16, 34, 64, 130};
+    for (int64_t m = 1; m <= 13; m++)
+        for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+            for (size_t b = 0; b < sizeof ks / sizeof ks[0]; b++)
+                if ((m + (int64_t)a + (int64_t)b) % 2 == 0 || m == 6 || ns[a] == 64)
+                    bwd_gemm_bf16dot_case(k, m, ns[a], ks[b], (int)((m + (int64_t)a) % 2));
 }
 
 static void pv_rows_kv_case(const ta_kernels *k, int kind, int64_t nk, int64_t dv, int64_t mq)
@@ -1675,6 +1748,7 @@ int main(void)
         cmocka_unit_test(test_attn_qk_rows_kv),
         cmocka_unit_test(test_attn_qk_rows_bf16dot),
         cmocka_unit_test(test_attn_qk_bf16dot),
+        cmocka_unit_test(test_attn_bwd_gemm_bf16dot),
         cmocka_unit_test(test_attn_pv_rows_kv),
         cmocka_unit_test(test_attn_softmax_rows),
         cmocka_unit_test(test_attn_softmax_exp_range),

@@ -286,12 +286,120 @@ static void test_bf16_equals_float32_values(void **state)
 #undef RND
 }
 
+/* A [B, L, Hx, X] tensor of values x (a [B, Hx, L, X] tensor) in dtype dt, as its
+ * [B, Hx, L, X] view (rows Hx X apart): the layout of a model's projections. */
+static void as_bshd(ta_tensor *buf, ta_tensor *view, const ta_tensor *x, ta_dtype dt)
+{
+    const int perm[4] = {0, 2, 1, 3};
+    const int64_t s[4] = {x->shape[0], x->shape[2], x->shape[1], x->shape[3]};
+    TA_CHECK_OK(ta_tensor_empty_dtype(buf, dt, 4, s));
+    TA_CHECK_OK(ta_tensor_permute(view, buf, perm));
+    TA_CHECK_OK(ta_tensor_copy(view, x));
+}
+
+/* The backward on bfloat16 Q, K, V and dO gives the dQ, dK, dV (float32 outputs) of
+ * float32 tensors holding the same values, with the same O and LSE, on 60 random shapes
+ * and option sets (GQA, both causal alignments, windows, softcap, ALiBi, key lengths, Dv
+ * != D, D odd, [B, L, H, D] views): where the CPU has AVX512_BF16 the bfloat16 run's S =
+ * Q K^T and dP = dO V^T are the dot product (attn_bwd_gemm_bf16dot) and the float32
+ * run's the FMAs, so the gradients differ by float32 roundoff only: within 1e-5 of each
+ * gradient's largest magnitude (at least 1); elsewhere both widen the same values. */
+static void test_bf16_backward_equals_float32_values(void **state)
+{
+    (void)state;
+    uint64_t rng = 0x243f6a8885a308d3ULL;
+#define RND(n) (rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17, (int64_t)(rng % (uint64_t)(n)))
+    static const int64_t Ds[6] = {16, 32, 17, 64, 80, 128};
+    double worst = 0.0;
+    for (int c = 0; c < 60; c++) {
+        const int64_t Hkv = 1 + RND(3), H = Hkv * (1 + RND(4)), B = 1 + RND(2);
+        const int64_t Lq = 1 + RND(c % 3 == 0 ? 4 : 150), Lk = 1 + RND(200), D = Ds[RND(6)];
+        const int64_t Dv = RND(3) == 0 ? 32 : D;
+        const int64_t qs[4] = {B, H, Lq, D}, ks[4] = {B, Hkv, Lk, D}, vs[4] = {B, Hkv, Lk, Dv};
+        const int64_t os[4] = {B, H, Lq, Dv}, ls[3] = {B, H, Lq}, hs[1] = {H};
+        const int64_t *shapes[4] = {qs, ks, vs, os};
+        const bool bshd = RND(4) == 0;
+        ta_tensor x32[4], buf[4], x16[4], o, lse, g[2][3], slopes = {0};
+        for (int i = 0; i < 4; i++) { /* Q, K, V, dO: bfloat16 values in both dtypes */
+            TA_CHECK_OK(ta_tensor_empty(&x32[i], 4, shapes[i]));
+            TA_CHECK_OK(ta_randn(&x32[i], (uint64_t)(4 * c + i + 1)));
+            ta_tensor r;
+            ta_test_as_dtype(&r, &x32[i], TA_BF16);
+            TA_CHECK_OK(ta_tensor_copy(&x32[i], &r));
+            ta_tensor_free(&r);
+            if (bshd)
+                as_bshd(&buf[i], &x16[i], &x32[i], TA_BF16);
+            else
+                ta_test_as_dtype(&buf[i], &x32[i], TA_BF16), x16[i] = buf[i];
+        }
+        ta_sdpa_opts op = {.path = TA_SDPA_FUSED};
+        const int64_t cm = RND(3);
+        op.causal = cm == 0 ? TA_CAUSAL_NONE : cm == 1 ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_BOTTOM_RIGHT;
+        if (RND(4) == 0) {
+            op.has_window = 1;
+            op.window_left = RND(2) ? -1 : RND(50);
+            op.window_right = RND(2) ? -1 : RND(50);
+        }
+        if (RND(4) == 0) op.softcap = 20.0f;
+        if (RND(4) == 0) {
+            TA_CHECK_OK(ta_tensor_empty(&slopes, 1, hs));
+            for (int64_t h = 0; h < H; h++) ((float *)slopes.data)[h] = 0.1f / (float)(h + 1);
+            op.alibi_slopes = &slopes;
+        }
+        int64_t kl[2];
+        if (RND(3) == 0) {
+            for (int64_t b = 0; b < B; b++) kl[b] = RND(Lk + 1);
+            op.key_lengths = kl;
+        }
+        TA_CHECK_OK(ta_tensor_empty(&o, 4, os)); /* one forward (float32) for both */
+        TA_CHECK_OK(ta_tensor_empty(&lse, 3, ls));
+        op.lse = &lse;
+        TA_CHECK_OK(ta_sdpa(&o, &x32[0], &x32[1], &x32[2], &op));
+        op.lse = NULL;
+        for (int r = 0; r < 2; r++) {
+            for (int i = 0; i < 3; i++) TA_CHECK_OK(ta_tensor_empty(&g[r][i], 4, shapes[i]));
+            const ta_tensor *x = r ? x32 : x16;
+            TA_CHECK_OK(ta_sdpa_backward(&g[r][0], &g[r][1], &g[r][2], &x[3], &x[0], &x[1],
+                                         &x[2], &o, &lse, &op));
+        }
+        for (int i = 0; i < 3; i++) {
+            const float *a = g[0][i].data, *b = g[1][i].data;
+            const int64_t n = ta_tensor_numel(&g[0][i]);
+            double m = 1.0, e = 0.0;
+            for (int64_t j = 0; j < n; j++) m = fmax(m, fabs((double)b[j]));
+            for (int64_t j = 0; j < n; j++) {
+                const double d = fabs((double)a[j] - (double)b[j]);
+                e = isnan(d) ? INFINITY : fmax(e, d);
+            }
+            worst = fmax(worst, e / m);
+            if (!(e <= 1e-5 * m))
+                fail_msg("case %d (B%lld H%lld/%lld Lq%lld Lk%lld D%lld Dv%lld%s): d%c differs by "
+                         "%.3g (bfloat16) from float32 of the same values, largest |d%c| %.3g",
+                         c, (long long)B, (long long)H, (long long)Hkv, (long long)Lq,
+                         (long long)Lk, (long long)D, (long long)Dv, bshd ? ", BLHD" : "",
+                         "QKV"[i], e, "QKV"[i], m);
+        }
+        for (int i = 0; i < 4; i++) {
+            ta_tensor_free(&x32[i]);
+            ta_tensor_free(&buf[i]);
+        }
+        for (int r = 0; r < 2; r++)
+            for (int i = 0; i < 3; i++) ta_tensor_free(&g[r][i]);
+        ta_tensor_free(&o);
+        ta_tensor_free(&lse);
+        ta_tensor_free(&slopes);
+    }
+    if (getenv("TA_TEST_VERBOSE")) print_message("largest difference / scale: %.3g\n", worst);
+#undef RND
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_half_matches_pytorch),
         cmocka_unit_test(test_half_varlen_equals_dense),
         cmocka_unit_test(test_bf16_equals_float32_values),
+        cmocka_unit_test(test_bf16_backward_equals_float32_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

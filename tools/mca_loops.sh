@@ -166,6 +166,7 @@ softmax exp loop, Intel|attn|ta_attn_softmax_ISA_[0-9]+|attn_template.h|for \(; 
 attn_exp loop|attn|ta_expf_ISA|attn_template.h|V_STOREU\(y \+ i, SM_EXPF||one vector (one one-pass exp)
 attn_pack_t 8x8 block|attn|ta_attn_pack_t_ISA|attn_template.h|V_TRANSPOSE8_SCALED\(qp||one 8 x 8 block: 8 row loads, 24 shuffles, 8 multiplies by the scale, 8 stores
 bwd_gemm k loop|attn_bwd|ta_attn_bwd_gemm_ISA_[0-9]+x[0-9]+|attn_bwd_template.h|cr\[r\]\[v\] = V_FMA\(ab||one k step: MR rows x NV vectors
+bwd_gemm k loop, bf16 dot|attn_bwd|ta_attn_bwd_gemm_bf16dot_ISA_[0-9]+x[0-9]+|attn_bwd_template.h|cr\[r\]\[v\] = V_DOT_BF16\(|isa=avx512bf16,fma=MR*NV|one pair of k: MR rows (a broadcast pair each) x NV vectors of B pairs, MR x NV dot products (counted as FMAs)
 dsoftmax scale loop|attn_bwd|ta_attn_bwd_dsoftmax_ISA|attn_bwd_template.h|V_STOREU\(sr \+ j, V_SUB\(V_MUL||one vector: s * scale - lse
 dsoftmax dS loop|attn_bwd|ta_attn_bwd_dsoftmax_ISA|attn_bwd_template.h|V_STOREU\(dr \+ j, V_MUL||one vector: P * (dP - di)
 attn_row_dot loop|attn_bwd|ta_attn_row_dot_ISA|attn_bwd_template.h|acc\[v\] = VD_ADD\(acc||8 terms of D = rowsum(dO * O): 8 / VDL vectors of floats widened to doubles, a product and a sum each

@@ -12,7 +12,12 @@
  *   VD, VDL         a vector of doubles and its lanes (1, 2, 4 or 8), with VD_ZERO()
  *                   VD_WIDEN(p) (VDL floats from p, widened) VD_MUL VD_ADD VD_STOREU(p, v);
  *   NAME_GEMM, NAME_GEMM_RANGED, NAME_DSOFTMAX, NAME_ROW_DOT, FILL_FN: the exported
- *                   names.
+ *                   names (NAME_GEMM with NAME_GEMM_RANGED, NAME_DSOFTMAX and
+ *                   NAME_ROW_DOT are optional groups: an instance without one leaves its
+ *                   parent's entries);
+ *   NAME_GEMM_BF16DOT (optional, with the vocabulary's VB, VB_LOADU, VB_LOADN(p, n),
+ *                   VB_BCAST_PAIR(p) and V_DOT_BF16(acc, a, b)): attn_bwd_gemm_bf16dot,
+ *                   the same micro-tile over bfloat16 pairs.
  *
  * One GEMM form serves all five products of a backward block, because its A operand is
  * read element by element (broadcast) through two arbitrary strides and only B and C need
@@ -30,6 +35,8 @@
 /* The limits of the switches below (a tile over them would silently compute nothing). */
 _Static_assert(MR >= 1 && MR <= 8, "attn_bwd_template.h: ROWS_TAIL has cases for 1..7 rows");
 _Static_assert(NV >= 1 && NV <= 8, "attn_bwd_template.h: COLS_TAIL has cases for 1..8 vectors");
+
+#ifdef NAME_GEMM
 
 /* Rows 0 .. mr-1 and column vectors 0 .. nv-1 (the last one holding `last` lanes when TAIL)
  * of C = (acc ? C : 0) + A B over k steps. mr, nv and TAIL are constants after inlining. */
@@ -158,6 +165,111 @@ void NAME_GEMM_RANGED(float *c, int64_t ldc, const float *a, int64_t rsa, int64_
     }
 }
 
+#endif /* NAME_GEMM */
+
+#ifdef NAME_GEMM_BF16DOT
+/* Rows 0 .. mr-1 and column vectors 0 .. nv-1 (the last one holding `last` lanes when
+ * TAIL) of C = A B over kp steps of a bfloat16 pair: A's rows as bfloat16 (row stride
+ * lda elements; step p reads the pair at 2 p), B as pairs [kp][ldb] (32 bits each: the
+ * two values of one column, the lower first). One dot-product chain per element. */
+BWD_INLINE void gemm_dot_micro(float *c, int64_t ldc, const uint16_t *a, int64_t lda,
+                               const uint32_t *b, int64_t ldb, int64_t kp, const int mr,
+                               const int nv, const int TAIL, int last, ta_pf *pf)
+{
+    VT cr[MR][NV];
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; r++) {
+        if (r >= mr) break;
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; v++)
+            if (v < nv) cr[r][v] = V_ZERO();
+    }
+    TA_PF_BEGIN(pf);
+    for (int64_t p = 0; p < kp; p++) {
+        TA_PF_STEP(pf); /* the caller's stream, a line a step (two of attn_bwd_gemm's) */
+        VB bv[NV];
+        const uint32_t *br = b + p * ldb;
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; v++) {
+            if (v >= nv) break;
+            bv[v] = (TAIL && v == nv - 1) ? VB_LOADN(br + v * VL, last) : VB_LOADU(br + v * VL);
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; r++) {
+            if (r >= mr) break;
+            const VB ab = VB_BCAST_PAIR(a + r * lda + 2 * p);
+#pragma GCC unroll 16
+            for (int v = 0; v < NV; v++)
+                if (v < nv) cr[r][v] = V_DOT_BF16(cr[r][v], ab, bv[v]);
+        }
+    }
+    TA_PF_END(pf);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; r++) {
+        if (r >= mr) break;
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; v++) {
+            if (v >= nv) break;
+            if (TAIL && v == nv - 1)
+                V_STOREN(c + r * ldc + v * VL, cr[r][v], last);
+            else
+                V_STOREU(c + r * ldc + v * VL, cr[r][v]);
+        }
+    }
+}
+
+/* Columns [0, n) of mr (< MR when a tail) rows: full strips of NV vectors, then one
+ * strip of the rest (an instance per vector count keeps it in registers). */
+BWD_INLINE void gemm_dot_rows(float *c, int64_t ldc, const uint16_t *a, int64_t lda,
+                              const uint32_t *b, int64_t ldb, int64_t n, int64_t kp,
+                              const int mr, ta_pf *pf)
+{
+    const int64_t W = (int64_t)NV * VL;
+    int64_t j = 0;
+    for (; j + W <= n; j += W) gemm_dot_micro(c + j, ldc, a, lda, b + j, ldb, kp, mr, NV, 0, VL, pf);
+    const int64_t rest = n - j;
+    if (rest <= 0) return;
+    const int nv = (int)((rest + VL - 1) / VL), last = (int)(rest - (int64_t)(nv - 1) * VL);
+    switch (nv) {
+#define COLS_TAIL(x) case x: if (x <= NV) gemm_dot_micro(c + j, ldc, a, lda, b + j, ldb, kp, mr, x, 1, last, pf); break;
+    COLS_TAIL(1) COLS_TAIL(2) COLS_TAIL(3) COLS_TAIL(4) COLS_TAIL(5) COLS_TAIL(6) COLS_TAIL(7)
+    COLS_TAIL(8)
+#undef COLS_TAIL
+    default: break;
+    }
+}
+
+/* C [m, n] (row stride ldc, unit columns) = A [m, k] B [k, n] over bfloat16 pairs
+ * (kernels.h, attn_bwd_gemm_bf16dot): by tiles of MR rows, each over the columns [0,
+ * max nhi[r]) of its rows (nhi NULL: all), the rest of its columns 0. */
+void NAME_GEMM_BF16DOT(float *c, int64_t ldc, const uint16_t *a, int64_t lda, const uint32_t *b,
+                       int64_t ldb, int64_t m, int64_t n, int64_t k, const int32_t *nhi, ta_pf *pf)
+{
+    const int64_t kp = k / 2;
+    for (int64_t i = 0; i < m; i += MR) {
+        const int64_t mr = m - i < MR ? m - i : MR;
+        int64_t n1 = nhi ? 0 : n;
+        for (int64_t r = i; nhi && r < i + mr; r++)
+            if (nhi[r] > n1) n1 = nhi[r];
+        n1 = n1 > n ? n : n1 < 0 ? 0 : n1;
+        float *ci = c + i * ldc;
+        const int64_t z = kp > 0 ? n1 : 0; /* the columns from z on are 0 */
+        if (z < n)
+            for (int64_t r = 0; r < mr; r++) memset(ci + r * ldc + z, 0, sizeof(float) * (size_t)(n - z));
+        if (z == 0) continue;
+        const uint16_t *ai = a + i * lda;
+        switch (mr) {
+#define ROWS_TAIL(x) case x: if (x <= MR) gemm_dot_rows(ci, ldc, ai, lda, b, ldb, z, kp, x, pf); break;
+        ROWS_TAIL(1) ROWS_TAIL(2) ROWS_TAIL(3) ROWS_TAIL(4) ROWS_TAIL(5) ROWS_TAIL(6)
+        ROWS_TAIL(7) ROWS_TAIL(8)
+#undef ROWS_TAIL
+        default: break;
+        }
+    }
+}
+#endif /* NAME_GEMM_BF16DOT */
+
+#ifdef NAME_DSOFTMAX
 /* The softmax backward of one block, rows r < m of the score tile s and the dP tile dp
  * (row stride ld, n columns):
  *   lse[r] == -inf (the row attends to nothing): both rows become 0;
@@ -188,6 +300,9 @@ void NAME_DSOFTMAX(float *s, float *dp, int64_t ld, const float *lse, const floa
     }
 }
 
+#endif /* NAME_DSOFTMAX */
+
+#ifdef NAME_ROW_DOT
 /* sum_c x[c] y[c] in double (kernels.h, attn_row_dot): the 8 chains as 8 / VDL vectors
  * of VDL doubles (lane l of vector v: chain v VDL + l), the floats widened exactly. */
 double NAME_ROW_DOT(const float *x, const float *y, int64_t n)
@@ -211,10 +326,21 @@ double NAME_ROW_DOT(const float *x, const float *y, int64_t n)
     return sum;
 }
 
+#endif /* NAME_ROW_DOT */
+
 void FILL_FN(ta_kernels *k)
 {
+#ifdef NAME_GEMM
     k->attn_bwd_gemm = NAME_GEMM;
     k->attn_bwd_gemm_ranged = NAME_GEMM_RANGED;
+#endif
+#ifdef NAME_DSOFTMAX
     k->attn_bwd_dsoftmax = NAME_DSOFTMAX;
+#endif
+#ifdef NAME_ROW_DOT
     k->attn_row_dot = NAME_ROW_DOT;
+#endif
+#ifdef NAME_GEMM_BF16DOT
+    k->attn_bwd_gemm_bf16dot = NAME_GEMM_BF16DOT;
+#endif
 }

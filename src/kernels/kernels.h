@@ -191,6 +191,18 @@ typedef struct ta_kernels {
                                  int64_t csa, const float *b, int64_t ldb, int64_t m,
                                  int64_t n, int64_t k, int acc, const int32_t *klo,
                                  const int32_t *khi, const int32_t *nhi, ta_pf *pf);
+    /* attn_bwd_gemm_ranged's S = Q K^T and dP = dO V^T for bfloat16 operands, where the
+     * CPU has a bfloat16 dot product (AVX512_BF16's vdpbf16ps, as attn_qk_rows_bf16dot),
+     * or NULL: C [m, n] (row stride ldc, unit columns) = A [m, k] B [k, n], k even, A's
+     * rows bfloat16 (A[i, p] = a[i * lda + p]), B as pairs of bfloat16 (b[(p / 2) * ldb
+     * + j] holds B[p, j] in its lower 16 bits and B[p + 1, j] in its upper); by tiles of
+     * its micro-tile's rows, each over the columns [0, max nhi[r]) of its rows r (nhi
+     * NULL: all), its other columns 0; only the n columns are written. Each element is
+     * one chain over the pairs in order, whatever its place; pf as attn_bwd_gemm's, a
+     * line a pair. */
+    void (*attn_bwd_gemm_bf16dot)(float *c, int64_t ldc, const uint16_t *a, int64_t lda,
+                                  const uint32_t *b, int64_t ldb, int64_t m, int64_t n,
+                                  int64_t k, const int32_t *nhi, ta_pf *pf);
     /* Rows r < m (stride ld, n columns): s <- P = exp(s * scale - lse[r]),
      * dp <- dS = P * (dp - di[r]); both rows 0 where lse[r] == -inf. */
     void (*attn_bwd_dsoftmax)(float *s, float *dp, int64_t ld, const float *lse,

@@ -82,6 +82,8 @@ typedef struct bwd_plan {
                                  (ta_sdpa_stream_rows: a large one) */
     bool var_scores;         /* a window, softcap or ALiBi: the scores of every block are
                                 formed by block_scores */
+    bool dot_s, dot_p;       /* S = Q K^T (dP = dO V^T) by the bfloat16 dot product, from
+                                p->q16 and p->k16 (p->do16, p->v16): dot_plan */
     int64_t qc_rows, kc_rows, doc_rows; /* > 0: plan "group" reads Q, K, dO through a copy
                                 of the group's rows (group_copy) in a buffer of this many
                                 rows in the thread's scratch */
@@ -91,7 +93,8 @@ typedef struct bwd_plan {
 
 /* A thread's scratch, carved once per call. */
 typedef struct bwd_ws {
-    float *kt, *vt; /* K_t^T [D][ldt], V_t^T [Dv][ldt] (room for NK) */
+    float *kt, *vt; /* K_t^T [D][ldt], V_t^T [Dv][ldt] (room for NK); with dot_s (dot_p)
+                       kt (vt) holds the tile's bfloat16 pairs [D / 2][ldt] (pack_pairs) */
     int64_t ldt;    /* their row stride: the tile's keys (pack_kv) */
     float *s, *dp;  /* [MQ][NK] */
     float *dk, *dv; /* [NK][D], [NK][Dv] */
@@ -140,6 +143,28 @@ static inline const float *at(const bwd_view *v, int64_t b, int64_t h, int64_t i
     return v->data + b * v->s[0] + (h - v->h0) * v->s[1] + i * v->s[2];
 }
 
+/* Row (b, h, i) of a bfloat16 tensor (the caller's, through p->q16, ...). */
+static inline const uint16_t *at16(const ta_tensor *t, int64_t b, int64_t h, int64_t i)
+{
+    return (const uint16_t *)t->data + b * t->stride[0] + h * t->stride[1] + i * t->stride[2];
+}
+
+/* The bfloat16 pairs of n rows (row stride s2 elements, d even, unit stride along d)
+ * transposed: dst[p * ld + j] = the 32 bits of row j's elements 2 p, 2 p + 1 (the
+ * lower first: attn_bwd_gemm_bf16dot's B). */
+static void pack_pairs(uint32_t *dst, int64_t ld, const uint16_t *src, int64_t s2, int64_t n,
+                       int64_t d)
+{
+    for (int64_t j = 0; j < n; j++) {
+        const uint16_t *row = src + j * s2;
+        for (int64_t p = 0; p < d / 2; p++) {
+            uint32_t v;
+            memcpy(&v, row + 2 * p, sizeof v);
+            dst[p * ld + j] = v;
+        }
+    }
+}
+
 /* K_t^T and V_t^T of keys [j0, j0 + nk) of group (b, hkv), row stride w->ldt: nk
  * rounded up to 16 (the rows stay aligned to the cache line), or nk itself below 16.
  * The products read the nk columns only; pack_t zeroes the rest of each row, which at
@@ -153,8 +178,17 @@ static void pack_kv(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, int64_
         voff[j] = j * f->v.s[2];
     }
     w->ldt = nk < 16 ? nk : (nk + 15) / 16 * 16;
-    f->k->attn_pack_t(w->kt, w->ldt, at(&f->k_, b, hkv, j0), koff, f->k_.s[3], nk, f->D, 1.0f);
-    f->k->attn_pack_t(w->vt, w->ldt, at(&f->v, b, hkv, j0), voff, f->v.s[3], nk, f->Dv, 1.0f);
+    const ta_sdpa_problem *p = f->p;
+    if (f->dot_s)
+        pack_pairs((uint32_t *)(void *)w->kt, w->ldt, at16(p->k16, b, hkv, j0), p->k16->stride[2],
+                   nk, f->D);
+    else
+        f->k->attn_pack_t(w->kt, w->ldt, at(&f->k_, b, hkv, j0), koff, f->k_.s[3], nk, f->D, 1.0f);
+    if (f->dot_p)
+        pack_pairs((uint32_t *)(void *)w->vt, w->ldt, at16(p->v16, b, hkv, j0), p->v16->stride[2],
+                   nk, f->Dv);
+    else
+        f->k->attn_pack_t(w->vt, w->ldt, at(&f->v, b, hkv, j0), voff, f->v.s[3], nk, f->Dv, 1.0f);
 }
 
 /* The keys query rows [i0, i0 + mq) of batch b see: each row [start, end) (its window,
@@ -239,8 +273,13 @@ static void run_block(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, int64_
      * see each key, dQ over each row's keys (the terms left out are zeros: masked) */
     const int32_t *nkeys = ranged ? w->nkeys : NULL, *first = ranged ? w->row0 : NULL;
     /* S = Q K^T (advancing the next key tile's stream) */
-    k->attn_bwd_gemm_ranged(w->s, NK, q, qs, 1, w->kt + jj, w->ldt, mq, nk, D, 0, NULL, NULL,
-                            nkeys, &w->kv_next);
+    if (f->dot_s)
+        k->attn_bwd_gemm_bf16dot(w->s, NK, at16(p->q16, b, h, i0), p->q16->stride[2],
+                                 (const uint32_t *)(const void *)w->kt + jj, w->ldt, mq, nk, D,
+                                 nkeys, &w->kv_next);
+    else
+        k->attn_bwd_gemm_ranged(w->s, NK, q, qs, 1, w->kt + jj, w->ldt, mq, nk, D, 0, NULL,
+                                NULL, nkeys, &w->kv_next);
     j0 += jj;
     float sc = p->scale;
     const bool cut = j0 + nk > bd->end_min || j0 < bd->start_max;
@@ -253,8 +292,13 @@ static void run_block(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, int64_
         sc = 1.0f;
     }
     /* dP = dO V^T (advancing the next group's stream) */
-    k->attn_bwd_gemm_ranged(w->dp, NK, dout, dos, 1, w->vt + jj, w->ldt, mq, nk, Dv, 0, NULL,
-                            NULL, nkeys, &w->next);
+    if (f->dot_p)
+        k->attn_bwd_gemm_bf16dot(w->dp, NK, at16(p->do16, b, h, i0), p->do16->stride[2],
+                                 (const uint32_t *)(const void *)w->vt + jj, w->ldt, mq, nk, Dv,
+                                 nkeys, &w->next);
+    else
+        k->attn_bwd_gemm_ranged(w->dp, NK, dout, dos, 1, w->vt + jj, w->ldt, mq, nk, Dv, 0,
+                                NULL, NULL, nkeys, &w->next);
     k->attn_bwd_dsoftmax(w->s, w->dp, NK, f->lse + row0, f->di + row0, mq, nk, sc, k->attn_exp);
     if (w->cap) /* softcap: d s / d (scale q.k) = 1 - tanh^2 */
         for (int64_t r = 0; r < mq; r++)
@@ -561,6 +605,18 @@ static bool group_copy(const ta_tensor *t, int64_t rows)
            4.0 * (double)rows * (double)t->shape[3] <= (double)BWD_GROUP_DQ_MAX;
 }
 
+/* Whether the bfloat16 dot product computes S = Q K^T (x Q, y K) or dP = dO V^T (x dO,
+ * y V) from the caller's bfloat16 tensors (p->q16, ...), which must have unit stride
+ * along their last dim, of an even length (cols: pairs), where the kernel table has the
+ * product (AVX512_BF16). Each product exact in float32, the pairs' sums in float32
+ * (attn_bwd_gemm_bf16dot): roundoff of the same size as the FMAs'. Its other three
+ * products read P or dS (float32) and stay on attn_bwd_gemm_ranged. */
+static bool dot_plan(const ta_kernels *k, const ta_tensor *x, const ta_tensor *y, int64_t cols)
+{
+    return k->attn_bwd_gemm_bf16dot && x && y && cols > 0 && cols % 2 == 0 &&
+           x->stride[3] == 1 && y->stride[3] == 1;
+}
+
 /* Everything about a call that does not depend on data: the plan, tiles, threads. */
 typedef struct bwd_sched {
     bool group_plan;
@@ -594,6 +650,8 @@ static bwd_plan make_plan_as(const ta_sdpa_problem *p, bwd_sched *sc, bool toget
     f.kc_rows = sc->group_plan && group_copy(p->K, f.Lk) ? f.Lk : 0;
     f.doc_rows = sc->group_plan && group_copy(p->dO, f.G * f.Lq) ? f.G * f.Lq : 0;
     f.var_scores = p->var.window || p->var.softcap > 0.0f || p->var.alibi;
+    f.dot_s = dot_plan(f.k, p->q16, p->k16, f.D);
+    f.dot_p = dot_plan(f.k, p->do16, p->v16, f.Dv);
     f.ws_bytes = ws_bytes(&f);
     sc->qtiles = (f.Lq + BWD_MQ - 1) / BWD_MQ;
     sc->items1 = sc->group_plan ? sc->groups : sc->groups * sc->nkt;

@@ -86,6 +86,12 @@ void ta_sdpa_stage_plan(ta_sdpa_staging *s, const ta_sdpa_problem *p)
         s->t[r] = ta_tensor_view(NULL, t->ndim, t->shape); /* float32, contiguous */
         set_role(&s->p, r, &s->t[r]);
         if (r == TA_SDPA_T_Q) s->p.q_bf16 = t->dtype == TA_BF16; /* exact in the stand-in */
+        if (p->backward && t->dtype == TA_BF16) { /* the backward's S and dP products */
+            if (r == TA_SDPA_T_Q) s->p.q16 = t;
+            if (r == TA_SDPA_T_K) s->p.k16 = t;
+            if (r == TA_SDPA_T_V) s->p.v16 = t;
+            if (r == TA_SDPA_T_DO) s->p.do16 = t;
+        }
     }
 }
 
