@@ -21,6 +21,7 @@
 #include "sdpa_oracle.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -297,41 +298,71 @@ static void as_bshd(ta_tensor *buf, ta_tensor *view, const ta_tensor *x, ta_dtyp
     TA_CHECK_OK(ta_tensor_copy(view, x));
 }
 
-/* The backward on bfloat16 Q, K, V and dO gives the dQ, dK, dV (float32 outputs) of
- * float32 tensors holding the same values, with the same O and LSE, on 60 random shapes
- * and option sets (GQA, both causal alignments, windows, softcap, ALiBi, key lengths, Dv
- * != D, D odd, [B, L, H, D] views): where the CPU has AVX512_BF16 the bfloat16 run's S =
- * Q K^T and dP = dO V^T are the dot product (attn_bwd_gemm_bf16dot) and the float32
- * run's the FMAs, so the gradients differ by float32 roundoff only: within 1e-5 of each
- * gradient's largest magnitude (at least 1); elsewhere both widen the same values. */
-static void test_bf16_backward_equals_float32_values(void **state)
+/* A gradient g (half or float32) of a half backward against g32, the float32 gradient
+ * of tensors holding the same values: without the dot product the same bits rounded once
+ * to g's dtype; with it (dot) within 1e-5 of g32's largest magnitude (at least 1) beyond
+ * that rounding. Returns the difference over that scale. */
+static double expect_grad(const ta_tensor *g, const ta_tensor *g32, bool dot, const char *ctx)
+{
+    ta_tensor want, got, wf;
+    ta_test_as_dtype(&want, g32, g->dtype);
+    TA_CHECK_OK(ta_tensor_empty(&got, g->ndim, g->shape));
+    TA_CHECK_OK(ta_tensor_copy(&got, g));
+    TA_CHECK_OK(ta_tensor_empty(&wf, g->ndim, g->shape));
+    TA_CHECK_OK(ta_tensor_copy(&wf, &want));
+    const float *a = got.data, *w = g32->data, *b = wf.data;
+    const int64_t n = ta_tensor_numel(&got);
+    const double u = g->dtype == TA_BF16 ? 0x1p-8 : g->dtype == TA_F16 ? 0x1p-11 : 0.0;
+    double m = 1.0, e = 0.0;
+    for (int64_t j = 0; j < n; j++) m = fmax(m, fabs((double)w[j]));
+    for (int64_t j = 0; j < n; j++) {
+        if (!dot) {
+            if (memcmp(&a[j], &b[j], sizeof(float)) != 0)
+                fail_msg("%s[%lld] = %.9g; float32 of the same values gives %.9g (rounded: "
+                         "%.9g): expected the same bits", ctx, (long long)j, (double)a[j],
+                         (double)w[j], (double)b[j]);
+            continue;
+        }
+        const double d = fabs((double)a[j] - (double)w[j]) - u * fabs((double)w[j]);
+        e = isnan(d) ? INFINITY : fmax(e, d);
+    }
+    if (dot && !(e <= 1e-5 * m))
+        fail_msg("%s differs by %.3g beyond its rounding from float32 of the same values, "
+                 "largest magnitude %.3g", ctx, e, m);
+    ta_tensor_free(&want);
+    ta_tensor_free(&got);
+    ta_tensor_free(&wf);
+    return e / m;
+}
+
+/* The backward on half Q, K, V, O and dO (float16 or bfloat16; the gradients half or
+ * float32) gives the gradients of float32 tensors holding the same values, on 60 random
+ * shapes and option sets (GQA, both causal alignments, windows, softcap, ALiBi, key
+ * lengths, Dv != D, D odd, [B, L, H, D] views): the fused backward reads and writes the
+ * half tensors itself (no float32 stand-ins), so the float32 gradients are the same bits
+ * and the half ones those bits rounded once; except where the CPU has AVX512_BF16 and
+ * the tensors are bfloat16, whose S = Q K^T and dP = dO V^T take the dot product
+ * (attn_bwd_gemm_bf16dot) where the float32 run takes the FMAs: there within 1e-5 of
+ * each gradient's largest magnitude (at least 1), beyond the rounding of a half output. */
+static void test_half_backward_equals_float32_values(void **state)
 {
     (void)state;
     uint64_t rng = 0x243f6a8885a308d3ULL;
 #define RND(n) (rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17, (int64_t)(rng % (uint64_t)(n)))
     static const int64_t Ds[6] = {16, 32, 17, 64, 80, 128};
     double worst = 0.0;
+    int exact = 0;
     for (int c = 0; c < 60; c++) {
+        const ta_dtype dt = RND(3) ? TA_BF16 : TA_F16, gt = RND(2) ? dt : TA_F32;
         const int64_t Hkv = 1 + RND(3), H = Hkv * (1 + RND(4)), B = 1 + RND(2);
         const int64_t Lq = 1 + RND(c % 3 == 0 ? 4 : 150), Lk = 1 + RND(200), D = Ds[RND(6)];
         const int64_t Dv = RND(3) == 0 ? 32 : D;
         const int64_t qs[4] = {B, H, Lq, D}, ks[4] = {B, Hkv, Lk, D}, vs[4] = {B, Hkv, Lk, Dv};
         const int64_t os[4] = {B, H, Lq, Dv}, ls[3] = {B, H, Lq}, hs[1] = {H};
-        const int64_t *shapes[4] = {qs, ks, vs, os};
+        const int64_t *shapes[5] = {qs, ks, vs, os, os};
         const bool bshd = RND(4) == 0;
-        ta_tensor x32[4], buf[4], x16[4], o, lse, g[2][3], slopes = {0};
-        for (int i = 0; i < 4; i++) { /* Q, K, V, dO: bfloat16 values in both dtypes */
-            TA_CHECK_OK(ta_tensor_empty(&x32[i], 4, shapes[i]));
-            TA_CHECK_OK(ta_randn(&x32[i], (uint64_t)(4 * c + i + 1)));
-            ta_tensor r;
-            ta_test_as_dtype(&r, &x32[i], TA_BF16);
-            TA_CHECK_OK(ta_tensor_copy(&x32[i], &r));
-            ta_tensor_free(&r);
-            if (bshd)
-                as_bshd(&buf[i], &x16[i], &x32[i], TA_BF16);
-            else
-                ta_test_as_dtype(&buf[i], &x32[i], TA_BF16), x16[i] = buf[i];
-        }
+        /* Q, K, V, dO, O: half values in both dtypes (O from a float32 forward) */
+        ta_tensor x32[5], buf[5], x16[5], lse, g[2][3], slopes = {0};
         ta_sdpa_opts op = {.path = TA_SDPA_FUSED};
         const int64_t cm = RND(3);
         op.causal = cm == 0 ? TA_CAUSAL_NONE : cm == 1 ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_BOTTOM_RIGHT;
@@ -351,46 +382,115 @@ static void test_bf16_backward_equals_float32_values(void **state)
             for (int64_t b = 0; b < B; b++) kl[b] = RND(Lk + 1);
             op.key_lengths = kl;
         }
-        TA_CHECK_OK(ta_tensor_empty(&o, 4, os)); /* one forward (float32) for both */
         TA_CHECK_OK(ta_tensor_empty(&lse, 3, ls));
-        op.lse = &lse;
-        TA_CHECK_OK(ta_sdpa(&o, &x32[0], &x32[1], &x32[2], &op));
-        op.lse = NULL;
+        for (int i = 0; i < 5; i++) {
+            TA_CHECK_OK(ta_tensor_empty(&x32[i], 4, shapes[i]));
+            if (i < 4) TA_CHECK_OK(ta_randn(&x32[i], (uint64_t)(5 * c + i + 1)));
+            if (i == 4) { /* O and the LSE of the float32 forward */
+                op.lse = &lse;
+                TA_CHECK_OK(ta_sdpa(&x32[4], &x32[0], &x32[1], &x32[2], &op));
+                op.lse = NULL;
+            }
+            ta_tensor r;
+            ta_test_as_dtype(&r, &x32[i], dt);
+            TA_CHECK_OK(ta_tensor_copy(&x32[i], &r));
+            ta_tensor_free(&r);
+            if (bshd) {
+                as_bshd(&buf[i], &x16[i], &x32[i], dt);
+            } else {
+                ta_test_as_dtype(&buf[i], &x32[i], dt);
+                x16[i] = buf[i];
+            }
+        }
         for (int r = 0; r < 2; r++) {
-            for (int i = 0; i < 3; i++) TA_CHECK_OK(ta_tensor_empty(&g[r][i], 4, shapes[i]));
+            for (int i = 0; i < 3; i++)
+                TA_CHECK_OK(ta_tensor_empty_dtype(&g[r][i], r ? TA_F32 : gt, 4, shapes[i]));
             const ta_tensor *x = r ? x32 : x16;
             TA_CHECK_OK(ta_sdpa_backward(&g[r][0], &g[r][1], &g[r][2], &x[3], &x[0], &x[1],
-                                         &x[2], &o, &lse, &op));
+                                         &x[2], &x[4], &lse, &op));
         }
+        const bool dot = ta_active_isa() == TA_ISA_AVX512BF16 && dt == TA_BF16 &&
+                         (D % 2 == 0 || Dv % 2 == 0);
+        exact += !dot;
         for (int i = 0; i < 3; i++) {
-            const float *a = g[0][i].data, *b = g[1][i].data;
-            const int64_t n = ta_tensor_numel(&g[0][i]);
-            double m = 1.0, e = 0.0;
-            for (int64_t j = 0; j < n; j++) m = fmax(m, fabs((double)b[j]));
-            for (int64_t j = 0; j < n; j++) {
-                const double d = fabs((double)a[j] - (double)b[j]);
-                e = isnan(d) ? INFINITY : fmax(e, d);
-            }
-            worst = fmax(worst, e / m);
-            if (!(e <= 1e-5 * m))
-                fail_msg("case %d (B%lld H%lld/%lld Lq%lld Lk%lld D%lld Dv%lld%s): d%c differs by "
-                         "%.3g (bfloat16) from float32 of the same values, largest |d%c| %.3g",
-                         c, (long long)B, (long long)H, (long long)Hkv, (long long)Lq,
-                         (long long)Lk, (long long)D, (long long)Dv, bshd ? ", BLHD" : "",
-                         "QKV"[i], e, "QKV"[i], m);
+            char ctx[160];
+            snprintf(ctx, sizeof ctx, "case %d (%s -> %s, B%lld H%lld/%lld Lq%lld Lk%lld D%lld "
+                     "Dv%lld%s): d%c", c, ta_dtype_name(dt), ta_dtype_name(gt), (long long)B,
+                     (long long)H, (long long)Hkv, (long long)Lq, (long long)Lk, (long long)D,
+                     (long long)Dv, bshd ? ", BLHD" : "", "QKV"[i]);
+            worst = fmax(worst, expect_grad(&g[0][i], &g[1][i], dot, ctx));
         }
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < 5; i++) {
             ta_tensor_free(&x32[i]);
             ta_tensor_free(&buf[i]);
         }
         for (int r = 0; r < 2; r++)
             for (int i = 0; i < 3; i++) ta_tensor_free(&g[r][i]);
-        ta_tensor_free(&o);
         ta_tensor_free(&lse);
         ta_tensor_free(&slopes);
     }
-    if (getenv("TA_TEST_VERBOSE")) print_message("largest difference / scale: %.3g\n", worst);
+    assert_true(exact >= 10); /* float16 cases at least: bitwise on every table */
+    if (getenv("TA_TEST_VERBOSE"))
+        print_message("largest difference / scale (dot product): %.3g; %d exact cases\n", worst,
+                      exact);
 #undef RND
+}
+
+/* A varlen backward (packed [T, H, D] tensors, five sequences, one of them empty, in
+ * one call) on bfloat16 or float16 Q, K, V, O and dO, its gradients in the same dtype,
+ * against the varlen backward of float32 tensors holding the same values (as
+ * test_half_backward_equals_float32_values), on 1 and 2 threads: the sequences' groups
+ * run in one region (the half tensors need no stand-ins). */
+static void test_half_varlen_backward_equals_float32_values(void **state)
+{
+    (void)state;
+    const int saved = ta_get_num_threads();
+    const int32_t cu_q[6] = {0, 5, 5, 77, 80, 150}, cu_k[6] = {0, 9, 12, 100, 100, 170};
+    const int64_t H = 4, Hkv = 2, D = 32, qs[3] = {150, H, D}, ks[3] = {170, Hkv, D};
+    const int64_t ls[2] = {H, 150};
+    for (int k = 0; k < 4; k++) {
+        const ta_dtype dt = k % 2 ? TA_F16 : TA_BF16;
+        TA_CHECK_OK(ta_set_num_threads(1 + k / 2));
+        ta_tensor x32[5], x16[5], lse, g[2][3];
+        const int64_t *shapes[5] = {qs, ks, ks, qs, qs}; /* Q, K, V, dO, O */
+        ta_sdpa_opts op = {.causal = TA_CAUSAL_BOTTOM_RIGHT, .cu_seqlens_q = cu_q,
+                           .cu_seqlens_k = cu_k, .num_seqs = 5, .path = TA_SDPA_FUSED};
+        TA_CHECK_OK(ta_tensor_empty(&lse, 2, ls));
+        for (int i = 0; i < 5; i++) {
+            TA_CHECK_OK(ta_tensor_empty(&x32[i], 3, shapes[i]));
+            if (i < 4) TA_CHECK_OK(ta_randn(&x32[i], (uint64_t)(31 + i)));
+            if (i == 4) {
+                op.lse = &lse;
+                TA_CHECK_OK(ta_sdpa(&x32[4], &x32[0], &x32[1], &x32[2], &op));
+                op.lse = NULL;
+            }
+            ta_test_as_dtype(&x16[i], &x32[i], dt);
+            TA_CHECK_OK(ta_tensor_copy(&x32[i], &x16[i]));
+        }
+        for (int r = 0; r < 2; r++) {
+            for (int i = 0; i < 3; i++)
+                TA_CHECK_OK(ta_tensor_empty_dtype(&g[r][i], r ? TA_F32 : dt, 3, shapes[i]));
+            const ta_tensor *x = r ? x32 : x16;
+            TA_CHECK_OK(ta_tensor_fill(&g[r][0], NAN));
+            TA_CHECK_OK(ta_sdpa_backward(&g[r][0], &g[r][1], &g[r][2], &x[3], &x[0], &x[1],
+                                         &x[2], &x[4], &lse, &op));
+        }
+        const bool dot = ta_active_isa() == TA_ISA_AVX512BF16 && dt == TA_BF16;
+        for (int i = 0; i < 3; i++) {
+            char ctx[96];
+            snprintf(ctx, sizeof ctx, "varlen %s, %d thread(s): d%c", ta_dtype_name(dt),
+                     1 + k / 2, "QKV"[i]);
+            expect_grad(&g[0][i], &g[1][i], dot, ctx);
+        }
+        for (int i = 0; i < 5; i++) {
+            ta_tensor_free(&x32[i]);
+            ta_tensor_free(&x16[i]);
+        }
+        for (int r = 0; r < 2; r++)
+            for (int i = 0; i < 3; i++) ta_tensor_free(&g[r][i]);
+        ta_tensor_free(&lse);
+    }
+    TA_CHECK_OK(ta_set_num_threads(saved));
 }
 
 int main(void)
@@ -399,7 +499,8 @@ int main(void)
         cmocka_unit_test(test_half_matches_pytorch),
         cmocka_unit_test(test_half_varlen_equals_dense),
         cmocka_unit_test(test_bf16_equals_float32_values),
-        cmocka_unit_test(test_bf16_backward_equals_float32_values),
+        cmocka_unit_test(test_half_backward_equals_float32_values),
+        cmocka_unit_test(test_half_varlen_backward_equals_float32_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

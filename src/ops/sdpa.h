@@ -63,11 +63,6 @@ typedef struct ta_sdpa_problem {
     ta_tensor *weights;       /* forward: NULL or [B, H, Lq, Lk] */
     ta_tensor *lse;           /* forward: NULL or [B, H, Lq] */
     const ta_tensor *dO, *fwd_lse; /* backward inputs */
-    const ta_tensor *q16, *k16, *v16, *do16; /* backward: the caller's Q, K, V and dO where
-                                 they are bfloat16 (Q, K, V and dO here are their float32
-                                 stand-ins), else NULL: the fused backward may compute
-                                 S = Q K^T and dP = dO V^T from them with the bfloat16
-                                 dot product (ta_sdpa_stage_plan sets them) */
     ta_tensor *dQ, *dK, *dV;       /* backward outputs */
     ta_sdpa_pages pages;           /* K and V in blocks (forward, fused only); {0}: not */
 } ta_sdpa_problem;

@@ -42,10 +42,20 @@
  * 1 - tanh^2 (kept per score in the workspace) multiplies dS. The forward's LSE already
  * holds the sinks (P = exp(s - LSE) is the weight of the definition, and
  * dS = P (dP - D) still holds: the sink has no value row); their gradient dsigma comes
- * from D and the LSE at the end (ta_sdpa_sinks_grad, a fixed-order sum). */
+ * from D and the LSE at the end (ta_sdpa_sinks_grad, a fixed-order sum).
+ *
+ * Half tensors (float16, bfloat16; session 30) are read and written here, with no float32
+ * stand-ins of whole tensors: Q, K and dO through their float32 copies (needs_copy: a
+ * group's rows widened into the thread's scratch in plan "group"), V a key tile's rows
+ * widened before its pack (v_rows), O and dO a row at a time for D_i, the gradients
+ * rounded a row at a time as they are stored; the bits of float32 tensors holding the
+ * same values, rounded once. Where Q and K (dO and V) are bfloat16 and the CPU has
+ * AVX512_BF16, S = Q K^T (dP = dO V^T) takes its dot product from the caller's rows and
+ * the key tile's packed pairs (dot_plan). */
 #include "ops/sdpa.h"
 
 #include "core/core.h"
+#include "core/dtype.h"
 #include "kernels/kernels.h"
 #include "ops/sdpa_fused_variants.h"
 
@@ -83,7 +93,11 @@ typedef struct bwd_plan {
     bool var_scores;         /* a window, softcap or ALiBi: the scores of every block are
                                 formed by block_scores */
     bool dot_s, dot_p;       /* S = Q K^T (dP = dO V^T) by the bfloat16 dot product, from
-                                p->q16 and p->k16 (p->do16, p->v16): dot_plan */
+                                the caller's bfloat16 Q and K (dO and V): dot_plan */
+    bool v_rows;             /* V is half and its V^T tiles come from rows widened into
+                                the thread's vrows (pack_kv) */
+    int64_t row_buf;         /* floats of the thread's row buffer (half O, dO or
+                                gradients: row_terms_range, store_rows), else 0 */
     int64_t qc_rows, kc_rows, doc_rows; /* > 0: plan "group" reads Q, K, dO through a copy
                                 of the group's rows (group_copy) in a buffer of this many
                                 rows in the thread's scratch */
@@ -95,6 +109,8 @@ typedef struct bwd_plan {
 typedef struct bwd_ws {
     float *kt, *vt; /* K_t^T [D][ldt], V_t^T [Dv][ldt] (room for NK); with dot_s (dot_p)
                        kt (vt) holds the tile's bfloat16 pairs [D / 2][ldt] (pack_pairs) */
+    float *vrows;   /* v_rows: a key tile's V rows widened, [NK][Dv] */
+    float *row;     /* [row_buf]: half rows widened or to be rounded */
     int64_t ldt;    /* their row stride: the tile's keys (pack_kv) */
     float *s, *dp;  /* [MQ][NK] */
     float *dk, *dv; /* [NK][D], [NK][Dv] */
@@ -115,6 +131,8 @@ static void ws_layout(ta_arena *a, bwd_ws *w, const bwd_plan *f)
 {
     w->kt = TA_ARENA_TAKE2(a, float, f->D, BWD_NK);
     w->vt = TA_ARENA_TAKE2(a, float, f->Dv, BWD_NK);
+    w->vrows = f->v_rows ? TA_ARENA_TAKE2(a, float, BWD_NK, f->Dv) : NULL;
+    w->row = f->row_buf ? TA_ARENA_TAKE(a, float, f->row_buf) : NULL;
     w->s = TA_ARENA_TAKE2(a, float, BWD_MQ, BWD_NK);
     w->dp = TA_ARENA_TAKE2(a, float, BWD_MQ, BWD_NK);
     w->dk = TA_ARENA_TAKE2(a, float, BWD_NK, f->D);
@@ -143,7 +161,7 @@ static inline const float *at(const bwd_view *v, int64_t b, int64_t h, int64_t i
     return v->data + b * v->s[0] + (h - v->h0) * v->s[1] + i * v->s[2];
 }
 
-/* Row (b, h, i) of a bfloat16 tensor (the caller's, through p->q16, ...). */
+/* Row (b, h, i) of a bfloat16 tensor (the caller's Q, K, V or dO: dot_plan). */
 static inline const uint16_t *at16(const ta_tensor *t, int64_t b, int64_t h, int64_t i)
 {
     return (const uint16_t *)t->data + b * t->stride[0] + h * t->stride[1] + i * t->stride[2];
@@ -180,15 +198,27 @@ static void pack_kv(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, int64_
     w->ldt = nk < 16 ? nk : (nk + 15) / 16 * 16;
     const ta_sdpa_problem *p = f->p;
     if (f->dot_s)
-        pack_pairs((uint32_t *)(void *)w->kt, w->ldt, at16(p->k16, b, hkv, j0), p->k16->stride[2],
+        pack_pairs((uint32_t *)(void *)w->kt, w->ldt, at16(p->K, b, hkv, j0), p->K->stride[2],
                    nk, f->D);
     else
         f->k->attn_pack_t(w->kt, w->ldt, at(&f->k_, b, hkv, j0), koff, f->k_.s[3], nk, f->D, 1.0f);
-    if (f->dot_p)
-        pack_pairs((uint32_t *)(void *)w->vt, w->ldt, at16(p->v16, b, hkv, j0), p->v16->stride[2],
+    if (f->dot_p) {
+        pack_pairs((uint32_t *)(void *)w->vt, w->ldt, at16(p->V, b, hkv, j0), p->V->stride[2],
                    nk, f->Dv);
-    else
+    } else if (f->v_rows) { /* half V: its rows widened, then packed as float32 ones */
+        const ta_tensor *V = p->V;
+        const size_t es = ta_elem_size(V->dtype);
+        const char *v0 = (const char *)V->data +
+                         (size_t)(b * V->stride[0] + hkv * V->stride[1] + j0 * V->stride[2]) * es;
+        for (int64_t j = 0; j < nk; j++) {
+            ta_row_to_f32(w->vrows + j * f->Dv, v0 + (size_t)(j * V->stride[2]) * es, V->dtype,
+                          f->Dv, V->stride[3]);
+            voff[j] = j * f->Dv;
+        }
+        f->k->attn_pack_t(w->vt, w->ldt, w->vrows, voff, 1, nk, f->Dv, 1.0f);
+    } else {
         f->k->attn_pack_t(w->vt, w->ldt, at(&f->v, b, hkv, j0), voff, f->v.s[3], nk, f->Dv, 1.0f);
+    }
 }
 
 /* The keys query rows [i0, i0 + mq) of batch b see: each row [start, end) (its window,
@@ -274,7 +304,7 @@ static void run_block(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, int64_
     const int32_t *nkeys = ranged ? w->nkeys : NULL, *first = ranged ? w->row0 : NULL;
     /* S = Q K^T (advancing the next key tile's stream) */
     if (f->dot_s)
-        k->attn_bwd_gemm_bf16dot(w->s, NK, at16(p->q16, b, h, i0), p->q16->stride[2],
+        k->attn_bwd_gemm_bf16dot(w->s, NK, at16(p->Q, b, h, i0), p->Q->stride[2],
                                  (const uint32_t *)(const void *)w->kt + jj, w->ldt, mq, nk, D,
                                  nkeys, &w->kv_next);
     else
@@ -293,7 +323,7 @@ static void run_block(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, int64_
     }
     /* dP = dO V^T (advancing the next group's stream) */
     if (f->dot_p)
-        k->attn_bwd_gemm_bf16dot(w->dp, NK, at16(p->do16, b, h, i0), p->do16->stride[2],
+        k->attn_bwd_gemm_bf16dot(w->dp, NK, at16(p->dO, b, h, i0), p->dO->stride[2],
                                  (const uint32_t *)(const void *)w->vt + jj, w->ldt, mq, nk, Dv,
                                  nkeys, &w->next);
     else
@@ -327,8 +357,22 @@ static void run_block(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, int64_
  * with non-temporal stores where a row is aligned to the kernels' vector (attn_scale_row:
  * the same products). Rows that lie apart are requested for writing BWD_AHEAD ahead. */
 static void store_rows(const ta_kernels *k, ta_tensor *t, int64_t b, int64_t h, int64_t r0,
-                       int64_t n, int64_t cols, const float *src, float alpha, bool nt)
+                       int64_t n, int64_t cols, const float *src, float alpha, bool nt,
+                       float *tmp)
 {
+    if (t->dtype != TA_F32) { /* half: attn_scale_row's products in tmp, rounded once */
+        const int64_t es = (int64_t)ta_elem_size(t->dtype);
+        char *d0 = (char *)t->data + (b * t->stride[0] + h * t->stride[1] + r0 * t->stride[2]) * es;
+        const bool apart = t->stride[3] == 1 && t->stride[2] != cols;
+        for (int64_t r = 0; r < n; r++) {
+            if (apart && r + BWD_AHEAD < n)
+                for (int64_t c = 0; c < cols * es; c += 64)
+                    __builtin_prefetch(d0 + (r + BWD_AHEAD) * t->stride[2] * es + c, 1, 3);
+            k->attn_scale_row(tmp, src + r * cols, alpha, 0, cols, 0);
+            ta_row_from_f32(d0 + r * t->stride[2] * es, t->dtype, tmp, cols, t->stride[3]);
+        }
+        return;
+    }
     float *dst = (float *)t->data + b * t->stride[0] + h * t->stride[1] + r0 * t->stride[2];
     const bool ahead = !nt && t->stride[3] == 1 && t->stride[2] != cols;
     for (int64_t r = 0; r < n; r++) {
@@ -354,11 +398,16 @@ static void next_key_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, 
     const int64_t n = TA_MIN(BWD_NK, f->Lk - j);
     int64_t m = 0;
     for (int t = 0; t < 2 && n > 0; t++) {
-        const bwd_view *x = t ? &f->v : &f->k_;
-        const int64_t cols = t ? f->Dv : f->D;
-        if (x->s[3] != 1 || cols == 0) continue;
-        ta_pf_add_rows(w->kv_rows, &m, 2 * BWD_NK, at(x, b, hkv, j),
-                       x->s[2] * (int64_t)sizeof(float), cols * (int64_t)sizeof(float), n);
+        /* K's rows as the products read them (f->k_: a copy where K is half); V's as
+         * the caller has them (pack_kv reads them there, widening a half V) */
+        const ta_tensor *V = f->p->V;
+        const int64_t es = t ? (int64_t)ta_elem_size(V->dtype) : (int64_t)sizeof(float);
+        const int64_t cols = t ? f->Dv : f->D, s2 = t ? V->stride[2] : f->k_.s[2];
+        if ((t ? V->stride[3] : f->k_.s[3]) != 1 || cols == 0) continue;
+        const void *row = t ? (const void *)((const char *)V->data +
+                                             (b * V->stride[0] + hkv * V->stride[1] + j * s2) * es)
+                            : (const void *)at(&f->k_, b, hkv, j);
+        ta_pf_add_rows(w->kv_rows, &m, 2 * BWD_NK, row, s2 * es, cols * es, n);
     }
     w->kv_next = (ta_pf){w->kv_rows, w->kv_rows + m};
 }
@@ -430,8 +479,8 @@ static void run_key_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, i
             }
         }
     }
-    store_rows(f->k, p->dK, b, hkv, j0, nk, f->D, w->dk, p->scale, f->nt_dk);
-    store_rows(f->k, p->dV, b, hkv, j0, nk, f->Dv, w->dv, 1.0f, f->nt_dv);
+    store_rows(f->k, p->dK, b, hkv, j0, nk, f->D, w->dk, p->scale, f->nt_dk, w->row);
+    store_rows(f->k, p->dV, b, hkv, j0, nk, f->Dv, w->dv, 1.0f, f->nt_dv, w->row);
 }
 
 /* Rows [0, L) of heads [h, h + nh) of batch b of t (unit stride along its cols) into buf
@@ -440,20 +489,25 @@ static void run_key_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, i
 static bwd_view copy_heads(const ta_tensor *t, int64_t b, int64_t h, int64_t nh, int64_t L,
                            int64_t cols, float *buf)
 {
+    const int64_t es = (int64_t)ta_elem_size(t->dtype), ld = t->stride[2] * es;
     for (int64_t g = 0; g < nh; g++) {
-        const float *src = (const float *)t->data + b * t->stride[0] + (h + g) * t->stride[1];
+        const char *src = (const char *)t->data + (b * t->stride[0] + (h + g) * t->stride[1]) * es;
         float *dst = buf + g * L * cols;
-        for (int64_t i = 0; i < L; i++, src += t->stride[2]) {
+        for (int64_t i = 0; i < L; i++, src += ld) {
             if (i + BWD_AHEAD < L)
-                for (int64_t c = 0; c < cols; c += 16)
-                    __builtin_prefetch(src + BWD_AHEAD * t->stride[2] + c, 0, 3);
-            memcpy(dst + i * cols, src, sizeof(float) * (size_t)cols);
+                for (int64_t c = 0; c < cols * es; c += 64)
+                    __builtin_prefetch(src + BWD_AHEAD * ld + c, 0, 3);
+            if (t->dtype == TA_F32)
+                memcpy(dst + i * cols, src, sizeof(float) * (size_t)cols);
+            else /* a half tensor's rows widened (exact) */
+                ta_row_to_f32(dst + i * cols, src, t->dtype, cols, 1);
         }
     }
     return (bwd_view){.data = buf, .s = {0, L * cols, cols, 1}, .h0 = h};
 }
 
-static void row_terms_range(const bwd_plan *f, float *di, float *lse, int64_t r0, int64_t r1);
+static void row_terms_range(const bwd_plan *f, float *di, float *lse, int64_t r0, int64_t r1,
+                            float *buf);
 
 /* Plan "group": everything of group (b, hkv), D and the LSE of its rows first (into di
  * and lse, whose rows only this group reads). With group copies (f->qc_rows, ...) the
@@ -463,7 +517,7 @@ static void run_group(const bwd_plan *fg, bwd_ws *w, int64_t b, int64_t hkv, flo
                       float *lse)
 {
     const int64_t r0 = (b * fg->H + hkv * fg->G) * fg->Lq;
-    row_terms_range(fg, di, lse, r0, r0 + fg->G * fg->Lq);
+    row_terms_range(fg, di, lse, r0, r0 + fg->G * fg->Lq, w->row);
     bwd_plan fc;
     const bwd_plan *f = fg;
     if (fg->qc_rows || fg->kc_rows || fg->doc_rows) {
@@ -480,7 +534,7 @@ static void run_group(const bwd_plan *fg, bwd_ws *w, int64_t b, int64_t hkv, flo
         run_key_tile(f, w, b, hkv, j0, TA_MIN(BWD_NK, f->Lk - j0), w->dq);
     for (int64_t gi = 0; gi < f->G; gi++)
         store_rows(f->k, f->p->dQ, b, hkv * f->G + gi, 0, f->Lq, f->D, w->dq + gi * f->Lq * f->D,
-                   f->p->scale, f->nt_dq);
+                   f->p->scale, f->nt_dq, w->row);
 }
 
 /* Plan "split", pass 2: dQ of query rows [i0, i0 + mq) of head h, over the key tiles in
@@ -498,18 +552,20 @@ static void run_query_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, i
         run_block(f, w, b, h, i0, mq, &bd, j0, 0, nk, false, w->dq,
                   cut && tri_limits(f, w, b, i0, mq, &bd, j0, nk));
     }
-    store_rows(f->k, f->p->dQ, b, h, i0, mq, f->D, w->dq, f->p->scale, f->nt_dq);
+    store_rows(f->k, f->p->dQ, b, h, i0, mq, f->D, w->dq, f->p->scale, f->nt_dq, w->row);
 }
 
-/* Whether t is read through a unit-stride copy (of the whole tensor, or in plan "group"
- * of each group's rows: group_copy): its last dim is strided, or its rows alias in L1
+/* Whether t (Q, K or dO) is read through a float32 unit-stride copy (of the whole tensor,
+ * or in plan "group" of each group's rows: group_copy): it is half (the copy widens it:
+ * a group's rows in L2 instead of a float32 stand-in of the whole tensor, session 30),
+ * its last dim is strided, or its rows alias in L1
  * (ta_sdpa_rows_alias: [B, L, H, D] layouts), where a query tile's Q and dO rows, reread
  * for every key tile, and K's rows, reread by every query tile's dQ, would miss on every
  * pass. Two-port Xeon, 1 thread, causal B1 H8 D64, [B, L, H, D]: L1024
  * 22.2 - 23.8 ms without the copies, 20.9 - 21.5 with ([B, H, L, D]: 18.8 - 20.0). */
 static bool needs_copy(const ta_tensor *t)
 {
-    return (t->stride[3] != 1 && t->shape[3] > 1) ||
+    return t->dtype != TA_F32 || (t->stride[3] != 1 && t->shape[3] > 1) ||
            ta_sdpa_rows_alias(t, t->shape[3], BWD_MQ);
 }
 
@@ -538,60 +594,84 @@ static bwd_view unit_view(const ta_tensor *t, float *buf)
 
 /* D_i = rowsum(dO_i * O_i) (in double) and the LSE of rows [r0, r1) (flat: (b * H + h) *
  * Lq + i), into di and lse. Each row's sum has one order whatever the range (the same
- * bits from the whole pass and from a group's rows). */
-static void row_terms_range(const bwd_plan *f, float *di, float *lse, int64_t r0, int64_t r1)
+ * bits from the whole pass and from a group's rows). A half O or dO reads as the
+ * contiguous float32 copy of its values would (its rows widened into buf, 2 Dv floats):
+ * the bits of float32 tensors holding the same values. */
+static void row_terms_range(const bwd_plan *f, float *di, float *lse, int64_t r0, int64_t r1,
+                            float *buf)
 {
     const ta_tensor *O = f->p->O, *dO = f->p->dO, *L = f->p->fwd_lse;
-    const int64_t H = f->H, Lq = f->Lq;
+    const int64_t H = f->H, Lq = f->Lq, Dv = f->Dv;
     const int64_t so = O->stride[3], sd = dO->stride[3];
-    if (so == 1 && sd == 1) { /* unit-stride rows: the kernels' 8 chains a row */
-        const bool ahead = O->stride[2] != f->Dv || dO->stride[2] != f->Dv; /* BWD_AHEAD */
+    const int64_t eo = (int64_t)ta_elem_size(O->dtype), ed = (int64_t)ta_elem_size(dO->dtype);
+    const bool ho = O->dtype != TA_F32, hd = dO->dtype != TA_F32;
+    if ((so == 1 || ho) && (sd == 1 || hd)) { /* unit-stride rows: the kernels' 8 chains a row */
+        const bool ahead = (so == 1 && O->stride[2] != Dv) || (sd == 1 && dO->stride[2] != Dv);
         for (int64_t r = r0; r < r1; r++) {
             const int64_t b = r / (H * Lq), h = r / Lq % H, i = r % Lq;
-            const float *o = (const float *)O->data + b * O->stride[0] + h * O->stride[1] +
-                             i * O->stride[2];
-            const float *d = (const float *)dO->data + b * dO->stride[0] + h * dO->stride[1] +
-                             i * dO->stride[2];
+            const char *o = (const char *)O->data +
+                            (b * O->stride[0] + h * O->stride[1] + i * O->stride[2]) * eo;
+            const char *d = (const char *)dO->data +
+                            (b * dO->stride[0] + h * dO->stride[1] + i * dO->stride[2]) * ed;
             lse[r] = ((const float *)L->data)[b * L->stride[0] + h * L->stride[1] + i * L->stride[2]];
-            if (ahead && i + BWD_AHEAD < Lq)
-                for (int64_t c = 0; c < f->Dv; c += 16) {
-                    __builtin_prefetch(o + BWD_AHEAD * O->stride[2] + c, 0, 3);
-                    __builtin_prefetch(d + BWD_AHEAD * dO->stride[2] + c, 0, 3);
+            if (ahead && i + BWD_AHEAD < Lq) /* BWD_AHEAD */
+                for (int64_t c = 0; c < Dv * 4; c += 64) {
+                    if (c < Dv * eo) __builtin_prefetch(o + BWD_AHEAD * O->stride[2] * eo + c, 0, 3);
+                    if (c < Dv * ed) __builtin_prefetch(d + BWD_AHEAD * dO->stride[2] * ed + c, 0, 3);
                 }
-            di[r] = (float)f->k->attn_row_dot(d, o, f->Dv);
+            const float *ov = (const float *)(const void *)o, *dv = (const float *)(const void *)d;
+            if (ho) {
+                ta_row_to_f32(buf, o, O->dtype, Dv, so);
+                ov = buf;
+            }
+            if (hd) {
+                ta_row_to_f32(buf + Dv, d, dO->dtype, Dv, sd);
+                dv = buf + Dv;
+            }
+            di[r] = (float)f->k->attn_row_dot(dv, ov, Dv);
         }
         return;
     }
     /* rows in fours, each row's sum in its own chain (the same order per row as one at a
      * time: the same bits), so that the adds' latency overlaps */
     for (int64_t q0 = r0; q0 < r1; q0 += 4) {
-        const float *o[4], *d[4];
+        const char *o[4], *d[4];
         double acc[4] = {0.0, 0.0, 0.0, 0.0};
         const int64_t n = TA_MIN(4, r1 - q0);
         for (int64_t a = 0; a < 4; a++) {
             const int64_t r = q0 + (a < n ? a : 0);
             const int64_t b = r / (H * Lq), h = r / Lq % H, i = r % Lq;
-            o[a] = (const float *)O->data + b * O->stride[0] + h * O->stride[1] + i * O->stride[2];
-            d[a] = (const float *)dO->data + b * dO->stride[0] + h * dO->stride[1] +
-                   i * dO->stride[2];
+            o[a] = (const char *)O->data +
+                   (b * O->stride[0] + h * O->stride[1] + i * O->stride[2]) * eo;
+            d[a] = (const char *)dO->data +
+                   (b * dO->stride[0] + h * dO->stride[1] + i * dO->stride[2]) * ed;
             if (a < n)
                 lse[r] = ((const float *)L->data)[b * L->stride[0] + h * L->stride[1] +
                                                   i * L->stride[2]];
         }
-        for (int64_t c = 0; c < f->Dv; c++)
-            for (int a = 0; a < 4; a++) acc[a] += (double)d[a][c * sd] * (double)o[a][c * so];
+        for (int64_t c = 0; c < Dv; c++)
+            for (int a = 0; a < 4; a++)
+                acc[a] += (double)ta_dtype_load(d[a] + c * sd * ed, dO->dtype) *
+                          (double)ta_dtype_load(o[a] + c * so * eo, O->dtype);
         for (int64_t a = 0; a < n; a++) di[q0 + a] = (float)acc[a];
     }
 }
 
 /* row_terms_range over every row, on nt threads (plan "split"; plan "group" does its
- * groups' rows as each group starts). */
-static void row_terms(const bwd_plan *f, float *di, float *lse, int nt)
+ * groups' rows as each group starts), each with the row buffer of its scratch in ws (nt
+ * scratches of f->ws_bytes, free until the blocks run). */
+static void row_terms(const bwd_plan *f, float *di, float *lse, int nt, unsigned char *ws)
 {
     const int64_t rows = f->B * f->H * f->Lq, chunk = 64;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t r0 = 0; r0 < rows; r0 += chunk)
-        row_terms_range(f, di, lse, r0, TA_MIN(rows, r0 + chunk));
+#pragma omp parallel num_threads(nt)
+    {
+        bwd_ws w;
+        ta_arena mine = ta_arena_over(ws + (size_t)omp_get_thread_num() * f->ws_bytes, f->ws_bytes);
+        ws_layout(&mine, &w, f);
+#pragma omp for schedule(static)
+        for (int64_t r0 = 0; r0 < rows; r0 += chunk)
+            row_terms_range(f, di, lse, r0, TA_MIN(rows, r0 + chunk), w.row);
+    }
 }
 
 /* Whether plan "group" reads t (float32, unit stride along its cols) through a copy of
@@ -606,15 +686,23 @@ static bool group_copy(const ta_tensor *t, int64_t rows)
 }
 
 /* Whether the bfloat16 dot product computes S = Q K^T (x Q, y K) or dP = dO V^T (x dO,
- * y V) from the caller's bfloat16 tensors (p->q16, ...), which must have unit stride
- * along their last dim, of an even length (cols: pairs), where the kernel table has the
- * product (AVX512_BF16). Each product exact in float32, the pairs' sums in float32
- * (attn_bwd_gemm_bf16dot): roundoff of the same size as the FMAs'. Its other three
- * products read P or dS (float32) and stay on attn_bwd_gemm_ranged. */
+ * y V) from the caller's tensors: both bfloat16 with unit stride along their last dim, of
+ * an even length (cols: pairs), where the kernel table has the product (AVX512_BF16).
+ * Each product exact in float32, the pairs' sums in float32 (attn_bwd_gemm_bf16dot):
+ * roundoff of the same size as the FMAs'. The other three products read P or dS
+ * (float32) and stay on attn_bwd_gemm_ranged, with Q, K and dO widened (needs_copy). */
 static bool dot_plan(const ta_kernels *k, const ta_tensor *x, const ta_tensor *y, int64_t cols)
 {
-    return k->attn_bwd_gemm_bf16dot && x && y && cols > 0 && cols % 2 == 0 &&
-           x->stride[3] == 1 && y->stride[3] == 1;
+    return k->attn_bwd_gemm_bf16dot && x->dtype == TA_BF16 && y->dtype == TA_BF16 &&
+           cols > 0 && cols % 2 == 0 && x->stride[3] == 1 && y->stride[3] == 1;
+}
+
+/* Whether any of t is stored in a half type. */
+static bool any_half(const ta_tensor *const *t, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (t[i]->dtype != TA_F32) return true;
+    return false;
 }
 
 /* Everything about a call that does not depend on data: the plan, tiles, threads. */
@@ -650,8 +738,11 @@ static bwd_plan make_plan_as(const ta_sdpa_problem *p, bwd_sched *sc, bool toget
     f.kc_rows = sc->group_plan && group_copy(p->K, f.Lk) ? f.Lk : 0;
     f.doc_rows = sc->group_plan && group_copy(p->dO, f.G * f.Lq) ? f.G * f.Lq : 0;
     f.var_scores = p->var.window || p->var.softcap > 0.0f || p->var.alibi;
-    f.dot_s = dot_plan(f.k, p->q16, p->k16, f.D);
-    f.dot_p = dot_plan(f.k, p->do16, p->v16, f.Dv);
+    f.dot_s = dot_plan(f.k, p->Q, p->K, f.D);
+    f.dot_p = dot_plan(f.k, p->dO, p->V, f.Dv);
+    f.v_rows = p->V->dtype != TA_F32 && !f.dot_p;
+    const ta_tensor *terms[2] = {p->O, p->dO}, *grads[3] = {p->dQ, p->dK, p->dV};
+    f.row_buf = TA_MAX(any_half(terms, 2) ? 2 * f.Dv : 0, any_half(grads, 3) ? TA_MAX(f.D, f.Dv) : 0);
     f.ws_bytes = ws_bytes(&f);
     sc->qtiles = (f.Lq + BWD_MQ - 1) / BWD_MQ;
     sc->items1 = sc->group_plan ? sc->groups : sc->groups * sc->nkt;
@@ -751,14 +842,14 @@ size_t ta_sdpa_backward_fused_scratch_bound(const ta_sdpa_problem *p)
 static void next_stream(const bwd_plan *f, bwd_ws *w, int64_t g, int64_t groups)
 {
     int64_t n = 0;
-    const int64_t row = f->Dv * (int64_t)sizeof(float);
     for (int t = 0; t < 2 && g < groups; t++) {
         const ta_tensor *x = t ? f->p->dO : f->p->O;
+        const int64_t es = (int64_t)ta_elem_size(x->dtype), row = f->Dv * es;
         if (x->stride[3] != 1 || x->stride[2] != f->Dv) continue;
         for (int64_t gi = 0; gi < f->G; gi++) /* a head's Lq rows follow each other: a span */
             ta_pf_add_rows(w->next_rows, &n, 2 * f->G,
-                           (const float *)x->data + g / f->Hkv * x->stride[0] +
-                               (g % f->Hkv * f->G + gi) * x->stride[1],
+                           (const char *)x->data + (g / f->Hkv * x->stride[0] +
+                                                    (g % f->Hkv * f->G + gi) * x->stride[1]) * es,
                            row, row, f->Lq);
     }
     w->next = (ta_pf){w->next_rows, w->next_rows + n};
@@ -786,7 +877,7 @@ ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
     layout(scratch, &m, &f, &sc);
     if (scratch->overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", p->fn);
     set_views(&f, &m);
-    if (!sc.group_plan) row_terms(&f, m.di, m.lse, sc.rows * f.Dv < 32768 ? 1 : sc.nt);
+    if (!sc.group_plan) row_terms(&f, m.di, m.lse, sc.rows * f.Dv < 32768 ? 1 : sc.nt, m.ws);
     int64_t claimed = 0; /* plan "group": claims past the first (ta_claims) */
 
     const int64_t groups = sc.groups, items1 = sc.items1, items2 = sc.items2;

@@ -1,6 +1,8 @@
 /* float16 and bfloat16 in SDPA: the tensors of a problem that are stored in a half
  * type and that the resolved implementation reads or writes in float32 (sdpa.h,
- * "Storage dtypes").
+ * "Storage dtypes"): the reference paths' half tensors, and the fused forward's half Q
+ * (unless bfloat16 on the dot product's kernels) and O; the fused backward converts
+ * every tensor itself.
  *
  * ta_sdpa_run and ta_sdpa_scratch_bytes go through here for every call (dense, varlen
  * sequences, KV-cache sequences). A tensor whose dtype is not float32 and that the
@@ -9,8 +11,8 @@
  * outputs are computed into it and rounded once to their dtype (nearest-even) after the
  * implementation succeeded. Tensors the implementation converts in its own tile loops
  * (ta_sdpa_native_dtype: the fused forward's K and V, where decoding reads a
- * half-precision cache once at half the bytes) pass through untouched. Float32 problems
- * cost nothing here. */
+ * half-precision cache once at half the bytes; all of the fused backward's) pass
+ * through untouched. Float32 problems cost nothing here. */
 #include "ops/sdpa.h"
 
 #include "core/core.h"
@@ -68,10 +70,15 @@ static bool q_native(const ta_sdpa_problem *p)
 
 bool ta_sdpa_native_dtype(const ta_sdpa_problem *p, int role)
 {
+    if (p->path != TA_SDPA_FUSED) return false;
+    /* the fused backward reads and writes every tensor in its own dtype: Q, K and dO
+     * widened a group's rows at a time (or whole, needs_copy), V a key tile's rows, O and
+     * dO a row for D_i, the gradients rounded a row at a time; and S = Q K^T, dP = dO
+     * V^T by the bfloat16 dot product where the CPU has it (sdpa_backward_fused.c) */
+    if (p->backward) return true;
     /* the fused forward widens K and V tile by tile (kv_tile): a decode step reads a
      * half-precision cache once, at half the bytes, and a paged cache (which has no
      * stand-in) in place */
-    if (p->backward || p->path != TA_SDPA_FUSED) return false;
     return role == TA_SDPA_T_K || role == TA_SDPA_T_V || (role == TA_SDPA_T_Q && q_native(p));
 }
 
@@ -86,12 +93,6 @@ void ta_sdpa_stage_plan(ta_sdpa_staging *s, const ta_sdpa_problem *p)
         s->t[r] = ta_tensor_view(NULL, t->ndim, t->shape); /* float32, contiguous */
         set_role(&s->p, r, &s->t[r]);
         if (r == TA_SDPA_T_Q) s->p.q_bf16 = t->dtype == TA_BF16; /* exact in the stand-in */
-        if (p->backward && t->dtype == TA_BF16) { /* the backward's S and dP products */
-            if (r == TA_SDPA_T_Q) s->p.q16 = t;
-            if (r == TA_SDPA_T_K) s->p.k16 = t;
-            if (r == TA_SDPA_T_V) s->p.v16 = t;
-            if (r == TA_SDPA_T_DO) s->p.do16 = t;
-        }
     }
 }
 
