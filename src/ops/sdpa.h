@@ -55,10 +55,6 @@ typedef struct ta_sdpa_problem {
     ta_sdpa_variants var;     /* window, softcap, ALiBi, sinks (sdpa_variants.h); dsinks
                                  is a backward output */
     const ta_tensor *Q, *K, *V;
-    bool q_bf16;              /* Q's values are bfloat16 (the caller's Q is, and Q here is
-                                 its float32 stand-in): the fused forward may take the
-                                 bfloat16 dot product's kernels (ta_sdpa_stage_plan sets
-                                 it; a bfloat16 Q left as it is says so by its dtype) */
     ta_tensor *O;             /* the forward's output (an input of the backward) */
     ta_tensor *weights;       /* forward: NULL or [B, H, Lq, Lk] */
     ta_tensor *lse;           /* forward: NULL or [B, H, Lq] */

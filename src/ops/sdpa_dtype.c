@@ -1,24 +1,22 @@
 /* float16 and bfloat16 in SDPA: the tensors of a problem that are stored in a half
  * type and that the resolved implementation reads or writes in float32 (sdpa.h,
- * "Storage dtypes"): the reference paths' half tensors, and the fused forward's half Q
- * (unless bfloat16 on the dot product's kernels) and O; the fused backward converts
- * every tensor itself.
+ * "Storage dtypes"): the reference paths' half tensors. The fused paths convert every
+ * tensor themselves, in their tile and row loops (ta_sdpa_native_dtype), so a half
+ * problem on them needs no stand-in (session 30; before, the fused forward's half Q and
+ * O and every half tensor of the backward had one: 130 MiB for the seed's backward in
+ * bfloat16).
  *
  * ta_sdpa_run and ta_sdpa_scratch_bytes go through here for every call (dense, varlen
  * sequences, KV-cache sequences). A tensor whose dtype is not float32 and that the
  * implementation does not convert itself gets a contiguous float32 stand-in at the start
  * of the scratch: inputs are widened into it before the implementation runs (exact),
  * outputs are computed into it and rounded once to their dtype (nearest-even) after the
- * implementation succeeded. Tensors the implementation converts in its own tile loops
- * (ta_sdpa_native_dtype: the fused forward's K and V, where decoding reads a
- * half-precision cache once at half the bytes; all of the fused backward's) pass
- * through untouched. Float32 problems cost nothing here. */
+ * implementation succeeded. Float32 problems cost nothing here. */
 #include "ops/sdpa.h"
 
 #include "core/core.h"
 #include "core/dtype.h"
 #include "core/tensor_internal.h"
-#include "kernels/kernels.h"
 
 /* The problem's tensor of a role (NULL when the problem has none). */
 static const ta_tensor *role_tensor(const ta_sdpa_problem *p, int role)
@@ -56,30 +54,17 @@ static bool role_is_output(const ta_sdpa_problem *p, int role)
     return role == TA_SDPA_T_DQ || role == TA_SDPA_T_DK || role == TA_SDPA_T_DV;
 }
 
-/* A bfloat16 Q that the fused forward reads as it is: on bfloat16 K, unit-stride along D,
- * with D a multiple of the kernels' vector, where the kernel table has both of the
- * bfloat16 dot product's Q.K^T kernels, every tile takes one of them (qk_dot, qk_dot_tile
- * in make_plan) and pack_q copies the rows; no float32 stand-in (for the seed's shape in
- * bfloat16, 32 MiB written and read again). */
-static bool q_native(const ta_sdpa_problem *p)
-{
-    const ta_kernels *k = ta_kernels_active();
-    return p->Q->dtype == TA_BF16 && p->K->dtype == TA_BF16 && p->K->stride[3] == 1 &&
-           k->attn_qk_rows_bf16dot && k->attn_qk_bf16dot && p->D > 0 && p->D % k->attn_vl == 0;
-}
-
 bool ta_sdpa_native_dtype(const ta_sdpa_problem *p, int role)
 {
-    if (p->path != TA_SDPA_FUSED) return false;
-    /* the fused backward reads and writes every tensor in its own dtype: Q, K and dO
-     * widened a group's rows at a time (or whole, needs_copy), V a key tile's rows, O and
-     * dO a row for D_i, the gradients rounded a row at a time; and S = Q K^T, dP = dO
-     * V^T by the bfloat16 dot product where the CPU has it (sdpa_backward_fused.c) */
-    if (p->backward) return true;
-    /* the fused forward widens K and V tile by tile (kv_tile): a decode step reads a
-     * half-precision cache once, at half the bytes, and a paged cache (which has no
-     * stand-in) in place */
-    return role == TA_SDPA_T_K || role == TA_SDPA_T_V || (role == TA_SDPA_T_Q && q_native(p));
+    /* the fused paths read and write every tensor in its own dtype: the forward widens K
+     * and V tile by tile (kv_tile: a decode step reads a half-precision cache once, at
+     * half the bytes, and a paged cache, which has no stand-in, in place), Q a tile's rows
+     * as it packs them (or takes a bfloat16 Q's rows as they are for the dot product's
+     * kernels) and rounds O's rows as it finishes them; the backward widens Q, K and dO a
+     * group's rows at a time (or whole), V a key tile's rows, O and dO a row for D_i, and
+     * rounds the gradients a row at a time (sdpa_backward_fused.c) */
+    (void)role;
+    return p->path == TA_SDPA_FUSED;
 }
 
 void ta_sdpa_stage_plan(ta_sdpa_staging *s, const ta_sdpa_problem *p)
@@ -92,7 +77,6 @@ void ta_sdpa_stage_plan(ta_sdpa_staging *s, const ta_sdpa_problem *p)
         s->orig[r] = t;
         s->t[r] = ta_tensor_view(NULL, t->ndim, t->shape); /* float32, contiguous */
         set_role(&s->p, r, &s->t[r]);
-        if (r == TA_SDPA_T_Q) s->p.q_bf16 = t->dtype == TA_BF16; /* exact in the stand-in */
     }
 }
 

@@ -72,6 +72,9 @@ static void ws_layout(ta_arena *a, fused_ws *w, const fused_plan *f)
     const int64_t mq = f->mq_max;
     ws_state_layout(a, w, f, mq, TA_FUSED_NK_LAST);
     w->ones = TA_ARENA_TAKE(a, float, mq);
+    const bool hq = p->Q->dtype != TA_F32; /* pack_q widens a half Q's rows here */
+    w->qrows = hq ? TA_ARENA_TAKE2(a, float, mq, p->D ? p->D : 1) : NULL;
+    w->qroff = hq ? TA_ARENA_TAKE(a, int64_t, mq) : NULL;
     w->rowk_run = TA_ARENA_TAKE(a, int32_t, mq);
     w->kp = f->pack_k ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK_LAST, p->D) : NULL;
     w->vp = f->pack_v ? TA_ARENA_TAKE2(a, float, TA_FUSED_NK_LAST, p->Dv) : NULL;
@@ -251,9 +254,8 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
     f.kind_v = rows_kind(p->V, p->Dv, f.k->attn_vl);
     /* a bfloat16 query on bfloat16 K: the CPU's dot product where it has one (products
      * exact in float32; 18.5 against 38.2 cycles a (kv head, key) pair for Q.K^T alone on
-     * the Zen 4, 4 rows, D 128: docs/kernels.md). A bfloat16 Q the staging left as it is
-     * (ta_sdpa_native_dtype) takes both: every tile then packs it as bfloat16. */
-    const bool qb = p->q_bf16 || p->Q->dtype == TA_BF16;
+     * the Zen 4, 4 rows, D 128: docs/kernels.md); pack_q packs its rows as bfloat16 */
+    const bool qb = p->Q->dtype == TA_BF16;
     f.qk_dot = f.kind_k == 2 && qb && f.k->attn_qk_rows_bf16dot; /* D % attn_vl 0 */
     f.qk_dot_tile = p->K->dtype == TA_BF16 && p->K->stride[3] == 1 && p->D % 2 == 0 && qb &&
                     f.k->attn_qk_bf16dot;

@@ -90,6 +90,8 @@ typedef struct fused_ws {
     fused_pf *pfs;    /* the thread's prefetch stream (shared by a sweep's heads) */
     float *qp, *s, *o, *m, *l, *alpha, *kp, *vp;
     float *ones;      /* 1.0 per row: the rescale of a tile's later runs (tile_pv) */
+    float *qrows;     /* a half Q: a tile's rows widened, [mq_max][D] (pack_q), else NULL */
+    int64_t *qroff;   /* ... and their offsets in it, r D */
     int32_t *rowk_run; /* per row: keys of the current run of a tile it needs */
     int64_t *end;  /* per row: the keys it may see (ta_mask_row_end, or the mask's bound) */
     int64_t *qoff; /* per row: its Q row's offset in elements */
@@ -115,7 +117,7 @@ typedef struct fused_plan {
     bool too_big;        /* D or Dv above TA_FUSED_DIM_MAX: the scratch cannot fit */
     bool pack_k, pack_v; /* K or V not unit-stride along D: copy each key tile */
     bool qk_dot;         /* few-row tiles of bfloat16 K take attn_qk_rows_bf16dot on a
-                            bfloat16 query (p->q_bf16), its rows packed as bfloat16 */
+                            bfloat16 query, its rows packed as bfloat16 */
     bool qk_dot_tile;    /* and tiles of many rows attn_qk_bf16dot, on K's rows in place
                             (no widened copy), q packed as bfloat16 pairs */
     int kind_k, kind_v;  /* few-row tiles read K / V rows in place through
@@ -178,11 +180,13 @@ static inline const void *q_row(const ta_sdpa_problem *p, int64_t b, int64_t h, 
            ta_elem_size(Q->dtype) * (size_t)(b * Q->stride[0] + h * Q->stride[1] + i * Q->stride[2]);
 }
 
-/* O's row (b, h, i). */
-static inline float *o_row(const ta_sdpa_problem *p, int64_t b, int64_t h, int64_t i)
+/* O's row (b, h, i), as its dtype lays it out (float32, or half: ta_fused_finish_item
+ * and the split's merge round it). */
+static inline char *o_row(const ta_sdpa_problem *p, int64_t b, int64_t h, int64_t i)
 {
     const ta_tensor *O = p->O;
-    return (float *)O->data + b * O->stride[0] + h * O->stride[1] + i * O->stride[2];
+    return (char *)O->data +
+           ta_elem_size(O->dtype) * (size_t)(b * O->stride[0] + h * O->stride[1] + i * O->stride[2]);
 }
 
 /* The row of a keep or block mask's bound table for row (b, h, i) (the table is

@@ -71,13 +71,14 @@ static void finish_row(const fused_plan *f, int64_t b, int64_t hkv, int64_t r,
         L += (double)l[c][0] * fc[c];
     }
     const ta_tensor *O = p->O;
-    float *orow = o_row(p, b, h, i);
+    char *orow = o_row(p, b, h, i); /* float32 or half elements (rounded once, each) */
+    const int64_t oes = (int64_t)ta_elem_size(O->dtype);
     double lse = L == 0.0 ? -INFINITY : u + log(L);
     double factor = 0.0;
     if (p->var.sinks) /* O = sum o_c e^(m_c - u) * factor */
         ta_sdpa_sink_finish(u, L, ta_sdpa_sink(&p->var, h), &factor, &lse);
     if (L == 0.0) {
-        for (int64_t d = 0; d < p->Dv; d++) orow[d * O->stride[3]] = 0.0f;
+        for (int64_t d = 0; d < p->Dv; d++) ta_dtype_store(orow + d * O->stride[3] * oes, O->dtype, 0.0f);
     } else {
         /* columns in blocks, the chunks in order for each (the sums vectorise along d) */
         for (int64_t d0 = 0; d0 < p->Dv; d0 += 64) {
@@ -92,11 +93,10 @@ static void finish_row(const fused_plan *f, int64_t b, int64_t hkv, int64_t r,
                 else
                     for (int64_t d = 0; d < n; d++) acc[d] += (double)oc[d] * w;
             }
-            float *out = orow + d0 * O->stride[3];
-            if (p->var.sinks)
-                for (int64_t d = 0; d < n; d++) out[d * O->stride[3]] = (float)(acc[d] * factor);
-            else
-                for (int64_t d = 0; d < n; d++) out[d * O->stride[3]] = (float)(acc[d] / L);
+            char *out = orow + d0 * O->stride[3] * oes;
+            for (int64_t d = 0; d < n; d++)
+                ta_dtype_store(out + d * O->stride[3] * oes, O->dtype,
+                               (float)(p->var.sinks ? acc[d] * factor : acc[d] / L));
         }
     }
     if (p->lse) {
@@ -163,14 +163,15 @@ void ta_fused_finish_item(const fused_plan *f, const fused_item *it, const fused
     const ta_sdpa_problem *p = f->p;
     const ta_tensor *O = p->O, *T = p->lse;
     const int64_t os = O->stride[3], Dv = p->Dv;
+    const bool half = O->dtype != TA_F32; /* its rows in w->o, then rounded (below) */
     int64_t h, i;
     row_hi(f, it->hkv, it->r0, &h, &i);
-    if (os == 1 && !T && !p->var.sinks) {
+    if (os == 1 && !T && !p->var.sinks && !half) {
         /* O alone: the rows of each head in one kernel call (a call and the row's address
          * a row cost the B512 H8 L128 D64 causal case ~2% of its time) */
         for (int64_t r = 0; r < it->mq;) {
             const int64_t n = TA_MIN(it->mq - r, p->Lq - i);
-            f->k->attn_finish_rows(o_row(p, it->b, h, i), O->stride[2], w->o + r * f->ldo,
+            f->k->attn_finish_rows((float *)(void *)o_row(p, it->b, h, i), O->stride[2], w->o + r * f->ldo,
                                    f->ldo, w->l + r, n, Dv, f->stream_o);
             r += n;
             h++;
@@ -179,8 +180,8 @@ void ta_fused_finish_item(const fused_plan *f, const fused_item *it, const fused
         return;
     }
     for (int64_t r = 0; r < it->mq; r++) {
-        float *orow = o_row(p, it->b, h, i);
-        const float *o = w->o + r * f->ldo;
+        char *orow = o_row(p, it->b, h, i);
+        float *o = w->o + r * f->ldo;
         float l = w->l[r], inv = l == 0.0f ? 0.0f : 1.0f / l; /* inv NaN when l is */
         /* the log only when LSE is kept (errno keeps gcc from dropping the call); l and o
          * times sc are the natural sums (a base-2 softmax's carry; o / l needs none) */
@@ -192,10 +193,15 @@ void ta_fused_finish_item(const fused_plan *f, const fused_item *it, const fused
             ta_sdpa_sink_finish(w->m[r], (double)l * sc, ta_sdpa_sink(&p->var, h), &factor, &lse);
             inv = (float)(factor * sc);
         }
-        if (os == 1)
-            f->k->attn_scale_row(orow, o, inv, l == 0.0f, Dv, f->stream_o);
-        else
-            for (int64_t d = 0; d < Dv; d++) orow[d * os] = l == 0.0f ? 0.0f : o[d] * inv;
+        if (half) { /* the float32 row in place (the item's last use of it), rounded once */
+            f->k->attn_scale_row(o, o, inv, l == 0.0f, Dv, 0);
+            ta_row_from_f32(orow, O->dtype, o, Dv, os);
+        } else if (os == 1) {
+            f->k->attn_scale_row((float *)(void *)orow, o, inv, l == 0.0f, Dv, f->stream_o);
+        } else {
+            float *out = (float *)(void *)orow;
+            for (int64_t d = 0; d < Dv; d++) out[d * os] = l == 0.0f ? 0.0f : o[d] * inv;
+        }
         if (T)
             ((float *)T->data)[it->b * T->stride[0] + h * T->stride[1] + i * T->stride[2]] =
                 (float)lse;

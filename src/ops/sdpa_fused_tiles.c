@@ -41,34 +41,32 @@ static inline bool few_rows(const fused_plan *f, const fused_item *it)
     return it->mq <= f->k->attn_rows_max;
 }
 
-/* Elements d0 .. d0 + n - 1 of Q's row at element offset qoff as bfloat16 into out: Q's
- * own when it is bfloat16 (ta_sdpa_native_dtype), else float32 holding bfloat16 values
- * (the staging's stand-in: the conversion is exact). */
+/* Elements d0 .. d0 + n - 1 of Q's row at element offset qoff (Q bfloat16: qk_dot,
+ * qk_dot_tile) into out. */
 static void q_bf16_piece(const fused_plan *f, int64_t qoff, int64_t d0, int64_t n, uint16_t *out)
 {
     const ta_tensor *Q = f->p->Q;
     const int64_t s3 = Q->stride[3];
-    if (Q->dtype == TA_BF16) {
-        const uint16_t *q = (const uint16_t *)Q->data + qoff + d0 * s3;
-        if (s3 == 1) memcpy(out, q, sizeof(uint16_t) * (size_t)n);
-        else
-            for (int64_t d = 0; d < n; d++) out[d] = q[d * s3];
-        return;
-    }
-    const float *q = (const float *)Q->data + qoff + d0 * s3;
-    if (s3 == 1) f->k->cvt_f32_bf16(out, q, n);
+    const uint16_t *q = (const uint16_t *)Q->data + qoff + d0 * s3;
+    if (s3 == 1) memcpy(out, q, sizeof(uint16_t) * (size_t)n);
     else
-        for (int64_t d = 0; d < n; d++) out[d] = ta_f32_to_bf16(q[d * s3]);
+        for (int64_t d = 0; d < n; d++) out[d] = q[d * s3];
 }
 
 /* Q rows of the tile, scaled: into qp [D, mq_max] (rows past mq are zero) for attn_qk,
  * or, for a tile of few rows, untransposed into qp [mq, D] for attn_qk_rows; for the
- * bfloat16 dot product's kernels (a bfloat16 Q) as bfloat16, not scaled. */
-static void pack_q(const fused_plan *f, const fused_item *it, float *qp, int64_t *qoff)
+ * bfloat16 dot product's kernels (a bfloat16 Q) as bfloat16, not scaled. A half Q's rows
+ * are widened first (exact; into w->qrows for attn_pack_t): the products of a float32 Q
+ * of the same values. */
+static void pack_q(const fused_plan *f, const fused_item *it, const fused_ws *w)
 {
     const ta_sdpa_problem *p = f->p;
-    const float *q = (const float *)p->Q->data; /* float32 unless qk_dot and qk_dot_tile */
-    const int64_t D = p->D, s3 = p->Q->stride[3];
+    const ta_tensor *Q = p->Q;
+    float *qp = w->qp;
+    int64_t *qoff = w->qoff;
+    const float *q = (const float *)Q->data; /* when float32 */
+    const int64_t D = p->D, s3 = Q->stride[3], qes = (int64_t)ta_elem_size(Q->dtype);
+    const bool half = Q->dtype != TA_F32;
     q_offsets(f, it, 0, it->mq, qoff);
     if (!few_rows(f, it) && f->qk_dot_tile) { /* pairs (attn_qk_bf16dot) */
         uint32_t *qb = (uint32_t *)(void *)qp; /* pair p / 2 of row r at [p / 2][r] */
@@ -93,11 +91,26 @@ static void pack_q(const fused_plan *f, const fused_item *it, float *qp, int64_t
         return;
     }
     if (!few_rows(f, it)) {
-        f->k->attn_pack_t(qp, f->mq_max, q, qoff, s3, it->mq, D, p->scale);
+        if (half) {
+            for (int64_t r = 0; r < it->mq; r++) {
+                ta_row_to_f32(w->qrows + r * D, (const char *)Q->data + qoff[r] * qes, Q->dtype,
+                              D, s3);
+                w->qroff[r] = r * D;
+            }
+            f->k->attn_pack_t(qp, f->mq_max, w->qrows, w->qroff, 1, it->mq, D, p->scale);
+        } else {
+            f->k->attn_pack_t(qp, f->mq_max, q, qoff, s3, it->mq, D, p->scale);
+        }
         return;
     }
-    for (int64_t r = 0; r < it->mq; r++)
-        for (int64_t d = 0; d < D; d++) qp[r * D + d] = q[qoff[r] + d * s3] * p->scale;
+    for (int64_t r = 0; r < it->mq; r++) {
+        if (half) { /* widened in place, then scaled */
+            ta_row_to_f32(qp + r * D, (const char *)Q->data + qoff[r] * qes, Q->dtype, D, s3);
+            for (int64_t d = 0; d < D; d++) qp[r * D + d] *= p->scale;
+        } else {
+            for (int64_t d = 0; d < D; d++) qp[r * D + d] = q[qoff[r] + d * s3] * p->scale;
+        }
+    }
     if (f->kind_k == 2) { /* bfloat16 K in place: blocks of 2 VL even, then odd (kernels.h) */
         const int64_t vl = f->k->attn_vl;
         float tmp[2 * 64];
@@ -469,9 +482,10 @@ static ta_pf *stream_pv(const fused_plan *f, const fused_item *it, const fused_w
         const int64_t n = TA_MIN(want, p->Lq - i); /* one head */
         const int64_t qes = (int64_t)ta_elem_size(p->Q->dtype);
         pf_rows(s, q_row(p, nx->b, h, i), p->Q->stride[2] * qes, p->D * qes, n);
-        if (s->o)
-            pf_rows(s, o_row(p, nx->b, h, i), p->O->stride[2] * (int64_t)sizeof(float),
-                    p->Dv * (int64_t)sizeof(float), n);
+        if (s->o) {
+            const int64_t oes = (int64_t)ta_elem_size(p->O->dtype);
+            pf_rows(s, o_row(p, nx->b, h, i), p->O->stride[2] * oes, p->Dv * oes, n);
+        }
         s->r += n;
     }
     if (nx && j >= it->jhi && (nx->b != it->b || nx->hkv != it->hkv)) /* its group's first */
@@ -646,7 +660,7 @@ static bool item_begin(const fused_plan *f, const fused_item *it, const fused_ws
     *w->o_live = 0;
     for (int64_t r = it->mq; r < f->mq_max; r++) w->rowk[r] = 0; /* item_tile sets rows < mq */
     if (it->jhi <= it->jlo) return false;
-    pack_q(f, it, w->qp, w->qoff);
+    pack_q(f, it, w);
     const ta_sdpa_variants *v = &p->var;
     int64_t clean_end = p->Lk, clean_lo = 0;
     bool exact_all = true;
