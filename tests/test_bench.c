@@ -342,6 +342,38 @@ static void test_causal_mask_tensor_is_set_against_opts_causal(void **state)
     cJSON_Delete(root);
 }
 
+/* The seed's causal backward with Q, K, V and dO in bfloat16: the same pairs and flops
+ * as the float32 case, checked against float64 of the rounded values as tightly, timed
+ * against it per path (ratio_vs_f32, and in alternation). */
+static void test_bf16_backward_is_set_against_float32(void **state)
+{
+    (void)state;
+    cJSON *root = BENCH_REPORT("--quick", "--threads", "1", "--filter", "sdpa_bwd_seed_causal");
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "cases")), 4);
+    const char *paths[2] = {"reference", "fused"};
+    for (int p = 0; p < 2; p++) {
+        char name[64];
+        snprintf(name, sizeof name, "sdpa_bwd_seed_causal_bf16_%s", paths[p]);
+        const cJSON *bf = find_case(root, name);
+        snprintf(name, sizeof name, "sdpa_bwd_seed_causal_%s", paths[p]);
+        const cJSON *f32 = find_case(root, name);
+        assert_string_equal(str(bf, "status"), "ok");
+        assert_string_equal(str(f32, "status"), "ok");
+        assert_string_equal(str(bf, "kind"), "sdpa_backward");
+        assert_string_equal(str(bf, "qkv_dtype"), "bf16");
+        assert_string_equal(str(f32, "qkv_dtype"), "f32");
+        assert_close(num(bf, "pairs"), num(f32, "pairs"), 0.0);
+        assert_close(num(bf, "flops"), num(f32, "flops"), 0.0);
+        assert_true(num(bf, "max_abs_err") <= 1e-4);
+        assert_close(num(bf, "ratio_vs_f32"), num(bf, "median_s") / num(f32, "median_s"), 1e-9);
+        assert_true(num(bf, "ratio_vs_f32_alternating") > 0.0);
+        assert_null(cJSON_GetObjectItemCaseSensitive(f32, "ratio_vs_f32"));
+    }
+    double diff = num(find_case(root, "sdpa_bwd_seed_causal_bf16_fused"), "max_abs_diff_vs_reference");
+    assert_true(diff >= 0.0 && diff <= 1e-4);
+    cJSON_Delete(root);
+}
+
 static void test_reference_too_big_is_skipped(void **state)
 {
     (void)state;
@@ -504,6 +536,7 @@ int main(void)
         cmocka_unit_test(test_filter_list_selects_each_part),
         cmocka_unit_test(test_attention_cases_report_both_paths),
         cmocka_unit_test(test_causal_mask_tensor_is_set_against_opts_causal),
+        cmocka_unit_test(test_bf16_backward_is_set_against_float32),
         cmocka_unit_test(test_reference_too_big_is_skipped),
         cmocka_unit_test(test_bad_command_lines_exit_2_with_one_error_line),
         cmocka_unit_test(test_unwritable_json_path_fails_with_1),
