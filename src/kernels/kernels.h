@@ -5,6 +5,7 @@
 #ifndef TA_KERNELS_H
 #define TA_KERNELS_H
 
+#include "core/dtype.h"
 #include "tensorattn.h"
 
 #include <math.h>
@@ -295,6 +296,28 @@ typedef struct ta_kernels {
                             int64_t nk, int64_t d, float scale, const int32_t *rowk,
                             ta_pf *pf);
 } ta_kernels;
+
+/* A row of n elements of a storage dtype (float32, float16, bfloat16) at src, element
+ * stride `stride`, widened into dst, and n floats rounded back into one (nearest-even):
+ * ta_row_to_f32 / ta_row_from_f32 (core/dtype.h), the same bits, but a unit-stride half
+ * row goes straight to table k's converter: the fused paths convert a row at a time,
+ * and ta_convert_strided's lookup of the active table (a pthread_once a call) cost a
+ * float16 prefill more than the conversions (perf, B4 H8 L512 D64: ~8% of its samples). */
+static inline void ta_k_row_to_f32(const ta_kernels *k, float *dst, const void *src,
+                                   ta_dtype dt, int64_t n, int64_t stride)
+{
+    if (stride == 1 && dt == TA_F16) k->cvt_f16_f32(dst, (const uint16_t *)src, n);
+    else if (stride == 1 && dt == TA_BF16) k->cvt_bf16_f32(dst, (const uint16_t *)src, n);
+    else ta_row_to_f32(dst, src, dt, n, stride);
+}
+
+static inline void ta_k_row_from_f32(const ta_kernels *k, void *dst, ta_dtype dt,
+                                     const float *src, int64_t n, int64_t stride)
+{
+    if (stride == 1 && dt == TA_F16) k->cvt_f32_f16((uint16_t *)dst, src, n);
+    else if (stride == 1 && dt == TA_BF16) k->cvt_f32_bf16((uint16_t *)dst, src, n);
+    else ta_row_from_f32(dst, dt, src, n, stride);
+}
 
 /* log2(e) rounded to float, and the largest |fl(u L)| whose carry a base-2 softmax
  * keeps (attn_softmax_exp2): past it a shift's carry would not fit (|c| <= 2^-6 here). */

@@ -211,7 +211,7 @@ static void pack_kv(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, int64_
         const char *v0 = (const char *)V->data +
                          (size_t)(b * V->stride[0] + hkv * V->stride[1] + j0 * V->stride[2]) * es;
         for (int64_t j = 0; j < nk; j++) {
-            ta_row_to_f32(w->vrows + j * f->Dv, v0 + (size_t)(j * V->stride[2]) * es, V->dtype,
+            ta_k_row_to_f32(f->k, w->vrows + j * f->Dv, v0 + (size_t)(j * V->stride[2]) * es, V->dtype,
                           f->Dv, V->stride[3]);
             voff[j] = j * f->Dv;
         }
@@ -369,7 +369,7 @@ static void store_rows(const ta_kernels *k, ta_tensor *t, int64_t b, int64_t h, 
                 for (int64_t c = 0; c < cols * es; c += 64)
                     __builtin_prefetch(d0 + (r + BWD_AHEAD) * t->stride[2] * es + c, 1, 3);
             k->attn_scale_row(tmp, src + r * cols, alpha, 0, cols, 0);
-            ta_row_from_f32(d0 + r * t->stride[2] * es, t->dtype, tmp, cols, t->stride[3]);
+            ta_k_row_from_f32(k, d0 + r * t->stride[2] * es, t->dtype, tmp, cols, t->stride[3]);
         }
         return;
     }
@@ -486,8 +486,8 @@ static void run_key_tile(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, i
 /* Rows [0, L) of heads [h, h + nh) of batch b of t (unit stride along its cols) into buf
  * [nh * L][cols], the source rows requested BWD_AHEAD ahead (they lie apart: group_copy);
  * returns the view of buf that reads as t does for those heads. */
-static bwd_view copy_heads(const ta_tensor *t, int64_t b, int64_t h, int64_t nh, int64_t L,
-                           int64_t cols, float *buf)
+static bwd_view copy_heads(const ta_kernels *k, const ta_tensor *t, int64_t b, int64_t h,
+                           int64_t nh, int64_t L, int64_t cols, float *buf)
 {
     const int64_t es = (int64_t)ta_elem_size(t->dtype), ld = t->stride[2] * es;
     for (int64_t g = 0; g < nh; g++) {
@@ -500,7 +500,7 @@ static bwd_view copy_heads(const ta_tensor *t, int64_t b, int64_t h, int64_t nh,
             if (t->dtype == TA_F32)
                 memcpy(dst + i * cols, src, sizeof(float) * (size_t)cols);
             else /* a half tensor's rows widened (exact) */
-                ta_row_to_f32(dst + i * cols, src, t->dtype, cols, 1);
+                ta_k_row_to_f32(k, dst + i * cols, src, t->dtype, cols, 1);
         }
     }
     return (bwd_view){.data = buf, .s = {0, L * cols, cols, 1}, .h0 = h};
@@ -523,10 +523,10 @@ static void run_group(const bwd_plan *fg, bwd_ws *w, int64_t b, int64_t hkv, flo
     if (fg->qc_rows || fg->kc_rows || fg->doc_rows) {
         const ta_sdpa_problem *p = fg->p;
         fc = *fg;
-        if (fg->qc_rows) fc.q = copy_heads(p->Q, b, hkv * fg->G, fg->G, fg->Lq, fg->D, w->qc);
+        if (fg->qc_rows) fc.q = copy_heads(fg->k, p->Q, b, hkv * fg->G, fg->G, fg->Lq, fg->D, w->qc);
         if (fg->doc_rows)
-            fc.dout = copy_heads(p->dO, b, hkv * fg->G, fg->G, fg->Lq, fg->Dv, w->doc);
-        if (fg->kc_rows) fc.k_ = copy_heads(p->K, b, hkv, 1, fg->Lk, fg->D, w->kc);
+            fc.dout = copy_heads(fg->k, p->dO, b, hkv * fg->G, fg->G, fg->Lq, fg->Dv, w->doc);
+        if (fg->kc_rows) fc.k_ = copy_heads(fg->k, p->K, b, hkv, 1, fg->Lk, fg->D, w->kc);
         f = &fc;
     }
     memset(w->dq, 0, sizeof(float) * (size_t)(f->G * f->Lq * f->D));
@@ -621,11 +621,11 @@ static void row_terms_range(const bwd_plan *f, float *di, float *lse, int64_t r0
                 }
             const float *ov = (const float *)(const void *)o, *dv = (const float *)(const void *)d;
             if (ho) {
-                ta_row_to_f32(buf, o, O->dtype, Dv, so);
+                ta_k_row_to_f32(f->k, buf, o, O->dtype, Dv, so);
                 ov = buf;
             }
             if (hd) {
-                ta_row_to_f32(buf + Dv, d, dO->dtype, Dv, sd);
+                ta_k_row_to_f32(f->k, buf + Dv, d, dO->dtype, Dv, sd);
                 dv = buf + Dv;
             }
             di[r] = (float)f->k->attn_row_dot(dv, ov, Dv);

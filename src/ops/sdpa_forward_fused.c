@@ -203,18 +203,51 @@ static bool k_rows_spill(const ta_tensor *t, int64_t cols, int64_t Lk)
     return 16 * lines > 8 * sets1 || Lk * lines > 16 * sets2;
 }
 
+/* Whether tiles of many rows take attn_qk_bf16dot: a bfloat16 query on bfloat16 K rows
+ * read in place (kernels.h). */
+static bool qk_dot_tile_of(const ta_sdpa_problem *p, const ta_kernels *k)
+{
+    return p->Q->dtype == TA_BF16 && p->K->dtype == TA_BF16 && p->K->stride[3] == 1 &&
+           p->D % 2 == 0 && k->attn_qk_bf16dot;
+}
+
+/* How the kernels read K and V (f->p's): packed tile copies, the few-row kernels' kinds,
+ * the bfloat16 dot product's kernels. make_plan, and copy_plan for K or V in a thread's
+ * float32 buffer. */
+static void kv_flags(fused_plan *f)
+{
+    const ta_sdpa_problem *p = f->p;
+    /* half-precision K and V are widened tile by tile (ta_sdpa_native_dtype) */
+    f->pack_k = (p->K->stride[3] != 1 && p->D > 1) || p->K->dtype != TA_F32;
+    f->pack_v = (p->V->stride[3] != 1 && p->Dv > 1) || p->V->dtype != TA_F32;
+    f->kind_k = rows_kind(p->K, p->D, f->k->attn_vl);
+    f->kind_v = rows_kind(p->V, p->Dv, f->k->attn_vl);
+    /* a bfloat16 query on bfloat16 K: the CPU's dot product where it has one (products
+     * exact in float32; 18.5 against 38.2 cycles a (kv head, key) pair for Q.K^T alone on
+     * the Zen 4, 4 rows, D 128: docs/kernels.md); pack_q packs its rows as bfloat16 */
+    f->qk_dot = f->kind_k == 2 && p->Q->dtype == TA_BF16 && f->k->attn_qk_rows_bf16dot; /* D % attn_vl 0 */
+    f->qk_dot_tile = qk_dot_tile_of(p, f->k);
+}
+
 /* The floats of a thread's copy of K (value false) or V (0: read in place). bound: of any
- * problem with Lk' <= Lk (the sequences of a varlen whole). */
+ * problem with Lk' <= Lk (the sequences of a varlen whole). A half K or V that a group's
+ * several query tiles of many rows read is copied too, widened (session 30): once a
+ * group instead of a tile's widening for every query tile that reads it (kv_tile); not
+ * K where the bfloat16 dot product reads it as it is. */
 static int64_t plan_kv_copy(const ta_sdpa_problem *p, bool value, bool bound)
 {
     const ta_kernels *k = ta_kernels_active();
     const ta_tensor *t = value ? p->V : p->K;
     const int64_t cols = value ? p->Dv : p->D;
     if (p->pages.table || cols < 1 || cols > TA_FUSED_DIM_MAX) return 0;
-    if (value ? TA_MIN(k->attn_mq, p->G * p->Lq) <= k->attn_rows_max ||
-                    p->Lk <= TA_FUSED_VCOPY_MIN_KEYS || !ta_sdpa_rows_alias(t, cols, TA_FUSED_NK)
-              : p->G * p->Lq <= k->attn_mq || !k_rows_spill(t, cols, p->Lk))
+    if (t->dtype != TA_F32) {
+        if (p->G * p->Lq <= k->attn_mq || (!value && qk_dot_tile_of(p, k))) return 0;
+    } else if (value ? TA_MIN(k->attn_mq, p->G * p->Lq) <= k->attn_rows_max ||
+                           p->Lk <= TA_FUSED_VCOPY_MIN_KEYS ||
+                           !ta_sdpa_rows_alias(t, cols, TA_FUSED_NK)
+                     : p->G * p->Lq <= k->attn_mq || !k_rows_spill(t, cols, p->Lk)) {
         return 0;
+    }
     const int64_t keys_max = (int64_t)(TA_FUSED_VCOPY_MAX / sizeof(float)) / cols;
     if (p->Lk > keys_max) return bound ? keys_max * cols : 0;
     return p->Lk * cols;
@@ -247,18 +280,7 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
     /* O rows: attn_pv writes whole vectors (a multiple of attn_vl, a power of two) and
      * rows start 64-byte aligned (16 floats) */
     f.ldo = ta_round_up(p->Dv ? p->Dv : 1, TA_MAX(16, f.k->attn_vl));
-    /* half-precision K and V are widened tile by tile (ta_sdpa_native_dtype) */
-    f.pack_k = (p->K->stride[3] != 1 && p->D > 1) || p->K->dtype != TA_F32;
-    f.pack_v = (p->V->stride[3] != 1 && p->Dv > 1) || p->V->dtype != TA_F32;
-    f.kind_k = rows_kind(p->K, p->D, f.k->attn_vl);
-    f.kind_v = rows_kind(p->V, p->Dv, f.k->attn_vl);
-    /* a bfloat16 query on bfloat16 K: the CPU's dot product where it has one (products
-     * exact in float32; 18.5 against 38.2 cycles a (kv head, key) pair for Q.K^T alone on
-     * the Zen 4, 4 rows, D 128: docs/kernels.md); pack_q packs its rows as bfloat16 */
-    const bool qb = p->Q->dtype == TA_BF16;
-    f.qk_dot = f.kind_k == 2 && qb && f.k->attn_qk_rows_bf16dot; /* D % attn_vl 0 */
-    f.qk_dot_tile = p->K->dtype == TA_BF16 && p->K->stride[3] == 1 && p->D % 2 == 0 && qb &&
-                    f.k->attn_qk_bf16dot;
+    kv_flags(&f);
     /* a large O with non-temporal stores (ta_sdpa_stream_rows). Measured on the two-port
      * Xeon (driver, medians, alternated): causal B512 H8 L128 D64 (O 128 MiB) 161 -> 152
      * ms on 1 thread, 84.2 -> 79.1 on 2; the seed's causal case (32 MiB) 89.1 -> 85.9 and
@@ -392,18 +414,23 @@ static const fused_plan *copy_plan(const fused_plan *f, fused_plan *fv, ta_sdpa_
     if (kbuf) pv->K = buffer_rows(kt, kbuf, f->p->K);
     *fv = *f;
     fv->p = pv;
+    kv_flags(fv); /* float32 rows now, where a half K or V was widened into the buffer */
     return fv;
 }
 
 /* K's (value false) or V's rows [a, b) of group (bi, hkv) into rows a .. b - 1 of buf. */
-static void copy_kv_rows(const ta_sdpa_problem *p, bool value, int64_t bi, int64_t hkv, int64_t a,
+static void copy_kv_rows(const fused_plan *f, bool value, int64_t bi, int64_t hkv, int64_t a,
                         int64_t b, float *buf)
 {
     if (a >= b) return;
+    const ta_sdpa_problem *p = f->p;
     const ta_tensor *t = value ? p->V : p->K;
-    const float *v = (const float *)t->data + ta_sdpa_kv_offset(p, value, bi, hkv, a);
-    const int64_t cols = value ? p->Dv : p->D, ld = t->stride[2];
-    for (int64_t j = a; j < b; j++, v += ld) memcpy(buf + j * cols, v, sizeof(float) * (size_t)cols);
+    const int64_t es = (int64_t)ta_elem_size(t->dtype), cols = value ? p->Dv : p->D;
+    const char *v = (const char *)t->data + ta_sdpa_kv_offset(p, value, bi, hkv, a) * es;
+    for (int64_t j = a; j < b; j++, v += t->stride[2] * es) {
+        if (t->dtype == TA_F32) memcpy(buf + j * cols, v, sizeof(float) * (size_t)cols);
+        else ta_k_row_to_f32(f->k, buf + j * cols, v, t->dtype, cols, t->stride[3]); /* widened */
+    }
 }
 
 /* Makes the buffer hold K's (value false) or V's rows of the item's keys [jlo, jhi) of
@@ -415,8 +442,8 @@ static void hold_rows(const fused_plan *f, const fused_item *it, bool value, flo
     if (it->jhi <= it->jlo) return;
     if (h->b != it->b || h->hkv != it->hkv) *h = (held_rows){it->b, it->hkv, it->jlo, it->jlo};
     const int64_t lo = TA_MIN(it->jlo, h->lo), hi = TA_MAX(it->jhi, h->hi);
-    copy_kv_rows(f->p, value, it->b, it->hkv, lo, h->lo, buf);
-    copy_kv_rows(f->p, value, it->b, it->hkv, h->hi, hi, buf);
+    copy_kv_rows(f, value, it->b, it->hkv, lo, h->lo, buf);
+    copy_kv_rows(f, value, it->b, it->hkv, h->hi, hi, buf);
     h->lo = lo;
     h->hi = hi;
 }

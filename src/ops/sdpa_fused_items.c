@@ -195,7 +195,7 @@ void ta_fused_finish_item(const fused_plan *f, const fused_item *it, const fused
         }
         if (half) { /* the float32 row in place (the item's last use of it), rounded once */
             f->k->attn_scale_row(o, o, inv, l == 0.0f, Dv, 0);
-            ta_row_from_f32(orow, O->dtype, o, Dv, os);
+            ta_k_row_from_f32(f->k, orow, O->dtype, o, Dv, os);
         } else if (os == 1) {
             f->k->attn_scale_row((float *)(void *)orow, o, inv, l == 0.0f, Dv, f->stream_o);
         } else {

@@ -93,7 +93,7 @@ static void pack_q(const fused_plan *f, const fused_item *it, const fused_ws *w)
     if (!few_rows(f, it)) {
         if (half) {
             for (int64_t r = 0; r < it->mq; r++) {
-                ta_row_to_f32(w->qrows + r * D, (const char *)Q->data + qoff[r] * qes, Q->dtype,
+                ta_k_row_to_f32(f->k, w->qrows + r * D, (const char *)Q->data + qoff[r] * qes, Q->dtype,
                               D, s3);
                 w->qroff[r] = r * D;
             }
@@ -105,7 +105,7 @@ static void pack_q(const fused_plan *f, const fused_item *it, const fused_ws *w)
     }
     for (int64_t r = 0; r < it->mq; r++) {
         if (half) { /* widened in place, then scaled */
-            ta_row_to_f32(qp + r * D, (const char *)Q->data + qoff[r] * qes, Q->dtype, D, s3);
+            ta_k_row_to_f32(f->k, qp + r * D, (const char *)Q->data + qoff[r] * qes, Q->dtype, D, s3);
             for (int64_t d = 0; d < D; d++) qp[r * D + d] *= p->scale;
         } else {
             for (int64_t d = 0; d < D; d++) qp[r * D + d] = q[qoff[r] + d * s3] * p->scale;
@@ -209,7 +209,7 @@ static const float *kv_tile(const fused_plan *f, const fused_item *it, bool valu
         if (widen)
             widen(buf + j * cols, (const uint16_t *)(src + j * rs), cols);
         else
-            ta_row_to_f32(buf + j * cols, src + j * rs, t->dtype, cols, t->stride[3]);
+            ta_k_row_to_f32(f->k, buf + j * cols, src + j * rs, t->dtype, cols, t->stride[3]);
     }
     *ld = cols;
     return buf;
