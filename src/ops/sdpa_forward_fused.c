@@ -179,6 +179,10 @@ bool ta_sdpa_rows_alias(const ta_tensor *t, int64_t cols, int64_t rows)
  * and varlen_prefill's sequences 2 - 4% slower with the copy.
  * A group of more than TA_FUSED_VCOPY_MAX bytes of K or V is read in place. */
 #define TA_FUSED_VCOPY_MAX ((size_t)32 << 20)
+/* The same bound for a half K or V widened into the buffer (plan_kv_copy): a chunked
+ * prefill over a long KV cache would otherwise ask for up to 32 MiB a thread and tensor;
+ * past it the tiles widen the rows they read, as before. */
+#define TA_FUSED_HALF_COPY_MAX ((size_t)4 << 20)
 #define TA_FUSED_VCOPY_MIN_KEYS 384
 
 /* gcd(a, b) for b a power of two: the sets of a cache of b sets that rows a lines apart
@@ -248,7 +252,8 @@ static int64_t plan_kv_copy(const ta_sdpa_problem *p, bool value, bool bound)
                      : p->G * p->Lq <= k->attn_mq || !k_rows_spill(t, cols, p->Lk)) {
         return 0;
     }
-    const int64_t keys_max = (int64_t)(TA_FUSED_VCOPY_MAX / sizeof(float)) / cols;
+    const size_t most = t->dtype != TA_F32 ? TA_FUSED_HALF_COPY_MAX : TA_FUSED_VCOPY_MAX;
+    const int64_t keys_max = (int64_t)(most / sizeof(float)) / cols;
     if (p->Lk > keys_max) return bound ? keys_max * cols : 0;
     return p->Lk * cols;
 }
