@@ -211,8 +211,8 @@ static void pack_kv(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t hkv, int64_
         const char *v0 = (const char *)V->data +
                          (size_t)(b * V->stride[0] + hkv * V->stride[1] + j0 * V->stride[2]) * es;
         for (int64_t j = 0; j < nk; j++) {
-            ta_k_row_to_f32(f->k, w->vrows + j * f->Dv, v0 + (size_t)(j * V->stride[2]) * es, V->dtype,
-                          f->Dv, V->stride[3]);
+            ta_k_row_to_f32(f->k, w->vrows + j * f->Dv, v0 + (size_t)(j * V->stride[2]) * es,
+                            V->dtype, f->Dv, V->stride[3]);
             voff[j] = j * f->Dv;
         }
         f->k->attn_pack_t(w->vt, w->ldt, w->vrows, voff, 1, nk, f->Dv, 1.0f);
@@ -523,7 +523,8 @@ static void run_group(const bwd_plan *fg, bwd_ws *w, int64_t b, int64_t hkv, flo
     if (fg->qc_rows || fg->kc_rows || fg->doc_rows) {
         const ta_sdpa_problem *p = fg->p;
         fc = *fg;
-        if (fg->qc_rows) fc.q = copy_heads(fg->k, p->Q, b, hkv * fg->G, fg->G, fg->Lq, fg->D, w->qc);
+        if (fg->qc_rows)
+            fc.q = copy_heads(fg->k, p->Q, b, hkv * fg->G, fg->G, fg->Lq, fg->D, w->qc);
         if (fg->doc_rows)
             fc.dout = copy_heads(fg->k, p->dO, b, hkv * fg->G, fg->G, fg->Lq, fg->Dv, w->doc);
         if (fg->kc_rows) fc.k_ = copy_heads(fg->k, p->K, b, hkv, 1, fg->Lk, fg->D, w->kc);
@@ -616,8 +617,10 @@ static void row_terms_range(const bwd_plan *f, float *di, float *lse, int64_t r0
             lse[r] = ((const float *)L->data)[b * L->stride[0] + h * L->stride[1] + i * L->stride[2]];
             if (ahead && i + BWD_AHEAD < Lq) /* BWD_AHEAD */
                 for (int64_t c = 0; c < Dv * 4; c += 64) {
-                    if (c < Dv * eo) __builtin_prefetch(o + BWD_AHEAD * O->stride[2] * eo + c, 0, 3);
-                    if (c < Dv * ed) __builtin_prefetch(d + BWD_AHEAD * dO->stride[2] * ed + c, 0, 3);
+                    if (c < Dv * eo)
+                        __builtin_prefetch(o + BWD_AHEAD * O->stride[2] * eo + c, 0, 3);
+                    if (c < Dv * ed)
+                        __builtin_prefetch(d + BWD_AHEAD * dO->stride[2] * ed + c, 0, 3);
                 }
             const float *ov = (const float *)(const void *)o, *dv = (const float *)(const void *)d;
             if (ho) {
@@ -742,7 +745,8 @@ static bwd_plan make_plan_as(const ta_sdpa_problem *p, bwd_sched *sc, bool toget
     f.dot_p = dot_plan(f.k, p->dO, p->V, f.Dv);
     f.v_rows = p->V->dtype != TA_F32 && !f.dot_p;
     const ta_tensor *terms[2] = {p->O, p->dO}, *grads[3] = {p->dQ, p->dK, p->dV};
-    f.row_buf = TA_MAX(any_half(terms, 2) ? 2 * f.Dv : 0, any_half(grads, 3) ? TA_MAX(f.D, f.Dv) : 0);
+    f.row_buf = TA_MAX(any_half(terms, 2) ? 2 * f.Dv : 0,
+                       any_half(grads, 3) ? TA_MAX(f.D, f.Dv) : 0);
     f.ws_bytes = ws_bytes(&f);
     sc->qtiles = (f.Lq + BWD_MQ - 1) / BWD_MQ;
     sc->items1 = sc->group_plan ? sc->groups : sc->groups * sc->nkt;

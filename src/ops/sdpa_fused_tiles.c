@@ -93,8 +93,8 @@ static void pack_q(const fused_plan *f, const fused_item *it, const fused_ws *w)
     if (!few_rows(f, it)) {
         if (half) {
             for (int64_t r = 0; r < it->mq; r++) {
-                ta_k_row_to_f32(f->k, w->qrows + r * D, (const char *)Q->data + qoff[r] * qes, Q->dtype,
-                              D, s3);
+                ta_k_row_to_f32(f->k, w->qrows + r * D, (const char *)Q->data + qoff[r] * qes,
+                                Q->dtype, D, s3);
                 w->qroff[r] = r * D;
             }
             f->k->attn_pack_t(qp, f->mq_max, w->qrows, w->qroff, 1, it->mq, D, p->scale);
