@@ -204,13 +204,8 @@ static const float *kv_tile(const fused_plan *f, const fused_item *it, bool valu
     const int64_t cols = value ? p->Dv : p->D, rs = kv_ld(t);
     /* unit-stride half rows: the ISA's converter straight from the table, row by row (a
      * decode step widens tens of thousands of rows: no per-row dispatch) */
-    const ta_widen_fn widen = t->stride[3] == 1 ? ta_widen_kernel(t->dtype) : NULL;
-    for (int64_t j = 0; j < nk; j++) {
-        if (widen)
-            widen(buf + j * cols, (const uint16_t *)(src + j * rs), cols);
-        else
-            ta_k_row_to_f32(f->k, buf + j * cols, src + j * rs, t->dtype, cols, t->stride[3]);
-    }
+    for (int64_t j = 0; j < nk; j++)
+        ta_k_row_to_f32(f->k, buf + j * cols, src + j * rs, t->dtype, cols, t->stride[3]);
     *ld = cols;
     return buf;
 }
