@@ -200,6 +200,49 @@ static void test_half_varlen_equals_dense(void **state)
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ta_tensor_free(all[i]);
 }
 
+/* The random tests' draws: xorshift64 on *s, then a value in [0, n). */
+static int64_t rnd(uint64_t *s, int64_t n)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return (int64_t)(*s % (uint64_t)n);
+}
+
+/* The fused path's options for a random test, drawn from *rng in this order: the causal
+ * alignment; a window (1 in 4); softcap 20 (1 in 4); ALiBi slopes (1 in 4, made in
+ * slopes, [H]); sinks (1 in 4, made in sinks, [H]; not drawn when sinks is NULL); key
+ * lengths (1 in 3, in kl[B]). */
+static ta_sdpa_opts random_opts(uint64_t *rng, int64_t B, int64_t H, int64_t Lk,
+                                ta_tensor *slopes, ta_tensor *sinks, int64_t *kl)
+{
+    const int64_t hs[1] = {H};
+    ta_sdpa_opts op = {.path = TA_SDPA_FUSED};
+    const int64_t cm = rnd(rng, 3);
+    op.causal = cm == 0 ? TA_CAUSAL_NONE : cm == 1 ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_BOTTOM_RIGHT;
+    if (rnd(rng, 4) == 0) {
+        op.has_window = 1;
+        op.window_left = rnd(rng, 2) ? -1 : rnd(rng, 50);
+        op.window_right = rnd(rng, 2) ? -1 : rnd(rng, 50);
+    }
+    if (rnd(rng, 4) == 0) op.softcap = 20.0f;
+    if (rnd(rng, 4) == 0) {
+        TA_CHECK_OK(ta_tensor_empty(slopes, 1, hs));
+        for (int64_t h = 0; h < H; h++) ((float *)slopes->data)[h] = 0.1f / (float)(h + 1);
+        op.alibi_slopes = slopes;
+    }
+    if (sinks && rnd(rng, 4) == 0) {
+        TA_CHECK_OK(ta_tensor_empty(sinks, 1, hs));
+        for (int64_t h = 0; h < H; h++) ((float *)sinks->data)[h] = 0.3f * (float)h - 0.5f;
+        op.sinks = sinks;
+    }
+    if (rnd(rng, 3) == 0) {
+        for (int64_t b = 0; b < B; b++) kl[b] = rnd(rng, Lk + 1);
+        op.key_lengths = kl;
+    }
+    return op;
+}
+
 /* A bfloat16 Q, K and V against float32 ones holding the same values, fused path, on
  * random shapes with every option the forward takes (GQA, both causal alignments, a
  * window, softcap, ALiBi, sinks, key lengths, Dv != D, D with and without a last odd
@@ -214,14 +257,14 @@ static void test_bf16_equals_float32_values(void **state)
 {
     (void)state;
     uint64_t rng = 0x9e3779b97f4a7c15ULL;
-#define RND(n) (rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17, (int64_t)(rng % (uint64_t)(n)))
+#define RND(n) rnd(&rng, (n))
     static const int64_t Ds[6] = {16, 32, 48, 64, 80, 128};
     for (int c = 0; c < 60; c++) {
         const int64_t Hkv = 1 + RND(3), H = Hkv * (1 + RND(6)), B = 1 + RND(2);
         const int64_t Lq = 1 + RND(c % 3 == 0 ? 4 : 100), Lk = 1 + RND(200), D = Ds[RND(6)];
         const int64_t Dv = RND(3) == 0 ? 32 : D;
         const int64_t qs[4] = {B, H, Lq, D}, ks[4] = {B, Hkv, Lk, D}, vs[4] = {B, Hkv, Lk, Dv};
-        const int64_t os[4] = {B, H, Lq, Dv}, ls[3] = {B, H, Lq}, hs[1] = {H};
+        const int64_t os[4] = {B, H, Lq, Dv}, ls[3] = {B, H, Lq};
         ta_tensor x32[3], x16[3], buf[3], o[2], lse[2], slopes = {0}, sinks = {0};
         const bool bshd = c % 4 == 1; /* [B, L, H, D] views: rows that lie apart */
         const int64_t *shapes[3] = {qs, ks, vs};
@@ -237,30 +280,8 @@ static void test_bf16_equals_float32_values(void **state)
                 x16[i] = buf[i];
             }
         }
-        ta_sdpa_opts op = {.path = TA_SDPA_FUSED};
-        const int64_t cm = RND(3);
-        op.causal = cm == 0 ? TA_CAUSAL_NONE : cm == 1 ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_BOTTOM_RIGHT;
-        if (RND(4) == 0) {
-            op.has_window = 1;
-            op.window_left = RND(2) ? -1 : RND(50);
-            op.window_right = RND(2) ? -1 : RND(50);
-        }
-        if (RND(4) == 0) op.softcap = 20.0f;
-        if (RND(4) == 0) {
-            TA_CHECK_OK(ta_tensor_empty(&slopes, 1, hs));
-            for (int64_t h = 0; h < H; h++) ((float *)slopes.data)[h] = 0.1f / (float)(h + 1);
-            op.alibi_slopes = &slopes;
-        }
-        if (RND(4) == 0) {
-            TA_CHECK_OK(ta_tensor_empty(&sinks, 1, hs));
-            for (int64_t h = 0; h < H; h++) ((float *)sinks.data)[h] = 0.3f * (float)h - 0.5f;
-            op.sinks = &sinks;
-        }
         int64_t kl[2];
-        if (RND(3) == 0) {
-            for (int64_t b = 0; b < B; b++) kl[b] = RND(Lk + 1);
-            op.key_lengths = kl;
-        }
+        ta_sdpa_opts op = random_opts(&rng, B, H, Lk, &slopes, &sinks, kl);
         const bool half_o = RND(2) == 0; /* O bfloat16: the float32 O's rounding beside */
         for (int r = 0; r < 2; r++) {
             TA_CHECK_OK(ta_tensor_empty_dtype(&o[r], r || !half_o ? TA_F32 : TA_BF16, 4, os));
@@ -370,7 +391,7 @@ static void test_half_backward_equals_float32_values(void **state)
 {
     (void)state;
     uint64_t rng = 0x243f6a8885a308d3ULL;
-#define RND(n) (rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17, (int64_t)(rng % (uint64_t)(n)))
+#define RND(n) rnd(&rng, (n))
     static const int64_t Ds[6] = {16, 32, 17, 64, 80, 128};
     double worst = 0.0;
     int exact = 0;
@@ -380,30 +401,13 @@ static void test_half_backward_equals_float32_values(void **state)
         const int64_t Lq = 1 + RND(c % 3 == 0 ? 4 : 150), Lk = 1 + RND(200), D = Ds[RND(6)];
         const int64_t Dv = RND(3) == 0 ? 32 : D;
         const int64_t qs[4] = {B, H, Lq, D}, ks[4] = {B, Hkv, Lk, D}, vs[4] = {B, Hkv, Lk, Dv};
-        const int64_t os[4] = {B, H, Lq, Dv}, ls[3] = {B, H, Lq}, hs[1] = {H};
+        const int64_t os[4] = {B, H, Lq, Dv}, ls[3] = {B, H, Lq};
         const int64_t *shapes[5] = {qs, ks, vs, os, os};
         const bool bshd = RND(4) == 0;
         /* Q, K, V, dO, O: half values in both dtypes (O from a float32 forward) */
         ta_tensor x32[5], buf[5], x16[5], lse, g[2][3], slopes = {0};
-        ta_sdpa_opts op = {.path = TA_SDPA_FUSED};
-        const int64_t cm = RND(3);
-        op.causal = cm == 0 ? TA_CAUSAL_NONE : cm == 1 ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_BOTTOM_RIGHT;
-        if (RND(4) == 0) {
-            op.has_window = 1;
-            op.window_left = RND(2) ? -1 : RND(50);
-            op.window_right = RND(2) ? -1 : RND(50);
-        }
-        if (RND(4) == 0) op.softcap = 20.0f;
-        if (RND(4) == 0) {
-            TA_CHECK_OK(ta_tensor_empty(&slopes, 1, hs));
-            for (int64_t h = 0; h < H; h++) ((float *)slopes.data)[h] = 0.1f / (float)(h + 1);
-            op.alibi_slopes = &slopes;
-        }
         int64_t kl[2];
-        if (RND(3) == 0) {
-            for (int64_t b = 0; b < B; b++) kl[b] = RND(Lk + 1);
-            op.key_lengths = kl;
-        }
+        ta_sdpa_opts op = random_opts(&rng, B, H, Lk, &slopes, NULL, kl);
         TA_CHECK_OK(ta_tensor_empty(&lse, 3, ls));
         for (int i = 0; i < 5; i++) {
             TA_CHECK_OK(ta_tensor_empty(&x32[i], 4, shapes[i]));
