@@ -36,15 +36,12 @@
 _Static_assert(MR >= 1 && MR <= 8, "attn_bwd_template.h: ROWS_TAIL has cases for 1..7 rows");
 _Static_assert(NV >= 1 && NV <= 8, "attn_bwd_template.h: COLS_TAIL has cases for 1..8 vectors");
 
-#ifdef NAME_GEMM
-
-/* Rows 0 .. mr-1 and column vectors 0 .. nv-1 (the last one holding `last` lanes when TAIL)
- * of C = (acc ? C : 0) + A B over k steps. mr, nv and TAIL are constants after inlining. */
-BWD_INLINE void gemm_micro(float *c, int64_t ldc, const float *a, int64_t rsa, int64_t csa,
-                           const float *b, int64_t ldb, int64_t k, int acc, const int mr,
-                           const int nv, const int TAIL, int last, ta_pf *pf)
+/* Rows 0 .. mr-1 and column vectors 0 .. nv-1 (the last one holding `last` lanes when
+ * TAIL) of a micro-tile's accumulators: C's values (acc), else 0; and back into C. mr,
+ * nv and TAIL are constants after inlining (the tile stays in registers). */
+BWD_INLINE void tile_load(VT cr[MR][NV], const float *c, int64_t ldc, int acc, const int mr,
+                          const int nv, const int TAIL, int last)
 {
-    VT cr[MR][NV];
 #pragma GCC unroll 16
     for (int r = 0; r < MR; r++) {
         if (r >= mr) break;
@@ -59,6 +56,35 @@ BWD_INLINE void gemm_micro(float *c, int64_t ldc, const float *a, int64_t rsa, i
                 cr[r][v] = V_LOADU(c + r * ldc + v * VL);
         }
     }
+}
+
+BWD_INLINE void tile_store(float *c, int64_t ldc, VT cr[MR][NV], const int mr, const int nv,
+                           const int TAIL, int last)
+{
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; r++) {
+        if (r >= mr) break;
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; v++) {
+            if (v >= nv) break;
+            if (TAIL && v == nv - 1)
+                V_STOREN(c + r * ldc + v * VL, cr[r][v], last);
+            else
+                V_STOREU(c + r * ldc + v * VL, cr[r][v]);
+        }
+    }
+}
+
+#ifdef NAME_GEMM
+
+/* Rows 0 .. mr-1 and column vectors 0 .. nv-1 (the last one holding `last` lanes when TAIL)
+ * of C = (acc ? C : 0) + A B over k steps. mr, nv and TAIL are constants after inlining. */
+BWD_INLINE void gemm_micro(float *c, int64_t ldc, const float *a, int64_t rsa, int64_t csa,
+                           const float *b, int64_t ldb, int64_t k, int acc, const int mr,
+                           const int nv, const int TAIL, int last, ta_pf *pf)
+{
+    VT cr[MR][NV];
+    tile_load(cr, c, ldc, acc, mr, nv, TAIL, last);
     TA_PF_BEGIN(pf);
     for (int64_t p = 0; p < k; p++) {
         if (p & 1) TA_PF_STEP(pf); /* the caller's stream, a line every other step */
@@ -79,18 +105,7 @@ BWD_INLINE void gemm_micro(float *c, int64_t ldc, const float *a, int64_t rsa, i
         }
     }
     TA_PF_END(pf);
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; r++) {
-        if (r >= mr) break;
-#pragma GCC unroll 16
-        for (int v = 0; v < NV; v++) {
-            if (v >= nv) break;
-            if (TAIL && v == nv - 1)
-                V_STOREN(c + r * ldc + v * VL, cr[r][v], last);
-            else
-                V_STOREU(c + r * ldc + v * VL, cr[r][v]);
-        }
-    }
+    tile_store(c, ldc, cr, mr, nv, TAIL, last);
 }
 
 /* All m rows of one column strip (nv vectors) of C: full MR-row tiles, then one tile of
@@ -177,13 +192,7 @@ BWD_INLINE void gemm_dot_micro(float *c, int64_t ldc, const uint16_t *a, int64_t
                                const int nv, const int TAIL, int last, ta_pf *pf)
 {
     VT cr[MR][NV];
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; r++) {
-        if (r >= mr) break;
-#pragma GCC unroll 16
-        for (int v = 0; v < NV; v++)
-            if (v < nv) cr[r][v] = V_ZERO();
-    }
+    tile_load(cr, c, ldc, 0, mr, nv, TAIL, last);
     TA_PF_BEGIN(pf);
     for (int64_t p = 0; p < kp; p++) {
         TA_PF_STEP(pf); /* the caller's stream, a line a step (two of attn_bwd_gemm's) */
@@ -204,18 +213,7 @@ BWD_INLINE void gemm_dot_micro(float *c, int64_t ldc, const uint16_t *a, int64_t
         }
     }
     TA_PF_END(pf);
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; r++) {
-        if (r >= mr) break;
-#pragma GCC unroll 16
-        for (int v = 0; v < NV; v++) {
-            if (v >= nv) break;
-            if (TAIL && v == nv - 1)
-                V_STOREN(c + r * ldc + v * VL, cr[r][v], last);
-            else
-                V_STOREU(c + r * ldc + v * VL, cr[r][v]);
-        }
-    }
+    tile_store(c, ldc, cr, mr, nv, TAIL, last);
 }
 
 /* Columns [0, n) of mr (< MR when a tail) rows: full strips of NV vectors, then one
