@@ -144,7 +144,7 @@ ta_status ta_sdpa_prepare_backward(ta_sdpa_problem *p, const char *fn, ta_tensor
 
 /* Storage dtypes (sdpa_dtype.c). Q, K, V, O, dO, dQ, dK, dV may be float32, float16 or
  * bfloat16. An implementation computes in float32; the tensors it does not convert itself
- * (ta_sdpa_native_dtype) get contiguous float32 stand-ins at the start of the scratch:
+ * (ta_sdpa_native_dtypes) get contiguous float32 stand-ins at the start of the scratch:
  * inputs widened before the run, outputs rounded after it. ta_sdpa_scratch_bytes and
  * ta_sdpa_run include this, so every caller gets it. */
 enum { TA_SDPA_T_Q, TA_SDPA_T_K, TA_SDPA_T_V, TA_SDPA_T_O, TA_SDPA_T_DO, TA_SDPA_T_DQ,
@@ -154,9 +154,9 @@ typedef struct ta_sdpa_staging {
     ta_tensor t[TA_SDPA_T_COUNT];          /* the float32 stand-ins */
     const ta_tensor *orig[TA_SDPA_T_COUNT]; /* the caller's tensor of a staged role, or NULL */
 } ta_sdpa_staging;
-/* Whether the implementation p resolves to reads or writes role's tensor in its own
- * dtype (converting in its tile loops). */
-bool ta_sdpa_native_dtype(const ta_sdpa_problem *p, int role);
+/* Whether the implementation p resolves to reads and writes every tensor in its own
+ * dtype (converting in its tile and row loops: the fused paths), so that none is staged. */
+bool ta_sdpa_native_dtypes(const ta_sdpa_problem *p);
 /* Which tensors of p are staged (no memory yet), and their scratch bytes. */
 void ta_sdpa_stage_plan(ta_sdpa_staging *s, const ta_sdpa_problem *p);
 size_t ta_sdpa_stage_bytes(ta_sdpa_staging *s);

@@ -1,7 +1,7 @@
 /* float16 and bfloat16 in SDPA: the tensors of a problem that are stored in a half
  * type and that the resolved implementation reads or writes in float32 (sdpa.h,
  * "Storage dtypes"): the reference paths' half tensors. The fused paths convert every
- * tensor themselves, in their tile and row loops (ta_sdpa_native_dtype), so a half
+ * tensor themselves, in their tile and row loops (ta_sdpa_native_dtypes), so a half
  * problem on them needs no stand-in (session 30; before, the fused forward's half Q and
  * O and every half tensor of the backward had one: 130 MiB for the seed's backward in
  * bfloat16).
@@ -54,7 +54,7 @@ static bool role_is_output(const ta_sdpa_problem *p, int role)
     return role == TA_SDPA_T_DQ || role == TA_SDPA_T_DK || role == TA_SDPA_T_DV;
 }
 
-bool ta_sdpa_native_dtype(const ta_sdpa_problem *p, int role)
+bool ta_sdpa_native_dtypes(const ta_sdpa_problem *p)
 {
     /* the fused paths read and write every tensor in its own dtype: the forward widens K
      * and V tile by tile (kv_tile: a decode step reads a half-precision cache once, at
@@ -63,17 +63,17 @@ bool ta_sdpa_native_dtype(const ta_sdpa_problem *p, int role)
      * kernels) and rounds O's rows as it finishes them; the backward widens Q, K and dO a
      * group's rows at a time (or whole), V a key tile's rows, O and dO a row for D_i, and
      * rounds the gradients a row at a time (sdpa_backward_fused.c) */
-    (void)role;
     return p->path == TA_SDPA_FUSED;
 }
 
 void ta_sdpa_stage_plan(ta_sdpa_staging *s, const ta_sdpa_problem *p)
 {
     s->p = *p;
+    const bool native = ta_sdpa_native_dtypes(p);
     for (int r = 0; r < TA_SDPA_T_COUNT; r++) {
         const ta_tensor *t = role_tensor(p, r);
         s->orig[r] = NULL;
-        if (!t || t->dtype == TA_F32 || ta_sdpa_native_dtype(p, r)) continue;
+        if (!t || t->dtype == TA_F32 || native) continue;
         s->orig[r] = t;
         s->t[r] = ta_tensor_view(NULL, t->ndim, t->shape); /* float32, contiguous */
         set_role(&s->p, r, &s->t[r]);

@@ -221,7 +221,7 @@ static bool qk_dot_tile_of(const ta_sdpa_problem *p, const ta_kernels *k)
 static void kv_flags(fused_plan *f)
 {
     const ta_sdpa_problem *p = f->p;
-    /* half-precision K and V are widened tile by tile (ta_sdpa_native_dtype) */
+    /* half-precision K and V are widened tile by tile (ta_sdpa_native_dtypes) */
     f->pack_k = (p->K->stride[3] != 1 && p->D > 1) || p->K->dtype != TA_F32;
     f->pack_v = (p->V->stride[3] != 1 && p->Dv > 1) || p->V->dtype != TA_F32;
     f->kind_k = rows_kind(p->K, p->D, f->k->attn_vl);

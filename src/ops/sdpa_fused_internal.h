@@ -171,8 +171,7 @@ static inline void row_next(const fused_plan *f, int64_t *h, int64_t *i)
     }
 }
 
-/* Q's row (b, h, i) (float32 Q, or a bfloat16 one the staging left as it is:
- * ta_sdpa_native_dtype). */
+/* Q's row (b, h, i), in Q's own dtype (ta_sdpa_native_dtypes). */
 static inline const void *q_row(const ta_sdpa_problem *p, int64_t b, int64_t h, int64_t i)
 {
     const ta_tensor *Q = p->Q;
