@@ -41,7 +41,8 @@
 /* The state of one work item in a thread's scratch (Q rows, O rows, m, l, the rows' bounds,
  * its tile's scores and row tables), for `rows` rows of Q and O and tiles of `keys` keys
  * (a sweep's further heads: attn_rows_max rows, whose few-row tiles keep to TA_FUSED_NK
- * keys; the first state: any item's, TA_FUSED_NK_LAST). */
+ * keys; the first state: any item's, TA_FUSED_NK_LAST, or f->few_keys for a few-row tile
+ * outside a sweep). */
 static void ws_state_layout(ta_arena *a, fused_ws *w, const fused_plan *f, int64_t rows,
                             int64_t keys)
 {
@@ -70,7 +71,7 @@ static void ws_layout(ta_arena *a, fused_ws *w, const fused_plan *f)
 {
     const ta_sdpa_problem *p = f->p;
     const int64_t mq = f->mq_max;
-    ws_state_layout(a, w, f, mq, TA_FUSED_NK_LAST);
+    ws_state_layout(a, w, f, mq, TA_MAX(TA_FUSED_NK_LAST, f->few_keys));
     w->ones = TA_ARENA_TAKE(a, float, mq);
     const bool hq = p->Q->dtype != TA_F32; /* pack_q widens a half Q's rows here */
     w->qrows = hq ? TA_ARENA_TAKE2(a, float, mq, p->D ? p->D : 1) : NULL;
@@ -286,6 +287,12 @@ static fused_plan make_plan(const ta_sdpa_problem *p)
      * rows start 64-byte aligned (16 floats) */
     f.ldo = ta_round_up(p->Dv ? p->Dv : 1, TA_MAX(16, f.k->attn_vl));
     kv_flags(&f);
+    /* few-row tiles of TA_FUSED_NK_STREAM keys where the few-row kernels read K's and V's
+     * rows in place (kind >= 0: unit-stride rows of a whole number of vectors, nothing
+     * widened into kp / vp). The dtypes and the vector decide, not the row strides or
+     * the shape: a [B, L, H, D] view gives the bits of the contiguous tensors, and every
+     * sequence of a varlen call or a KV-cache batch the same scratch layout. */
+    f.few_keys = f.kind_k >= 0 && f.kind_v >= 0 ? TA_FUSED_NK_STREAM : TA_FUSED_NK;
     /* a large O with non-temporal stores (ta_sdpa_stream_rows). Measured on the two-port
      * Xeon (driver, medians, alternated): causal B512 H8 L128 D64 (O 128 MiB) 161 -> 152
      * ms on 1 thread, 84.2 -> 79.1 on 2; the seed's causal case (32 MiB) 89.1 -> 85.9 and
@@ -638,6 +645,8 @@ static void thread_ws(ta_arena *mine, fused_ws *ws, fused_pf *pfs, const fused_p
      * decode step over 256 keys (8 heads of 12 KiB a call; B1 H32 Hkv8 D128 float16, 1
      * thread, 46.8 -> 44.5 us). */
     memset(ws[0].s, 0, sizeof(float) * (size_t)(f->mq_max * TA_FUSED_NK_LAST));
+    /* (keys past TA_FUSED_NK_LAST: few-row tiles only, whose kernels read rows < mq
+     * alone, after writing them) */
     for (int64_t r = 0; r < f->mq_max; r++) ws[0].ones[r] = 1.0f;
 }
 

@@ -17,6 +17,21 @@
 /* An item's last keys, up to this many, are one tile (row bounds cutting it or not):
  * the scratch holds tiles of this many keys (sdpa_fused_tiles.c, tile_begin). */
 #define TA_FUSED_NK_LAST (2 * TA_FUSED_NK)
+/* Keys per tile of few rows (a decode step) outside a sweep, where the few-row kernels
+ * read K's and V's rows in place (fused_plan.few_keys). Where the rows follow each other
+ * ([B, H, L, D] or [B, Hkv, L, D]), a head's keys are one stream that the hardware
+ * prefetcher follows, and the P.V of a tile
+ * switches the reads from K's stream to V's and the next tile back: in tiles of 64 keys a
+ * switch every 32 KiB of float32 (D 128), which the prefetchers restart behind. Measured
+ * on the Zen 4 (session 31, driver, 1 thread, medians of 21 - 41, three rounds, GB/s of K
+ * and V; 128 MiB of float32 or 64 MiB of half): B1 H32 Lk4096 D128 float32, one query
+ * row a head (the bench's sdpa_decode) 21.6 - 24.9 -> 28.0 - 30.9 (tiles of 256: 26.4 -
+ * 29.8; 1024: 26.5 - 32.1), 2 threads 43 - 46 -> 50 - 54 (partly from L3); [B, Hkv, L, D]
+ * with 4 query rows a kv head, float32 10.7 - 11.6 -> 15.4 - 16.2, bfloat16 12.3 - 14.0
+ * -> 16.0 - 18.9; one row, bfloat16 16.4 - 17.0 -> 19.0 - 19.4, float16 15.9 - 16.1 ->
+ * 19.6 - 19.8. (A KV cache's sweep keeps tiles of TA_FUSED_NK: its region of the next
+ * tile of every head goes into L2, which tiles of 128 keys already overfill.) */
+#define TA_FUSED_NK_STREAM 512
 #define TA_FUSED_SWEEP_MAX 32 /* kv heads a sweep steps together at most */
 #define TA_FUSED_SPLIT 512   /* keys per chunk when the keys are split (a multiple of NK) */
 #define TA_FUSED_FEW_TILES 16 /* split the keys when there are fewer tiles than this */
@@ -120,6 +135,10 @@ typedef struct fused_plan {
                             bfloat16 query, its rows packed as bfloat16 */
     bool qk_dot_tile;    /* and tiles of many rows attn_qk_bf16dot, on K's rows in place
                             (no widened copy), q packed as bfloat16 pairs */
+    int64_t few_keys;    /* keys per tile of few rows outside a sweep: TA_FUSED_NK_STREAM
+                            where the few-row kernels read K's and V's rows in place,
+                            else TA_FUSED_NK (make_plan; a copy_plan keeps it: the
+                            thread's scratch is laid out for it) */
     int kind_k, kind_v;  /* few-row tiles read K / V rows in place through
                             attn_qk_rows_kv / attn_pv_rows_kv of this kind (0 float32,
                             1 float16, 2 bfloat16), or -1: through kv_tile */

@@ -149,7 +149,7 @@ static inline bool rows_stream(const ta_sdpa_problem *p, bool value)
 }
 
 /* The table of K's (value false) or V's rows for keys j0 .. j0 + nk - 1 of the item's
- * group, in rows (TA_FUSED_NK + TA_ROWS_AHEAD entries), then the next keys of the item
+ * group, in rows (the tile's keys + TA_ROWS_AHEAD entries), then the next keys of the item
  * for the kernels to prefetch (up to TA_ROWS_AHEAD), except when the rows follow each
  * other in memory (a head's keys one stream: the hardware prefetcher follows it, and
  * software prefetches on top cost bandwidth, docs/kernels.md "Decode: streaming K and
@@ -730,11 +730,13 @@ static int64_t tile_begin(const fused_plan *f, const fused_item *it, const fused
      * epilogue): unless a mask tensor is read (its tiles skip when all blocked), a
      * window's left edge cuts the keys from j0 on, or the tile has few rows (a decode's
      * tiles keep to its sweep's steps). Causal B32 H8 L128 D64, in L3, 1 thread: 146 ->
-     * 155 GFLOP/s (session 26, docs/performance.md). */
-    const int64_t nk = !ir->use_mask && j0 >= ir->clean_lo && !few_rows(f, it) &&
+     * 155 GFLOP/s (session 26, docs/performance.md). A few-row tile outside a sweep
+     * takes f->few_keys (TA_FUSED_NK_STREAM where K's and V's rows stream). */
+    const bool few = few_rows(f, it);
+    const int64_t nk = !ir->use_mask && j0 >= ir->clean_lo && !few &&
                                it->jhi - j0 <= TA_FUSED_NK_LAST
                            ? it->jhi - j0
-                           : TA_MIN(TA_FUSED_NK, stop - j0);
+                           : TA_MIN(few && !w->pfs->sweep ? f->few_keys : TA_FUSED_NK, stop - j0);
     *rowk = NULL;
     *skip = ir->use_mask && tile_blocked(f, it, w, j0, nk);
     if (*skip) return nk;

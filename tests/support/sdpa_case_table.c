@@ -223,6 +223,42 @@ static void decode_shapes(ta_sdpa_case_list *l)
     ta_sdpa_case_add(l, ta_sdpa_case_shape(1, 1, 1, 1, 1500, 1, 1, 7)); /* a ragged last chunk */
 }
 
+/* Few query rows against many keys in as many groups as the key split leaves whole
+ * (B Hkv >= 16): each item's few-row tiles of TA_FUSED_NK_STREAM (512) keys, a last one
+ * shorter, through both few-row paths (one or two rows a kv head of float32 rows that
+ * follow each other: attn_qk_rows / attn_pv; four: the row tables), with masks that
+ * block whole tiles or single keys inside one, key lengths that end inside a tile or
+ * before it, rows that lie apart and K and V ending at a guard page. */
+static void decode_long_tiles(ta_sdpa_case_list *l)
+{
+    ta_sdpa_case c = ta_sdpa_case_shape(2, 8, 8, 1, 1300, 64, 64, 31);
+    c.causal = TA_CAUSAL_BOTTOM_RIGHT;
+    ta_sdpa_case_add(l, c);
+    c.view = TA_TEST_VIEW_GUARD;
+    ta_sdpa_case_add(l, c);
+    c.view = TA_TEST_VIEW_STRIDED;
+    ta_sdpa_case_add(l, c);
+    c = ta_sdpa_case_shape(2, 32, 8, 1, 1100, 32, 48, 32); /* 4 rows a kv head */
+    c.mask = TA_TEST_MASK_B11LK;
+    c.mode = TA_MASK_KEEP;
+    c.prefix = 1;
+    ta_sdpa_case_add(l, c);
+    c.mask = TA_TEST_MASK_FULL;
+    c.prefix = 0;
+    ta_sdpa_case_add(l, c);
+    c.mode = TA_MASK_ADDITIVE;
+    ta_sdpa_case_add(l, c);
+    c = ta_sdpa_case_shape(4, 4, 4, 2, 1200, 16, 16, 33);
+    c.lengths = TA_TEST_LEN_CYCLE;
+    c.causal = TA_CAUSAL_BOTTOM_RIGHT;
+    ta_sdpa_case_add(l, c);
+    c = ta_sdpa_case_shape(2, 16, 8, 3, 1500, 64, 64, 34); /* 6 rows: causal within */
+    c.causal = TA_CAUSAL_BOTTOM_RIGHT;
+    ta_sdpa_case_add(l, c);
+    c.causal = TA_CAUSAL_TOP_LEFT;
+    ta_sdpa_case_add(l, c);
+}
+
 const ta_sdpa_case_group ta_sdpa_case_groups[] = {
     {"head dims 1..256", head_dims},
     {"odd sizes and causal alignments", odd_sizes_and_causal_alignments},
@@ -233,5 +269,6 @@ const ta_sdpa_case_group ta_sdpa_case_groups[] = {
     {"grouped-query attention", grouped_query_attention},
     {"strided views and guard pages", strided_views_and_guard_pages},
     {"decode shapes", decode_shapes},
+    {"decode tiles of many keys", decode_long_tiles},
 };
 const size_t ta_sdpa_case_group_count = COUNT(ta_sdpa_case_groups);
