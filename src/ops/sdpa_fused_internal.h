@@ -20,17 +20,17 @@
 /* Keys per tile of few rows (a decode step) outside a sweep, where the few-row kernels
  * read K's and V's rows in place (fused_plan.few_keys). Where the rows follow each other
  * ([B, H, L, D] or [B, Hkv, L, D]), a head's keys are one stream that the hardware
- * prefetcher follows, and the P.V of a tile
- * switches the reads from K's stream to V's and the next tile back: in tiles of 64 keys a
- * switch every 32 KiB of float32 (D 128), which the prefetchers restart behind. Measured
- * on the Zen 4 (session 31, driver, 1 thread, medians of 21 - 41, three rounds, GB/s of K
- * and V; 128 MiB of float32 or 64 MiB of half): B1 H32 Lk4096 D128 float32, one query
- * row a head (the bench's sdpa_decode) 21.6 - 24.9 -> 28.0 - 30.9 (tiles of 256: 26.4 -
- * 29.8; 1024: 26.5 - 32.1), 2 threads 43 - 46 -> 50 - 54 (partly from L3); [B, Hkv, L, D]
- * with 4 query rows a kv head, float32 10.7 - 11.6 -> 15.4 - 16.2, bfloat16 12.3 - 14.0
- * -> 16.0 - 18.9; one row, bfloat16 16.4 - 17.0 -> 19.0 - 19.4, float16 15.9 - 16.1 ->
- * 19.6 - 19.8. (A KV cache's sweep keeps tiles of TA_FUSED_NK: its region of the next
- * tile of every head goes into L2, which tiles of 128 keys already overfill.) */
+ * prefetcher follows, and the P.V of a tile switches the reads from K's stream to V's and
+ * the next tile back: in tiles of 64 keys a switch every 32 KiB of float32 (D 128), which
+ * the prefetchers restart behind. Measured on the Zen 4 (session 31, whole-library
+ * builds, driver, 1 thread, medians of 21 - 41, three to six rounds, GB/s of K and V;
+ * 128 MiB of float32 or 64 MiB of half): B1 H32 Lk4096 D128 float32, one query row a
+ * head (the bench's sdpa_decode) 21.6 - 24.9 -> 27.1 - 30.9 (tiles of 256: 26.4 - 29.8;
+ * 1024: 26.5 - 32.1), 2 threads 43 - 46 -> 50 - 54 (partly from L3); [B, Hkv, L, D] with
+ * 4 query rows a kv head, float32 10.7 - 11.6 -> 15.4 - 16.2, bfloat16 12.3 - 14.0 ->
+ * 16.0 - 18.9; one row, bfloat16 16.4 - 17.0 -> 19.0 - 19.4, float16 15.9 - 16.1 -> 19.6 -
+ * 19.8. (A KV cache's sweep keeps tiles of TA_FUSED_NK: its region of the next tile of
+ * every head goes into L2, which larger tiles overfill: docs/kernels.md.) */
 #define TA_FUSED_NK_STREAM 512
 #define TA_FUSED_SWEEP_MAX 32 /* kv heads a sweep steps together at most */
 #define TA_FUSED_SPLIT 512   /* keys per chunk when the keys are split (a multiple of NK) */

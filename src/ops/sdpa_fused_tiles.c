@@ -731,7 +731,8 @@ static int64_t tile_begin(const fused_plan *f, const fused_item *it, const fused
      * window's left edge cuts the keys from j0 on, or the tile has few rows (a decode's
      * tiles keep to its sweep's steps). Causal B32 H8 L128 D64, in L3, 1 thread: 146 ->
      * 155 GFLOP/s (session 26, docs/performance.md). A few-row tile outside a sweep
-     * takes f->few_keys (TA_FUSED_NK_STREAM where K's and V's rows stream). */
+     * takes f->few_keys (TA_FUSED_NK_STREAM where the few-row kernels read K's and V's
+     * rows in place). */
     const bool few = few_rows(f, it);
     const int64_t nk = !ir->use_mask && j0 >= ir->clean_lo && !few &&
                                it->jhi - j0 <= TA_FUSED_NK_LAST
