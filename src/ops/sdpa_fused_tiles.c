@@ -398,35 +398,61 @@ static ta_pf *pf_ready(fused_pf *s)
     return &s->pf;
 }
 
-/* A sweep's region (fused_pf): the rows of keys [j, je) of batch b for all n heads of
- * the sweep from its first, in K then in V, a span per run of keys (a paged cache's
- * block) from the first head's row to the end of the last head's: the memory those
- * heads' next tile reads, in address order. line_key: the lines a call requests per key
- * it reads, so that the calls of a tile (its scores, then its P.V, keys alike) request
- * the whole region. */
-static void sweep_region(const fused_plan *f, fused_pf *s, const fused_item *first, int64_t n,
-                         int64_t j, int64_t je)
+/* The memory that the rows of keys [j, je) of batch b for all n heads of a sweep from its
+ * first read, in K then in V: a span per run of keys (a paged cache's block) from the
+ * first head's row to the end of the last head's, in address order (at most
+ * TA_FUSED_REGION_SPANS; returns their count). */
+static int64_t region_spans(const fused_plan *f, const fused_item *first, int64_t n, int64_t j,
+                            int64_t je, ta_pf_span *out)
 {
     const ta_sdpa_problem *p = f->p;
     fused_item last = *first;
     last.hkv = first->hkv + n - 1;
-    s->rn = s->ri = 0;
-    int64_t lines = 0;
+    int64_t m = 0;
     for (int value = 0; value < 2; value++) {
         const ta_tensor *t = value ? p->V : p->K;
         const int64_t bytes = (value ? p->Dv : p->D) * (int64_t)ta_elem_size(t->dtype);
-        for (int64_t a = j, run; a < je && s->rn < TA_FUSED_REGION_SPANS; a += run) {
+        for (int64_t a = j, run; a < je && m < TA_FUSED_REGION_SPANS; a += run) {
             run = TA_MIN(ta_sdpa_kv_run(p, a), je - a);
             const char *lo = kv_rows(f, first, value, a), *hi = kv_rows(f, &last, value, a);
             const int64_t ld = kv_ld(t);
             if (hi < lo || ld < 0) continue; /* not a cache whose rows hold the heads in order */
-            const char *b = hi + (run - 1) * ld + bytes;
-            s->region[s->rn++] = (ta_pf_span){lo, b};
-            lines += (b - lo + 63) / 64;
+            out[m++] = (ta_pf_span){lo, hi + (run - 1) * ld + bytes};
         }
     }
+    return m;
+}
+
+/* A sweep's region (fused_pf): region_spans of its next tile, keys [j, je). line_key: the
+ * lines a call requests per key it reads, so that the calls of a tile (its scores, then
+ * its P.V, keys alike) request the whole region. */
+static void sweep_region(const fused_plan *f, fused_pf *s, const fused_item *first, int64_t n,
+                         int64_t j, int64_t je)
+{
+    s->rn = region_spans(f, first, n, j, je, s->region);
+    s->ri = 0;
+    int64_t lines = 0;
+    for (int64_t i = 0; i < s->rn; i++) lines += (s->region[i].b - s->region[i].a + 63) / 64;
     s->ra = s->rn ? s->region[0].a : NULL;
     s->line_key = (lines + 2 * n * (je - j) - 1) / TA_MAX(2 * n * (je - j), 1);
+}
+
+/* The pages of the tile after a sweep's region, keys [j, je): one line of each 4 KiB
+ * page requested now, a tile before the region's requests reach the page line by line (a
+ * float32 tile of 64 keys at Hkv 8, D 128 spans 128 pages, a key's rows of all heads
+ * each). Presumably its translation, which the region's first request of a page waited
+ * for: this VM shows no TLB counters. 128 requests a tile where the region makes 8192;
+ * on the Zen 4, 1 thread, float32 from memory 0.77 - 0.82 -> 0.85 - 0.92 of the plain
+ * read, from L3 (4096 keys) 21 -> 24 GB/s; half caches 3 - 8% from memory, the same in
+ * L3 (docs/kernels.md, "A sweep's pages a tile ahead"). */
+static void sweep_pages(const fused_plan *f, const fused_item *first, int64_t n, int64_t j,
+                        int64_t je)
+{
+    ta_pf_span sp[TA_FUSED_REGION_SPANS];
+    const int64_t m = region_spans(f, first, n, j, je, sp);
+    for (int64_t i = 0; i < m; i++)
+        for (uintptr_t x = (uintptr_t)sp[i].a; x < (uintptr_t)sp[i].b; x = (x | 4095) + 1)
+            __builtin_prefetch((const void *)x, 0, 1);
 }
 
 /* The next `lines` lines of the sweep's region, as the stream of one kernel call. */
@@ -879,7 +905,9 @@ static void sweep_next(const fused_plan *f, fused_pf *s, const fused_item *its, 
         s->line_key = 0;
         return;
     }
-    sweep_region(f, s, first, n, j, TA_MIN(je, j + TA_FUSED_NK));
+    const int64_t e = TA_MIN(je, j + TA_FUSED_NK);
+    sweep_region(f, s, first, n, j, e);
+    if (e < je) sweep_pages(f, first, n, e, TA_MIN(je, e + TA_FUSED_NK));
 }
 
 /* A sweep's steps: one key tile of every head (the scores of each, then each head's
