@@ -3,8 +3,8 @@
  * the FMAs the arithmetic needs, against a plain streaming read of the same bytes
  * measured in turn in the same process (docs/performance.md, "Session 28").
  *
- *   build/decode_ceiling [keys [rounds [T dist W]]]   (default 32768 keys, 15 rounds and
- *                                                     the configurations below)
+ *   build/decode_ceiling [keys [rounds [T dist W [pages]]]]   (default 32768 keys, 15
+ *                                            rounds and the configurations below)
  *
  * The cache is B1, Hkv 8, D 128, float16 K and V [keys, Hkv, D] (2 x 64 MiB at 32k
  * keys): a kv head's rows are 2 KiB apart, beyond the hardware prefetchers. The sweep
@@ -17,7 +17,9 @@
  * (sdpa_fused_tiles.c, sweep_region). W = 4 is the FMA count of a 4-row decode (a GQA
  * group of 4: 4 rows x 128 x 2 multiply-adds a (kv head, key) pair, 64 512-bit FMAs);
  * W = 5 stands for ~16 cycles a pair more; W = 0 adds each vector once (the reads
- * alone). The library's step does more on the same reads in the same order (each
+ * alone). pages = 1 also requests, at each tile's start, one line of each 4 KiB page of
+ * the tile after the region, as the library's sweep does since session 32
+ * (sweep_pages). The library's step does more on the same reads in the same order (each
  * score's lane sums, the softmax, its bookkeeping), so this bounds what it can read.
  *
  * Prints per configuration the medians (ms, GB/s, ns a pair) and the median of the
@@ -44,6 +46,7 @@ enum { HKV = 8, D = 128, MAX_ROUNDS = 63 };
 
 typedef struct dc_cfg {
     int T, dist, W; /* tile keys, tiles ahead of the region, FMAs a widened vector */
+    int pages;      /* 1: a line of each page of the tile after the region, a tile ahead */
 } dc_cfg;
 
 #if DC_X86
@@ -66,6 +69,10 @@ typedef struct dc_cfg {
             const char *rk = (const char *)(K + jn * row), *rv = (const char *)(V + jn * row); \
             const int64_t lines = 2 * kn * row * 2 / 64, half = lines / 2;                  \
             int64_t line = 0;                                                               \
+            const int64_t jp = jn + c.T; /* the tile after the region: a line a page */     \
+            for (int kv = 0; c.pages && jp < L && kv < 2; kv++)                             \
+                for (int64_t b = 0; b < (L - jp < c.T ? L - jp : c.T) * row * 2; b += 4096) \
+                    _mm_prefetch((const char *)((kv ? V : K) + jp * row) + b, _MM_HINT_T2);   \
             for (int h = 0; h < HKV; h++)                                                   \
                 for (int kv = 0; kv < 2; kv++)                                              \
                     for (int64_t k = 0; k < tk; k++) {                                      \
@@ -118,8 +125,8 @@ int main(int argc, char **argv)
 #else
     const int64_t L = argc > 1 ? strtoll(argv[1], NULL, 10) : 32768;
     const int rounds = argc > 2 ? atoi(argv[2]) : 15;
-    if (L < 1024 || rounds < 1 || rounds > MAX_ROUNDS || argc == 4 || argc == 5 || argc > 6) {
-        fprintf(stderr, "usage: decode_ceiling [keys (>= 1024) [rounds (1 .. %d) [T dist W]]]\n",
+    if (L < 1024 || rounds < 1 || rounds > MAX_ROUNDS || argc == 4 || argc == 5 || argc > 7) {
+        fprintf(stderr, "usage: decode_ceiling [keys (>= 1024) [rounds (1 .. %d) [T dist W [pages]]]]\n",
                 MAX_ROUNDS);
         return 2;
     }
@@ -147,13 +154,14 @@ int main(int argc, char **argv)
     printf("B1 Hkv%d D%d float16 cache of %lld keys (%.0f MiB of K and V), %s, 1 thread\n", HKV,
            D, (long long)L, (double)bytes / (1 << 20), ta_isa_name(isa));
 
-    static const dc_cfg std_cfgs[] = {{64, 1, 0}, {64, 1, 4}, {64, 1, 5}, {32, 2, 4}, {16, 4, 4}};
-    dc_cfg one = {0, 0, 0};
+    static const dc_cfg std_cfgs[] = {{64, 1, 0, 0}, {64, 1, 4, 0}, {64, 1, 4, 1},
+                                      {64, 1, 5, 0}, {32, 2, 4, 0}, {16, 4, 4, 0}};
+    dc_cfg one = {0, 0, 0, 0};
     if (argc > 5) {
-        one = (dc_cfg){atoi(argv[3]), atoi(argv[4]), atoi(argv[5])};
+        one = (dc_cfg){atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), argc > 6 ? atoi(argv[6]) : 0};
         if (one.T < 1 || one.T > 1024 || one.dist < 1 || one.dist > 64 ||
-            (one.W != 0 && one.W != 4 && one.W != 5)) {
-            fprintf(stderr, "decode_ceiling: T in 1 .. 1024, dist in 1 .. 64, W 0, 4 or 5\n");
+            (one.W != 0 && one.W != 4 && one.W != 5) || one.pages < 0 || one.pages > 1) {
+            fprintf(stderr, "decode_ceiling: T in 1 .. 1024, dist in 1 .. 64, W 0, 4 or 5, pages 0 or 1\n");
             free(buf);
             return 2;
         }
@@ -178,9 +186,9 @@ int main(int argc, char **argv)
             ratio[r] = (double)bytes / ts[r] * 1e-9 / gb[r];
         }
         const double t = bench_median(ts, rounds), g = bench_median(gb, rounds);
-        printf("tiles of %3d keys, region %d tile(s) ahead, %d FMAs a vector: %7.3f ms %5.1f "
+        printf("tiles of %3d keys, region %d tile(s) ahead, %d FMAs a vector%s: %7.3f ms %5.1f "
                "GB/s %5.1f ns a pair; plain read %5.1f GB/s; ratio %.3f\n",
-               c.T, c.dist, c.W, t * 1e3, (double)bytes / t * 1e-9, t * 1e9 / (double)(L * HKV),
+               c.T, c.dist, c.W, c.pages ? ", pages ahead" : "", t * 1e3, (double)bytes / t * 1e-9, t * 1e9 / (double)(L * HKV),
                g, bench_median(ratio, rounds));
     }
     free(buf);

@@ -440,11 +440,12 @@ static void sweep_region(const fused_plan *f, fused_pf *s, const fused_item *fir
 /* The pages of the tile after a sweep's region, keys [j, je): one line of each 4 KiB
  * page requested now, a tile before the region's requests reach the page line by line (a
  * float32 tile of 64 keys at Hkv 8, D 128 spans 128 pages, a key's rows of all heads
- * each). Presumably its translation, which the region's first request of a page waited
- * for: this VM shows no TLB counters. 128 requests a tile where the region makes 8192;
- * on the Zen 4, 1 thread, float32 from memory 0.77 - 0.82 -> 0.85 - 0.92 of the plain
- * read, from L3 (4096 keys) 21 -> 24 GB/s; half caches 3 - 8% from memory, the same in
- * L3 (docs/kernels.md, "A sweep's pages a tile ahead"). */
+ * each): 128 requests a tile where the region makes 8192. What the region's first
+ * request of a page waited for is presumably its translation (this VM shows no TLB
+ * counters). On the Zen 4, 1 thread, float32 32k keys from memory: 0.77 - 0.82 -> 0.85 -
+ * 0.92 of the plain read on 4 KiB pages (a caller's malloc), 0.74 - 0.76 -> 0.79 - 0.82
+ * on the huge pages ta_tensor_empty asks for; half caches 3 - 8% faster on 4 KiB pages,
+ * within the noise on huge ones (docs/kernels.md, "A sweep's pages a tile ahead"). */
 static void sweep_pages(const fused_plan *f, const fused_item *first, int64_t n, int64_t j,
                         int64_t je)
 {
