@@ -126,7 +126,8 @@ int main(int argc, char **argv)
     const int64_t L = argc > 1 ? strtoll(argv[1], NULL, 10) : 32768;
     const int rounds = argc > 2 ? atoi(argv[2]) : 15;
     if (L < 1024 || rounds < 1 || rounds > MAX_ROUNDS || argc == 4 || argc == 5 || argc > 7) {
-        fprintf(stderr, "usage: decode_ceiling [keys (>= 1024) [rounds (1 .. %d) [T dist W [pages]]]]\n",
+        fprintf(stderr,
+                "usage: decode_ceiling [keys (>= 1024) [rounds (1 .. %d) [T dist W [pages]]]]\n",
                 MAX_ROUNDS);
         return 2;
     }
@@ -161,7 +162,8 @@ int main(int argc, char **argv)
         one = (dc_cfg){atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), argc > 6 ? atoi(argv[6]) : 0};
         if (one.T < 1 || one.T > 1024 || one.dist < 1 || one.dist > 64 ||
             (one.W != 0 && one.W != 4 && one.W != 5) || one.pages < 0 || one.pages > 1) {
-            fprintf(stderr, "decode_ceiling: T in 1 .. 1024, dist in 1 .. 64, W 0, 4 or 5, pages 0 or 1\n");
+            fprintf(stderr, "decode_ceiling: T in 1 .. 1024, dist in 1 .. 64, W 0, 4 or 5, "
+                            "pages 0 or 1\n");
             free(buf);
             return 2;
         }
@@ -188,7 +190,8 @@ int main(int argc, char **argv)
         const double t = bench_median(ts, rounds), g = bench_median(gb, rounds);
         printf("tiles of %3d keys, region %d tile(s) ahead, %d FMAs a vector%s: %7.3f ms %5.1f "
                "GB/s %5.1f ns a pair; plain read %5.1f GB/s; ratio %.3f\n",
-               c.T, c.dist, c.W, c.pages ? ", pages ahead" : "", t * 1e3, (double)bytes / t * 1e-9, t * 1e9 / (double)(L * HKV),
+               c.T, c.dist, c.W, c.pages ? ", pages ahead" : "", t * 1e3,
+               (double)bytes / t * 1e-9, t * 1e9 / (double)(L * HKV),
                g, bench_median(ratio, rounds));
     }
     free(buf);
