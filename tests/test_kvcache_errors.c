@@ -239,6 +239,29 @@ static void test_unused_entries_not_read(void **state)
     ta_test_kv_free(&t);
 }
 
+/* Empty caches (Hkv 0) of extents near 2^62: nothing to read or write, so the call
+ * succeeds, and its bounds arithmetic (a paged sequence's block count, the overlap
+ * checks' spans) must not overflow on the way (make sanitize: UBSan). */
+static void test_empty_caches_of_huge_extents(void **state)
+{
+    (void)state;
+    float buf[4] = {0};
+    for (int paged = 0; paged < 2; paged++) {
+        const int64_t L = paged ? 3 * ((int64_t)1 << 61) : (int64_t)1 << 62;
+        const int64_t qs[4] = {1, 1, 0, 4}, cs[4] = {1, L, 0, 4};
+        ta_tensor q, o, kc, vc, kn, vn;
+        TA_CHECK_OK(ta_tensor_from_buffer(&q, buf, 4, qs, NULL));
+        TA_CHECK_OK(ta_tensor_from_buffer(&o, buf, 4, qs, NULL));
+        TA_CHECK_OK(ta_tensor_from_buffer(&kc, buf, 4, cs, NULL));
+        TA_CHECK_OK(ta_tensor_from_buffer(&vc, buf, 4, cs, NULL));
+        TA_CHECK_OK(ta_tensor_from_buffer(&kn, buf, 4, cs, NULL)); /* Lnew = the capacity */
+        TA_CHECK_OK(ta_tensor_from_buffer(&vn, buf, 4, cs, NULL));
+        int32_t seqlens[1] = {0}, table[1] = {0};
+        const ta_kv_cache c = {&kc, &vc, seqlens, paged ? table : NULL, 1};
+        TA_CHECK_OK(ta_sdpa_kvcache(&o, &q, &c, &kn, &vn, NULL));
+    }
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -258,6 +281,7 @@ int main(void)
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_null_arguments),
         cmocka_unit_test(test_unused_entries_not_read),
+        cmocka_unit_test(test_empty_caches_of_huge_extents),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

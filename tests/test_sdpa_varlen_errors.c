@@ -61,13 +61,17 @@ static const hostile cases[] = {
     {"dQ overlaps Q", BWD, TA_EINVAL, "dQ overlaps Q"},
     {"dK of another Tk", BWD, TA_ESHAPE, "dK has shape [5, 1, 8], expected [Tk, Hkv, D] = [6, 1, 8]"},
     {"opts->lse in the backward", BWD, TA_EINVAL, "opts->lse must be NULL"},
+    /* ALiBi slopes [num_seqs, H]: the whole tensor is checked, not each sequence's row */
+    {"slopes' row 1 in O", FWD, TA_EINVAL, "O overlaps opts->alibi_slopes"},
+    {"slopes' row 1 in dQ", BWD, TA_EINVAL, "dQ overlaps opts->alibi_slopes"},
+    {"slopes of float16", FWD | BWD, TA_EINVAL, "opts->alibi_slopes has dtype"},
 };
 
 /* The arguments of one call, made hostile as case k says. */
 typedef struct call {
     ta_test_varlen_batch b;
     int32_t cq[4], ck[4];
-    ta_tensor mask, q4, o3, lt, k6, k3, v3, dk5, extra_lse;
+    ta_tensor mask, q4, o3, lt, k6, k3, v3, dk5, extra_lse, big, in_big, slopes, slopes16;
     int64_t klen[3];
     ta_tensor *q, *k, *v, *o, *lse, *dq, *dk;
     ta_sdpa_opts opts;
@@ -115,6 +119,25 @@ static void make_call(call *c, int k)
     if (!strcmp(name, "O overlaps Q")) TA_CHECK_OK(ta_tensor_slice(c->o = &c->o3, &b->q, 2, 0, 4, 1));
     if (!strcmp(name, "dQ overlaps Q")) c->dq = &b->q;
     if (!strcmp(name, "dK of another Tk")) TA_CHECK_OK(ta_tensor_zeros(c->dk = &c->dk5, 3, dk5));
+    /* slopes [3, 2] with rows 20 floats apart in a buffer of 128: row 0 at float 0, row
+     * 1 at 20, inside an output placed at float 16 */
+    if (!strncmp(name, "slopes' row 1 in", 16)) {
+        const int64_t n = 128, sl[2] = {3, 2}, st[2] = {20, 1};
+        TA_CHECK_OK(ta_tensor_zeros(&c->big, 1, &n));
+        float *at = (float *)c->big.data + 16;
+        const bool fwd = !strcmp(name, "slopes' row 1 in O");
+        const ta_tensor *like = fwd ? &b->o : &b->dq;
+        TA_CHECK_OK(ta_tensor_from_buffer(&c->in_big, at, like->ndim, like->shape, NULL));
+        if (fwd) c->o = &c->in_big;
+        else c->dq = &c->in_big;
+        TA_CHECK_OK(ta_tensor_from_buffer(&c->slopes, c->big.data, 2, sl, st));
+        c->opts.alibi_slopes = &c->slopes;
+    }
+    if (!strcmp(name, "slopes of float16")) {
+        const int64_t sl[2] = {3, 2};
+        TA_CHECK_OK(ta_tensor_zeros_dtype(&c->slopes16, TA_F16, 2, sl));
+        c->opts.alibi_slopes = &c->slopes16;
+    }
     if (!strcmp(name, "opts->lse in the backward")) {
         TA_CHECK_OK(ta_tensor_zeros(&c->extra_lse, 2, lt));
         c->opts.lse = &c->extra_lse;
@@ -126,7 +149,8 @@ static void make_call(call *c, int k)
 
 static void free_call(call *c)
 {
-    ta_tensor *all[] = {&c->mask, &c->q4, &c->lt, &c->k6, &c->k3, &c->v3, &c->dk5, &c->extra_lse};
+    ta_tensor *all[] = {&c->mask, &c->q4, &c->lt, &c->k6, &c->k3, &c->v3, &c->dk5, &c->extra_lse,
+                        &c->big, &c->slopes16};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ta_tensor_free(all[i]);
     if (c->o == &c->o3 && c->o3.owned) ta_tensor_free(&c->o3);
     ta_test_varlen_free(&c->b);

@@ -63,13 +63,14 @@ static inline bool ta_tensors_overlap(const ta_tensor *a, const ta_tensor *b)
     uintptr_t lo[2], hi[2]; /* integers: comparing unrelated pointers is undefined */
     const ta_tensor *t[2] = {a, b};
     for (int k = 0; k < 2; k++) {
-        int64_t n = 1, neg = 0, pos = 0;
+        int64_t neg = 0, pos = 0;
+        for (int d = 0; d < t[k]->ndim; d++)
+            if (t[k]->shape[d] == 0) return false; /* no element (before any product of an
+                                                      extent a checked layout need not bound) */
         for (int d = 0; d < t[k]->ndim; d++) {
-            n *= t[k]->shape[d];
             int64_t span = (t[k]->shape[d] - 1) * t[k]->stride[d];
             if (span < 0) neg += span; else pos += span;
         }
-        if (n == 0) return false;
         uintptr_t base = (uintptr_t)t[k]->data, size = ta_elem_size(t[k]->dtype);
         lo[k] = base - (uintptr_t)(-neg) * size;
         hi[k] = base + (uintptr_t)(pos + 1) * size;

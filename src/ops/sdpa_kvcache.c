@@ -191,7 +191,9 @@ static ta_status check_lengths(const kv_call *k)
                             (long long)b, (long long)b, (long long)n, (long long)k->Lnew,
                             (long long)k->cap);
         if (!k->table) continue;
-        const int64_t used = (n + k->Lnew + k->block_size - 1) / k->block_size;
+        /* ceil((n + Lnew) / block_size), without the sum that an absurd block_size of an
+         * empty cache (Hkv or D 0) would overflow */
+        const int64_t used = (n + k->Lnew) / k->block_size + ((n + k->Lnew) % k->block_size != 0);
         for (int64_t u = 0; u < used; u++) {
             const int32_t blk = k->table[b * k->max_blocks + u];
             if (blk < 0 || blk >= k->nblocks)

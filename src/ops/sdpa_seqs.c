@@ -34,6 +34,7 @@
 #include "ops/sdpa.h"
 
 #include "core/core.h"
+#include "core/tensor_internal.h"
 
 #include <stdio.h>
 
@@ -193,8 +194,10 @@ static ta_status views_of(seq_views *v, const seqs_call *c, int64_t b)
     return TA_OK;
 }
 
-/* The ALiBi slopes [num_seqs, H] of a call: checked (shape; the rest the dense checks do
- * on each row) and kept aside, each sequence getting its row. */
+/* The ALiBi slopes [num_seqs, H] of a call: checked whole (shape, dtype, strides, data
+ * and overlaps with the outputs, as the dense checks do [B, H]: each sequence's dense
+ * check sees its own row only, which a stride can put anywhere) and kept aside, each
+ * sequence getting its row. */
 static ta_status alibi_rows(seqs_call *c)
 {
     const ta_tensor *a = c->opts.alibi_slopes;
@@ -205,6 +208,32 @@ static ta_status alibi_rows(seqs_call *c)
                         "[H] = [%lld] or [num_seqs, H] = [%lld, %lld]", c->fn,
                         (long long)a->shape[0], (long long)a->shape[1], (long long)H,
                         (long long)c->n, (long long)H);
+    if (a->dtype != TA_F32)
+        return ta_error(TA_EINVAL, "%s: opts->alibi_slopes has dtype %d; it must be float32 "
+                        "(TA_F32)", c->fn, (int)a->dtype);
+    ta_status st = ta_tensor_check(c->fn, "opts->alibi_slopes", a);
+    if (st) return st;
+    {
+        ta_tensor *outs[4];
+        const char *names[4];
+        int n = 0;
+        static const int roles[] = {T_O, T_LSE, T_DQ, T_DK, T_DV};
+        static const char *const role_names[] = {"O", "opts->lse", "dQ", "dK", "dV"};
+        for (int i = 0; i < 5; i++) {
+            const bool out = c->backward ? roles[i] >= T_DQ : roles[i] <= T_LSE;
+            if (out && c->has[roles[i]]) {
+                outs[n] = &c->whole.t[roles[i]];
+                names[n++] = role_names[i];
+            }
+        }
+        if (c->backward && c->opts.dsinks) {
+            outs[n] = c->opts.dsinks;
+            names[n++] = "opts->dsinks";
+        }
+        const char *in_name = "opts->alibi_slopes";
+        st = ta_sdpa_check_overlaps(c->fn, n, outs, names, 1, &a, &in_name);
+        if (st) return st;
+    }
     c->alibi_bh = a;
     return TA_OK;
 }
