@@ -154,6 +154,51 @@ static void test_safetensors_errors_name_the_file_and_the_problem(void **state)
     ta_safetensors_free(st);
 }
 
+/* A file whose header is the JSON text `header` and whose data area is one float32
+ * 1.5, in the test's directory. */
+static const char *file_with_header(const char *name, const char *header)
+{
+    const char *path = ta_test_path(name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    const uint64_t n = strlen(header);
+    unsigned char len[8];
+    for (int i = 0; i < 8; i++) len[i] = (unsigned char)(n >> (8 * i));
+    const float x = 1.5f;
+    assert_int_equal(fwrite(len, 1, 8, f), 8);
+    assert_int_equal(fwrite(header, 1, n, f), n);
+    assert_int_equal(fwrite(&x, 1, 4, f), 4);
+    assert_int_equal(fclose(f), 0);
+    return path;
+}
+
+/* cJSON decodes an escaped NUL into a NUL that ends the name it hands over: "a\u0000x"
+ * would be read as "a" (two such names as one name twice), so a header with one is
+ * refused; an escaped backslash before "u0000" is an ordinary name. */
+static void test_safetensors_escaped_nul_is_refused(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "{\"a\\u0000x\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}",
+        "{\"a\": {\"dtype\": \"F32\\u0000\", \"shape\": [1], \"data_offsets\": [0, 4]}}",
+        "{\"__metadata__\": {\"k\": \"\\u0000\"}, \"a\": {\"dtype\": \"F32\", \"shape\": [1], "
+        "\"data_offsets\": [0, 4]}}"};
+    for (int i = 0; i < 3; i++)
+        TA_CHECK_ERR(safetensors_open_untouched(file_with_header("st_esc_nul.safetensors", bad[i])),
+                     TA_EFORMAT, "escaped NUL (\\u0000)");
+    /* the name a\u0000 (a backslash, then the letters): read, and found by that name */
+    const char *ok = file_with_header(
+        "st_esc_backslash.safetensors",
+        "{\"a\\\\u0000\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}");
+    ta_safetensors *st;
+    TA_CHECK_OK(ta_safetensors_open(&st, ok));
+    ta_tensor t;
+    TA_CHECK_OK(ta_safetensors_get(&t, st, "a\\u0000"));
+    assert_true(((const float *)t.data)[0] == 1.5f);
+    ta_tensor_free(&t);
+    ta_safetensors_free(st);
+}
+
 static void test_safetensors_roundtrip_keeps_names_values_and_layout(void **state)
 {
     (void)state;
@@ -241,6 +286,7 @@ int main(void)
         cmocka_unit_test(test_safetensors_reads_and_converts_every_float_dtype),
         cmocka_unit_test(test_safetensors_reads_the_official_writer),
         cmocka_unit_test(test_safetensors_errors_name_the_file_and_the_problem),
+        cmocka_unit_test(test_safetensors_escaped_nul_is_refused),
         cmocka_unit_test(test_safetensors_roundtrip_keeps_names_values_and_layout),
         cmocka_unit_test(test_safetensors_save_argument_errors_write_nothing),
     };

@@ -258,6 +258,22 @@ static ta_status parse_table(const char *fn, const char *path, ta_safetensors *s
 }
 
 /* Reads and parses the header of the open file fd of size file_size. */
+/* Where valid JSON text h (n bytes) escapes a NUL (\u0000) inside a string, else -1:
+ * cJSON decodes it into a NUL that ends the C string it hands over, so a name "a\u0000x"
+ * would read as "a" (and a dtype "F32\u0000..." as "F32"). */
+static int64_t escaped_nul(const char *h, size_t n)
+{
+    bool in_string = false;
+    for (size_t i = 0; i < n; i++) {
+        if (h[i] == '"') in_string = !in_string;
+        else if (in_string && h[i] == '\\' && i + 1 < n) {
+            if (h[i + 1] == 'u' && i + 5 < n && !memcmp(h + i + 2, "0000", 4)) return (int64_t)i;
+            i++; /* the escaped character (a quote or backslash among them) */
+        }
+    }
+    return -1;
+}
+
 static ta_status read_header(const char *fn, const char *path, ta_safetensors *s,
                              uint64_t file_size)
 {
@@ -281,6 +297,7 @@ static ta_status read_header(const char *fn, const char *path, ta_safetensors *s
     if (!h) return TA_ENOMEM;
     st = read_at(fn, path, s->fd, h, (size_t)hlen, 8);
     cJSON *root = NULL;
+    int64_t nul;
     if (!st) {
         h[hlen] = '\0';
         const char *end = NULL;
@@ -293,6 +310,10 @@ static ta_status read_header(const char *fn, const char *path, ta_safetensors *s
             st = st_fail(fn, path, TA_EFORMAT, "header has a NUL byte at byte %zu", at);
         else if (!cJSON_IsObject(root))
             st = st_fail(fn, path, TA_EFORMAT, "header is not a JSON object");
+        else if ((nul = escaped_nul(h, (size_t)hlen)) >= 0)
+            st = st_fail(fn, path, TA_EFORMAT, "header has a string with an escaped NUL "
+                         "(\\u0000) at byte %lld, which names and dtypes cannot hold",
+                         (long long)nul);
     }
     ta_free(h);
     s->data_start = 8 + hlen;
