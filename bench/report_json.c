@@ -174,7 +174,11 @@ int bench_write_json(const bench_state *s, const char *path)
     int rc = -1, fd = -1;
     FILE *f = NULL;
     if (!tmp) goto done;
-    snprintf(tmp, n, "%s.tmpXXXXXX", path);
+    /* "<path>.tmpXXXXXX", or "<dir>/.tmpXXXXXX" for a name of over NAME_MAX - 10 bytes */
+    const char *slash = strrchr(path, '/');
+    const int dir = slash ? (int)(slash + 1 - path) : 0;
+    if (strlen(path) - (size_t)dir + 10 > 255) snprintf(tmp, n, "%.*s.tmpXXXXXX", dir, path);
+    else snprintf(tmp, n, "%s.tmpXXXXXX", path);
     if ((fd = mkstemp(tmp)) < 0) goto done;
     mode_t mask = umask(0);
     umask(mask);

@@ -586,7 +586,8 @@ ta_status ta_sdpa_kvcache_workspace_size(size_t *bytes, const ta_tensor *O, cons
  * do not read (a dtype, Fortran order, more than TA_MAX_DIMS dimensions), TA_EINVAL for
  * bad arguments. Outputs are untouched on error.
  * Writers never leave a partial file: they write a temporary "<path>.tmp.XXXXXX" in
- * the same directory, flush it to disk and rename(2) it over path, so path holds either
+ * the same directory ("<dir>/.tmp.XXXXXX" for a name too long to take the suffix), flush
+ * it to disk and rename(2) it over path, so path holds either
  * its old contents or the complete new file; on failure the temporary is removed.
  * The file gets mode 0666 minus the umask (an existing file's mode is not kept). */
 

@@ -19,6 +19,7 @@
 #include "io_files.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -523,6 +524,29 @@ static void test_unwritable_json_path_fails_with_1(void **state)
         fail_msg("exit %d, stdout:\n%s\nstderr:\n%s", rc, ta_cli_out, ta_cli_err);
 }
 
+/* A report path whose name has NAME_MAX (255) bytes: written (its temporary is a short
+ * name in the same directory), nothing else left there. */
+static void test_json_path_of_the_longest_name(void **state)
+{
+    (void)state;
+    char name[256];
+    memset(name, 'r', 250);
+    memcpy(name + 250, ".json", 6);
+    const char *path = ta_test_path(name);
+    int rc = ta_cli_run((const char *[]){NULL, "bench", "--quick", "--threads", "1", "--filter",
+                                         "sgemm_256", "--json", path, NULL});
+    if (rc != 0) fail_msg("exit %d, stderr:\n%s", rc, ta_cli_err);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(remove(path), 0);
+    DIR *d = opendir(ta_test_dir);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d));)
+        if (strstr(e->d_name, ".tmp")) fail_msg("temporary %s left behind", e->d_name);
+    closedir(d);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -540,6 +564,7 @@ int main(void)
         cmocka_unit_test(test_reference_too_big_is_skipped),
         cmocka_unit_test(test_bad_command_lines_exit_2_with_one_error_line),
         cmocka_unit_test(test_unwritable_json_path_fails_with_1),
+        cmocka_unit_test(test_json_path_of_the_longest_name),
         cmocka_unit_test(test_torch_python_peer_gets_the_cases_and_is_merged),
         cmocka_unit_test(test_torch_python_without_torch_skips_the_peer),
     };

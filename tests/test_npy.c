@@ -275,6 +275,19 @@ static void test_npy_save_overwrites_atomically_and_sets_mode(void **state)
     struct stat sb;
     assert_int_equal(stat(ta_test_path("over.npy"), &sb), 0);
     assert_int_equal(sb.st_mode & 0777, 0666 & ~mask);
+    /* a name of NAME_MAX (255) bytes, and of 250: too long for "<name>.tmp.XXXXXX", the
+     * temporary is "<dir>/.tmp.XXXXXX" */
+    for (int len = 250; len <= 255; len += 5) {
+        char name[256];
+        memset(name, 'n', (size_t)len - 4);
+        memcpy(name + len - 4, ".npy", 5);
+        const char *path = ta_test_path(name);
+        TA_CHECK_OK(ta_npy_save(path, &t));
+        TA_CHECK_OK(ta_npy_load(&u, path));
+        assert_true(((float *)u.data)[0] == -2.0f);
+        ta_tensor_free(&u);
+        assert_int_equal(unlink(path), 0);
+    }
     ta_test_assert_no_temporaries();
 }
 

@@ -5,10 +5,17 @@
 #include "core/tensor_internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#ifdef NAME_MAX
+#define TA_NAME_MAX NAME_MAX
+#else
+#define TA_NAME_MAX 255
+#endif
 
 /* The process umask without changing it: umask(2) can only be read by setting it,
  * which races with other threads, so read it from /proc (Linux >= 4.7). */
@@ -36,10 +43,15 @@ ta_status ta_atomic_open(ta_atomic_file *f, const char *fn, const char *path)
     f->path = path;
     size_t len = strlen(path);
     static const char suffix[] = ".tmp.XXXXXX";
-    f->tmp_path = ta_alloc(len + sizeof suffix);
+    /* "<path>.tmp.XXXXXX", or "<dir>/.tmp.XXXXXX" where the name is too long for the
+     * suffix (a name of up to NAME_MAX bytes is a valid output) */
+    const char *slash = strrchr(path, '/');
+    const size_t dir = slash ? (size_t)(slash + 1 - path) : 0;
+    const size_t keep = len - dir + sizeof suffix - 1 > TA_NAME_MAX ? dir : len;
+    f->tmp_path = ta_alloc(keep + sizeof suffix);
     if (!f->tmp_path) return TA_ENOMEM;
-    memcpy(f->tmp_path, path, len);
-    memcpy(f->tmp_path + len, suffix, sizeof suffix);
+    memcpy(f->tmp_path, path, keep);
+    memcpy(f->tmp_path + keep, suffix, sizeof suffix);
     int fd = mkstemp(f->tmp_path);
     if (fd < 0) {
         int e = errno;

@@ -15,7 +15,8 @@
 #endif
 
 /* A file written whole or not at all: the data goes to "<path>.tmp.XXXXXX" (mkstemp,
- * same directory, so rename is atomic), and commit flushes, fsyncs and renames it over
+ * same directory, so rename is atomic; "<dir>/.tmp.XXXXXX" for a name too long to take
+ * the suffix), and commit flushes, fsyncs and renames it over
  * path. Any failure removes the temporary file. fn names the public function for
  * messages. */
 typedef struct ta_atomic_file {
