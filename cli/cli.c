@@ -1,13 +1,18 @@
 /* Option parsing and error reporting for the command-line tool. */
+/* realpath (XSI), mkstemp (POSIX 2008) */
+#define _XOPEN_SOURCE 700
 #include "cli.h"
 
 #include <errno.h>
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 int cli_error(int code, const char *fmt, ...)
 {
@@ -214,4 +219,120 @@ void cli_print_shape(const ta_tensor *t)
     putchar('[');
     for (int i = 0; i < t->ndim; i++) printf(i ? ", %lld" : "%lld", (long long)t->shape[i]);
     putchar(']');
+}
+
+/* path's directory made absolute (realpath) and its last name after it, malloc'd; NULL
+ * where the directory does not resolve or the name is not a plain one. */
+static char *canonical_name(const char *path)
+{
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    if (!*base || !strcmp(base, ".") || !strcmp(base, "..")) return NULL;
+    char dir[PATH_MAX];
+    const size_t dl = slash ? (size_t)(slash - path) : 0;
+    if (dl + 1 > sizeof dir) return NULL;
+    memcpy(dir, path, dl);
+    dir[dl] = '\0';
+    char *real = realpath(slash ? (dl ? dir : "/") : ".", NULL);
+    if (!real) return NULL;
+    const size_t n = strlen(real) + strlen(base) + 2;
+    char *out = malloc(n);
+    if (out) snprintf(out, n, "%s/%s", real, base);
+    free(real);
+    return out;
+}
+
+/* Whether two paths name one file: the same string, the same existing file (device and
+ * inode), or, neither existing, the same name in the same directory. */
+static bool same_file(const char *a, const char *b)
+{
+    if (!strcmp(a, b)) return true;
+    struct stat sa, sb;
+    const bool ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
+    if (ea || eb) return ea && eb && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char *ca = canonical_name(a), *cb = canonical_name(b);
+    const bool same = ca && cb && !strcmp(ca, cb);
+    free(ca);
+    free(cb);
+    return same;
+}
+
+bool cli_outputs_apart(const cli_file *in, int nin, const cli_file *out, int nout, char *why,
+                       size_t cap)
+{
+    for (int i = 0; i < nout; i++) {
+        if (!out[i].path) continue;
+        for (int j = 0; j < nin; j++)
+            if (in[j].path && same_file(out[i].path, in[j].path)) {
+                snprintf(why, cap, "%s '%s' is the input file of %s: the command line never "
+                         "writes its inputs", out[i].opt, out[i].path, in[j].opt);
+                return false;
+            }
+        for (int j = 0; j < i; j++)
+            if (out[j].path && same_file(out[i].path, out[j].path)) {
+                snprintf(why, cap, "%s and %s name the same file '%s'", out[j].opt, out[i].opt,
+                         out[i].path);
+                return false;
+            }
+    }
+    return true;
+}
+
+enum { CLI_MAX_OUTS = 16 };
+
+bool cli_save_all(const cli_out *outs, int n, char *why, size_t cap)
+{
+    char *stage[CLI_MAX_OUTS] = {0};
+    bool ok = n <= CLI_MAX_OUTS;
+    if (!ok) snprintf(why, cap, "internal: more than %d outputs", CLI_MAX_OUTS);
+    for (int i = 0; ok && i < n; i++) {
+        const char *path = outs[i].path;
+        if (!path) continue;
+        struct stat st;
+        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+            snprintf(why, cap, "writing %s: %s is a directory", outs[i].opt, path);
+            ok = false;
+            break;
+        }
+        /* the temporary: "<dir>/.tmp.XXXXXX", short enough for the writer's own suffix */
+        const char *slash = strrchr(path, '/');
+        const int dir = slash ? (int)(slash + 1 - path) : 0;
+        const size_t len = (size_t)dir + sizeof ".tmp.XXXXXX";
+        if (!(stage[i] = malloc(len))) {
+            snprintf(why, cap, "writing %s: out of memory", outs[i].opt);
+            ok = false;
+            break;
+        }
+        snprintf(stage[i], len, "%.*s.tmp.XXXXXX", dir, path);
+        const int fd = mkstemp(stage[i]);
+        if (fd < 0) {
+            snprintf(why, cap, "writing %s: cannot create a file beside %s: %s", outs[i].opt,
+                     path, strerror(errno));
+            free(stage[i]);
+            stage[i] = NULL;
+            ok = false;
+            break;
+        }
+        close(fd);
+        if (ta_npy_save(stage[i], outs[i].t)) {
+            snprintf(why, cap, "writing %s: %s", outs[i].opt, ta_last_error());
+            ok = false;
+        }
+    }
+    for (int i = 0; ok && i < n; i++) {
+        if (!stage[i]) continue;
+        if (rename(stage[i], outs[i].path) != 0) {
+            snprintf(why, cap, "writing %s: cannot rename the written file to %s: %s",
+                     outs[i].opt, outs[i].path, strerror(errno));
+            ok = false;
+            break;
+        }
+        free(stage[i]);
+        stage[i] = NULL;
+    }
+    for (int i = 0; i < n && i < CLI_MAX_OUTS; i++)
+        if (stage[i]) {
+            unlink(stage[i]);
+            free(stage[i]);
+        }
+    return ok;
 }

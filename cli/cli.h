@@ -5,6 +5,7 @@
 #include "tensorattn.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 
 /* Exit codes of the CLI contract. */
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
@@ -57,6 +58,34 @@ bool cli_kv_dtype(cli_opt *opts, ta_dtype *dt);
  * nearest-even, as an inference engine's cache stores them (nothing for TA_F32); returns
  * false after printing an error. */
 bool cli_store_as(ta_tensor *t, ta_dtype dt, const char *what);
+
+/* A file a command reads or writes: its option ("-o") and path (NULL: not given). */
+typedef struct cli_file {
+    const char *opt;
+    const char *path;
+} cli_file;
+
+/* Whether the outputs name files apart from each other and from the inputs (the command
+ * line never writes its inputs, and two outputs in one file would leave one of them):
+ * the same string, the same existing file, or the same name in the same directory
+ * (realpath). Else false, with why (a usage error's text, exit 2) filled. */
+bool cli_outputs_apart(const cli_file *in, int nin, const cli_file *out, int nout, char *why,
+                       size_t cap);
+
+/* An output of a command: its option, path (NULL: not written) and tensor. */
+typedef struct cli_out {
+    const char *opt;
+    const char *path;
+    const ta_tensor *t;
+} cli_out;
+
+/* Writes every given output as .npy, all or none: each goes whole to a temporary file
+ * beside its path first (ta_npy_save), and the temporaries are renamed over the paths
+ * only once every one of them is written; on any failure they are removed and no path
+ * has changed (a rename that fails after others succeeded - the paths were checked for
+ * directories before - is the one exception). Returns false with why (the error's text,
+ * exit 1) filled. */
+bool cli_save_all(const cli_out *outs, int n, char *why, size_t cap);
 
 /* Applies --threads if given (returns false after printing an error). */
 bool cli_threads(cli_opt *opts);

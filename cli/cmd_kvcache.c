@@ -16,6 +16,7 @@ static const char help[] =
     "                          [--k-cache-out KC2.npy --v-cache-out VC2.npy]\n"
     "                          [--window LEFT,RIGHT] [--softcap C]\n"
     "                          [--alibi-slopes S.npy] [--sinks S.npy]\n"
+    "                          [--kv-dtype f32|f16|bf16]\n"
     "\n"
     "Attention of new queries against a KV cache (FlashAttention's flash_attn_with_kvcache,\n"
     "BSHD layout): k_new and v_new are first written into each sequence's cache at\n"
@@ -35,6 +36,11 @@ static const char help[] =
     "  --lse            also write the log-sum-exp of each query row [B,H,Lq]\n"
     "  --k-cache-out --v-cache-out\n"
     "                   write the caches after the append (both or neither)\n"
+    "  --kv-dtype       f16 or bf16: the cache holds its values at that precision,\n"
+    "                   rounded to nearest-even as an inference engine's cache would (the\n"
+    "                   loaded cache and the appended keys and values alike); attention\n"
+    "                   computes in float32 from the stored values. The caches are written\n"
+    "                   out as <f4 holding the stored values. Default f32.\n"
     "Variants (FlashAttention's definitions; with query i, key j of a sequence of Lk keys:\n"
     "rel = j - (i + Lk - Lq)):\n"
     "  --window         keys with -LEFT <= rel <= RIGHT only; -1: unbounded on that side\n"
@@ -42,13 +48,14 @@ static const char help[] =
     "  --alibi-slopes   <f4 [H] or [B,H]: scores -= slope * |rel|\n"
     "  --sinks          <f4 [H]: a logit per head in every row's softmax denominator\n"
     "                   (LSE includes it; a row with no key gets output 0, LSE = sink)\n"
-    "O is [B,Lq,H,Dv]; a query row with no key gets output 0 and LSE -inf. Inputs are\n"
-    "never modified. Outputs are .npy <f4, each written whole or not at all, and only\n"
+    "O is [B,Lq,H,Dv]; a query row with no key gets output 0 and LSE -inf. Inputs may be\n"
+    "<f4, <f8 or <f2 and are never modified (an output naming an input, or two outputs\n"
+    "one file, is a usage error). Outputs are .npy <f4, all written whole or none, and only\n"
     "after the computation succeeded: bad lengths, a block index out of range or a\n"
     "sequence longer than its cache exit 1 and write nothing.\n";
 
 enum { O_Q, O_KC, O_VC, O_SEQ, O_OUT, O_KNEW, O_VNEW, O_BT, O_CAUSAL, O_SCALE, O_THREADS,
-       O_LSE, O_KC_OUT, O_VC_OUT, O_WINDOW, O_SOFTCAP, O_ALIBI, O_SINKS };
+       O_LSE, O_KC_OUT, O_VC_OUT, O_WINDOW, O_SOFTCAP, O_ALIBI, O_SINKS, O_KVDT };
 
 /* What the command loads and makes; released in one place. */
 typedef struct kv_args {
@@ -101,8 +108,10 @@ static bool load_int32(int32_t **out, int64_t *cols, const char *opt, const char
     return ok;
 }
 
+#define GIVEN(i) (opts[i].given ? opts[i].value : NULL)
+
 /* Usage checks that need no file; returns CLI_OK or the exit code. */
-static int check_usage(cli_opt *opts, ta_sdpa_opts *so)
+static int check_usage(cli_opt *opts, ta_sdpa_opts *so, ta_dtype *kv_dtype)
 {
     if (!opts[O_Q].given || !opts[O_KC].given || !opts[O_VC].given || !opts[O_SEQ].given ||
         !opts[O_OUT].given)
@@ -118,7 +127,17 @@ static int check_usage(cli_opt *opts, ta_sdpa_opts *so)
     if (opts[O_SCALE].given && so->scale == 0.0f)
         return cli_error(CLI_USAGE, "--scale must be nonzero");
     if (!cli_variant_flags(opts, so)) return CLI_USAGE;
+    if (!cli_kv_dtype(opts, kv_dtype)) return CLI_USAGE;
     if (!cli_threads(opts)) return CLI_USAGE;
+    const cli_file ins[] = {{"--q", GIVEN(O_Q)},       {"--k-cache", GIVEN(O_KC)},
+                            {"--v-cache", GIVEN(O_VC)}, {"--cache-seqlens", GIVEN(O_SEQ)},
+                            {"--k-new", GIVEN(O_KNEW)}, {"--v-new", GIVEN(O_VNEW)},
+                            {"--block-table", GIVEN(O_BT)}, {"--alibi-slopes", GIVEN(O_ALIBI)},
+                            {"--sinks", GIVEN(O_SINKS)}};
+    const cli_file outs[] = {{"-o", GIVEN(O_OUT)}, {"--lse", GIVEN(O_LSE)},
+                             {"--k-cache-out", GIVEN(O_KC_OUT)}, {"--v-cache-out", GIVEN(O_VC_OUT)}};
+    char why[1024];
+    if (!cli_outputs_apart(ins, 9, outs, 4, why, sizeof why)) return cli_error(CLI_USAGE, "%s", why);
     return CLI_OK;
 }
 
@@ -153,19 +172,19 @@ static bool load_inputs(kv_args *a, cli_opt *opts)
     return true;
 }
 
-/* Writes -o, --lse and the caches; prints the error and returns false. */
-static bool save_outputs(const kv_args *a, const cli_opt *opts)
+/* Writes -o, --lse and the caches (as float32: a half cache's stored values widen
+ * exactly), all or none; prints the error and returns false. */
+static bool save_outputs(kv_args *a, const cli_opt *opts)
 {
-    const struct { int opt; const ta_tensor *t; } outs[] = {
-        {O_OUT, &a->o}, {O_LSE, &a->lse}, {O_KC_OUT, &a->kc}, {O_VC_OUT, &a->vc}};
-    char what[64];
-    for (size_t i = 0; i < sizeof outs / sizeof *outs; i++) {
-        const cli_opt *o = &opts[outs[i].opt];
-        if (!o->given) continue;
-        snprintf(what, sizeof what, "writing %s", o->name);
-        ta_status st = ta_npy_save(o->value, outs[i].t);
-        if (st) return cli_fail(st, what), false;
-    }
+    if (opts[O_KC_OUT].given && (!cli_store_as(&a->kc, TA_F32, "writing --k-cache-out") ||
+                                 !cli_store_as(&a->vc, TA_F32, "writing --v-cache-out")))
+        return false;
+    const cli_out outs[] = {{"-o", GIVEN(O_OUT), &a->o},
+                            {"--lse", GIVEN(O_LSE), &a->lse},
+                            {"--k-cache-out", GIVEN(O_KC_OUT), &a->kc},
+                            {"--v-cache-out", GIVEN(O_VC_OUT), &a->vc}};
+    char why[1024];
+    if (!cli_save_all(outs, 4, why, sizeof why)) return cli_error(CLI_FAIL, "%s", why), false;
     return true;
 }
 
@@ -190,17 +209,23 @@ int cmd_kvcache(int argc, char **argv)
         [O_SOFTCAP] = {.name = "--softcap", .takes_value = true},
         [O_ALIBI] = {.name = "--alibi-slopes", .takes_value = true},
         [O_SINKS] = {.name = "--sinks", .takes_value = true},
+        [O_KVDT] = {.name = "--kv-dtype", .takes_value = true},
         {0}};
     const char *pos[1];
     int npos;
     int rc = cli_parse(argc, argv, 2, opts, pos, 0, &npos, help);
     if (rc) return rc == CLI_HELP_SHOWN ? CLI_OK : rc;
     ta_sdpa_opts so = {0};
-    if ((rc = check_usage(opts, &so))) return rc;
+    ta_dtype kv_dtype;
+    if ((rc = check_usage(opts, &so, &kv_dtype))) return rc;
 
     kv_args a = {0};
     rc = CLI_FAIL;
     if (!load_inputs(&a, opts)) goto done;
+    /* --kv-dtype: the caches held at that precision; the library rounds the new rows as
+     * it appends them */
+    if (!cli_store_as(&a.kc, kv_dtype, "--kv-dtype") || !cli_store_as(&a.vc, kv_dtype, "--kv-dtype"))
+        goto done;
     if (!cli_variant_files(opts, &so, &a.slopes, &a.sinks)) goto done;
     ta_kv_cache cache = {.k = &a.kc, .v = &a.vc, .seqlens = a.seqlens,
                          .block_table = a.table, .max_blocks = a.max_blocks};

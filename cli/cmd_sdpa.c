@@ -56,8 +56,8 @@ static const char help[] =
     "inputs may be <f4, <f8 or <f2, outputs are <f4.\n"
     "A query row that may attend to no key gets output 0, weights 0 and LSE -inf, and\n"
     "contributes no gradient.\n"
-    "Outputs are .npy <f4, each written whole or not at all, and only after every\n"
-    "computation succeeded.\n"
+    "Outputs are .npy <f4, all written whole or none, and only after every computation\n"
+    "succeeded; an output naming an input, or two outputs one file, is a usage error.\n"
     "Context parallelism over MPI: mpirun -np P tensorattn sdpa ... --context-parallel\n"
     "ring|zigzag|ulysses (see tensorattn sdpa --context-parallel ring --help).\n";
 
@@ -180,6 +180,19 @@ int cmd_sdpa(int argc, char **argv)
     ta_dtype kv_dtype;
     if (!cli_kv_dtype(opts, &kv_dtype)) return CLI_USAGE;
     if (!cli_threads(&opts[0])) return CLI_USAGE;
+#define GIVEN(i) (opts[i].given ? opts[i].value : NULL)
+    const cli_file ins[] = {{"--q", GIVEN(O_Q)},           {"--k", GIVEN(O_K)},
+                            {"--v", GIVEN(O_V)},           {"--mask", GIVEN(O_MASK)},
+                            {"--key-lengths", GIVEN(O_KLEN)}, {"--grad-out", GIVEN(O_GRAD)},
+                            {"--cu-seqlens-q", GIVEN(O_CUQ)}, {"--cu-seqlens-k", GIVEN(O_CUK)},
+                            {"--alibi-slopes", GIVEN(O_ALIBI)}, {"--sinks", GIVEN(O_SINKS)}};
+    const cli_file outs[] = {{"-o", GIVEN(O_OUT)},   {"--weights", GIVEN(O_W)},
+                             {"--lse", GIVEN(O_LSE)}, {"--dq", GIVEN(O_DQ)},
+                             {"--dk", GIVEN(O_DK)},   {"--dv", GIVEN(O_DV)},
+                             {"--dsinks", GIVEN(O_DSINKS)}};
+#undef GIVEN
+    char why[1024];
+    if (!cli_outputs_apart(ins, 10, outs, 7, why, sizeof why)) return cli_error(CLI_USAGE, "%s", why);
 
     ta_tensor q = {0}, k = {0}, v = {0}, mask = {0}, o = {0}, w = {0}, lse = {0};
     ta_tensor dout = {0}, dq = {0}, dk = {0}, dv = {0}, slopes = {0}, sinks = {0}, dsinks = {0};
@@ -261,14 +274,12 @@ int cmd_sdpa(int argc, char **argv)
             goto done;
         }
     }
-    if ((st = ta_npy_save(opts[O_OUT].value, &o))) { cli_fail(st, "writing -o"); goto done; }
-    if (so.weights && (st = ta_npy_save(opts[O_W].value, &w))) { cli_fail(st, "writing --weights"); goto done; }
-    if (opts[O_LSE].given && (st = ta_npy_save(opts[O_LSE].value, &lse))) { cli_fail(st, "writing --lse"); goto done; }
-    if (grad && (st = ta_npy_save(opts[O_DQ].value, &dq))) { cli_fail(st, "writing --dq"); goto done; }
-    if (grad && (st = ta_npy_save(opts[O_DK].value, &dk))) { cli_fail(st, "writing --dk"); goto done; }
-    if (grad && (st = ta_npy_save(opts[O_DV].value, &dv))) { cli_fail(st, "writing --dv"); goto done; }
-    if (opts[O_DSINKS].given && (st = ta_npy_save(opts[O_DSINKS].value, &dsinks))) {
-        cli_fail(st, "writing --dsinks");
+    /* every output or none (cli_save_all): outs[i] and these tensors in the same order */
+    const ta_tensor *made[] = {&o, &w, &lse, &dq, &dk, &dv, &dsinks};
+    cli_out save[7];
+    for (int i = 0; i < 7; i++) save[i] = (cli_out){outs[i].opt, outs[i].path, made[i]};
+    if (!cli_save_all(save, 7, why, sizeof why)) {
+        cli_error(CLI_FAIL, "%s", why);
         goto done;
     }
     rc = CLI_OK;

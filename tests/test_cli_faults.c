@@ -64,6 +64,13 @@ static int setup(void **state)
     write_bytes("w_garbage.safetensors", "\x10\x00\x00\x00\x00\x00\x00\x00{\"a\": [1, 2]}  ", 24);
     write_bytes("w_hugelen.safetensors", "\xff\xff\xff\xff\xff\xff\xff\x7f{}", 10);
     write_bytes("keep.npy", "precious contents", 17);
+    /* a KV cache: q [1, 1, 2, 4], caches [1, 5, 1, 4] holding 2 keys, one new key */
+    save("q4.npy", 4, 1, 1, 2, 4, 6);
+    save("kc.npy", 4, 1, 5, 1, 4, 7);
+    save("vc.npy", 4, 1, 5, 1, 4, 8);
+    save("kn.npy", 4, 1, 1, 1, 4, 9);
+    save("vn.npy", 4, 1, 1, 1, 4, 10);
+    ta_npy_write_raw(P("cs.npy"), "<i4", "(1,)", (int32_t[1]){2}, 4);
     return 0;
 }
 
@@ -161,6 +168,69 @@ static void test_output_paths(void **s)
     ta_tensor_free(&t);
 }
 
+/* Several outputs are all written or none: a later one that cannot be written (its
+ * directory is missing) leaves the earlier ones unwritten, new or existing. */
+static void test_outputs_all_or_none(void **s)
+{
+    (void)s;
+    char missing[256]; /* kept: P's buffers are a ring */
+    snprintf(missing, sizeof missing, "%s", P("no/such/dir/x.npy"));
+    FAIL(1, "sdpa", "--q", P("q.npy"), "--k", P("k.npy"), "--v", P("v.npy"), "-o", P("new.npy"),
+         "--lse", missing);
+    FAIL(1, "sdpa", "--q", P("q.npy"), "--k", P("k.npy"), "--v", P("v.npy"), "-o", P("keep.npy"),
+         "--lse", P("new.npy"), "--weights", missing);
+    FAIL(1, "sdpa", "--q", P("q.npy"), "--k", P("k.npy"), "--v", P("v.npy"), "-o", P("keep.npy"),
+         "--grad-out", P("q.npy"), "--dq", P("new.npy"), "--dk", ta_test_dir, "--dv", missing);
+    FAIL(1, "kvcache", "--q", P("q4.npy"), "--k-cache", P("kc.npy"), "--v-cache", P("vc.npy"),
+         "--cache-seqlens", P("cs.npy"), "--k-new", P("kn.npy"), "--v-new", P("vn.npy"), "-o",
+         P("keep.npy"), "--k-cache-out", P("new.npy"), "--v-cache-out", missing);
+    /* the same command with every output writable: all of them written */
+    assert_int_equal(ta_cli_run((const char *[]){"", "kvcache", "--q", P("q4.npy"), "--k-cache",
+                                                 P("kc.npy"), "--v-cache", P("vc.npy"),
+                                                 "--cache-seqlens", P("cs.npy"), "--k-new",
+                                                 P("kn.npy"), "--v-new", P("vn.npy"), "-o",
+                                                 P("o_all.npy"), "--k-cache-out", P("kc_all.npy"),
+                                                 "--v-cache-out", P("vc_all.npy"), NULL}),
+                     0);
+    const char *made[] = {"o_all.npy", "kc_all.npy", "vc_all.npy"};
+    for (int i = 0; i < 3; i++) {
+        ta_tensor t;
+        TA_CHECK_OK(ta_npy_load(&t, P(made[i])));
+        ta_tensor_free(&t);
+        unlink(P(made[i]));
+    }
+}
+
+/* An output that names an input (the command line never writes its inputs), or two
+ * outputs that name one file: usage errors, by the same string, by another spelling of
+ * an existing file, or of a new one. */
+static void test_outputs_apart(void **s)
+{
+    (void)s;
+    char q_again[256], new_again[256];
+    snprintf(q_again, sizeof q_again, "%s/./q.npy", ta_test_dir);
+    snprintf(new_again, sizeof new_again, "%s/../%s/new.npy", ta_test_dir,
+             strrchr(ta_test_dir, '/') + 1);
+    FAIL(2, "sdpa", "--q", P("q.npy"), "--k", P("k.npy"), "--v", P("v.npy"), "-o", P("q.npy"));
+    FAIL(2, "sdpa", "--q", P("q.npy"), "--k", P("k.npy"), "--v", P("v.npy"), "-o", q_again);
+    FAIL(2, "sdpa", "--q", P("q.npy"), "--k", P("k.npy"), "--v", P("v.npy"), "-o", P("new.npy"),
+         "--lse", new_again);
+    FAIL(2, "sdpa", "--q", P("q.npy"), "--k", P("k.npy"), "--v", P("v.npy"), "-o", P("keep.npy"),
+         "--lse", P("keep.npy"));
+    FAIL(2, "sdpa", "--q", P("q.npy"), "--k", P("k.npy"), "--v", P("v.npy"), "-o", P("new.npy"),
+         "--grad-out", P("q.npy"), "--dq", P("new2.npy"), "--dk", P("new3.npy"), "--dv",
+         P("k.npy"));
+    FAIL(2, "kvcache", "--q", P("q4.npy"), "--k-cache", P("kc.npy"), "--v-cache", P("vc.npy"),
+         "--cache-seqlens", P("cs.npy"), "--k-new", P("kn.npy"), "--v-new", P("vn.npy"), "-o",
+         P("new.npy"), "--k-cache-out", P("kc.npy"), "--v-cache-out", P("new2.npy"));
+    FAIL(2, "kvcache", "--q", P("q4.npy"), "--k-cache", P("kc.npy"), "--v-cache", P("vc.npy"),
+         "--cache-seqlens", P("cs.npy"), "-o", P("new.npy"), "--lse", P("new.npy"));
+    assert_non_null(strstr(ta_cli_err, "-o and --lse name the same file"));
+    ta_cli_expect_error((const char *[]){"", "sdpa", "--q", P("q.npy"), "--k", P("k.npy"), "--v",
+                                         P("v.npy"), "-o", q_again, NULL},
+                        2, "is the input file of --q: the command line never writes its inputs");
+}
+
 static void test_usage_errors(void **s)
 {
     (void)s;
@@ -191,6 +261,8 @@ int main(void)
         cmocka_unit_test(test_corrupt_npy),
         cmocka_unit_test(test_bad_shapes_and_values),
         cmocka_unit_test(test_output_paths),
+        cmocka_unit_test(test_outputs_all_or_none),
+        cmocka_unit_test(test_outputs_apart),
         cmocka_unit_test(test_usage_errors),
     };
     return cmocka_run_group_tests(tests, setup, ta_test_teardown_dir);

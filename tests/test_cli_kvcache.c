@@ -118,6 +118,99 @@ static void cli_kv_case(const ta_fixture_file *f, const char *c, void *ctx)
     (*ran)++;
 }
 
+/* The .npy float32 file at path rounded to dt in place (ties to even: ta_tensor_copy,
+ * checked against torch's rounding by test_dtype). */
+static void round_file(const char *path, ta_dtype dt)
+{
+    ta_tensor t, h;
+    TA_CHECK_OK(ta_npy_load(&t, path));
+    TA_CHECK_OK(ta_tensor_empty_dtype(&h, dt, t.ndim, t.shape));
+    TA_CHECK_OK(ta_tensor_copy(&h, &t));
+    TA_CHECK_OK(ta_tensor_copy(&t, &h));
+    TA_CHECK_OK(ta_npy_save(path, &t));
+    ta_tensor_free(&h);
+    ta_tensor_free(&t);
+}
+
+/* The outputs of the last run (o, lse, kc2, vc2), loaded. */
+static void load_outputs(ta_tensor out[4])
+{
+    for (int i = 0; i < 4; i++) TA_CHECK_OK(ta_npy_load(&out[i], ta_test_path(out_files[i])));
+}
+
+/* --kv-dtype f16 | bf16 on a fixture case: the same caches out, bit for bit, and the same
+ * O and LSE (within 1e-5: a half cache runs its own kernels) as the float32 command on
+ * inputs rounded to that dtype beforehand (the caches and the new keys and values) -
+ * and caches out that differ from the float32 run's reference: the flag rounded. */
+static void cli_kv_dtype_case(const ta_fixture_file *f, const char *c, void *ctx)
+{
+    int *ran = ctx;
+    char causal[32], scale[64];
+    ta_fixture_meta_get(ta_fixture_case_meta(f, c), "causal", causal, sizeof causal);
+    if (!strcmp(causal, "top_left")) return;
+    static const char *const names[] = {"f16", "bf16"};
+    static const ta_dtype dts[] = {TA_F16, TA_BF16};
+    for (int d = 0; d < 2; d++) {
+        const char *argv[44] = {"", "kvcache"};
+        int a = add_outputs(argv, case_inputs(argv, 2, f, c, *ran % 2, scale));
+        /* argv's paths point into ta_test_path's ring, which the calls below reuse */
+        static char pinned[44][256];
+        for (int i = 2; i < a; i++) argv[i] = strcpy(pinned[i], argv[i]);
+        argv[a] = "--kv-dtype";
+        argv[a + 1] = names[d];
+        remove_outputs();
+        int rc = ta_cli_run(argv);
+        if (rc != 0) fail_msg("case %s, --kv-dtype %s: exit %d: %s", c, names[d], rc, ta_cli_err);
+        ta_tensor flag[4], pre[4];
+        load_outputs(flag);
+        static const char *const rounded[] = {"k_cache.npy", "v_cache.npy", "k_new.npy", "v_new.npy"};
+        for (int i = 0; i < 4; i++)
+            if (ta_fixture_case_record(f, c, i < 2 ? (i ? "v_cache" : "k_cache")
+                                                   : (i == 2 ? "k_new" : "v_new")))
+                round_file(ta_test_path(rounded[i]), dts[d]);
+        argv[a] = NULL; /* the same command without the flag, on the rounded files */
+        remove_outputs();
+        rc = ta_cli_run(argv);
+        if (rc != 0) fail_msg("case %s, rounded inputs: exit %d: %s", c, rc, ta_cli_err);
+        load_outputs(pre);
+        for (int i = 2; i < 4; i++)
+            if (ta_tensor_numel(&flag[i]) != ta_tensor_numel(&pre[i]) ||
+                memcmp(flag[i].data, pre[i].data, sizeof(float) * (size_t)ta_tensor_numel(&pre[i])))
+                fail_msg("case %s, --kv-dtype %s: %s differs from the rounded inputs' run", c,
+                         names[d], out_files[i]);
+        for (int i = 0; i < 2; i++) {
+            const float *x = flag[i].data, *y = pre[i].data;
+            for (int64_t e = 0; e < ta_tensor_numel(&pre[i]); e++)
+                if (!(fabsf(x[e] - y[e]) <= 1e-5f * (1.0f + fabsf(y[e]))) && !(isnan(x[e]) && isnan(y[e])) &&
+                    x[e] != y[e])
+                    fail_msg("case %s, --kv-dtype %s: %s[%lld] = %g, %g with rounded inputs", c,
+                             names[d], out_files[i], (long long)e, (double)x[e], (double)y[e]);
+        }
+        if (ta_cli_compare_npy(ta_test_path("kc2.npy"), ta_fixture_need(f, c, "k_cache_out")) == 0)
+            fail_msg("case %s, --kv-dtype %s: the cache out is the float32 run's: nothing rounded",
+                     c, names[d]);
+        for (int i = 0; i < 4; i++) {
+            ta_tensor_free(&flag[i]);
+            ta_tensor_free(&pre[i]);
+        }
+    }
+    (*ran)++;
+}
+
+static void test_kv_dtype(void **state)
+{
+    (void)state;
+    int ran = 0;
+    ta_fixture_cases_run("kvcache.tafx", NULL, NULL, cli_kv_dtype_case, &ran);
+    if (ran < 12) fail_msg("only %d kvcache cases ran with --kv-dtype", ran);
+    const char *q = ta_test_path("q.npy"), *kc = ta_test_path("k_cache.npy");
+    const char *vc = ta_test_path("v_cache.npy"), *cs = ta_test_path("cs.npy");
+    ta_cli_expect_error((const char *[]){"", "kvcache", "--q", q, "--k-cache", kc, "--v-cache", vc,
+                                         "--cache-seqlens", cs, "-o", ta_test_path("o.npy"),
+                                         "--kv-dtype", "f64", NULL},
+                        2, "--kv-dtype expects f32, f16 or bf16, got 'f64'");
+}
+
 static void test_kvcache_fixtures(void **state)
 {
     (void)state;
@@ -329,6 +422,7 @@ int main(void)
         cmocka_unit_test(test_hostile_inputs),
         cmocka_unit_test(test_usage),
         cmocka_unit_test(test_variants),
+        cmocka_unit_test(test_kv_dtype),
     };
     return cmocka_run_group_tests_name("cli_kvcache", tests, setup, ta_test_teardown_dir);
 }

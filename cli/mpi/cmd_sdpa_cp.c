@@ -101,6 +101,14 @@ static int parse_flags(cli_opt *opts, int argc, char **argv, cp_args *a)
     a->dsinks = opts[O_DSINKS].given ? opts[O_DSINKS].value : NULL;
     for (int i = 0; i < 5; i++) a->out[i] = opts[out[i]].given ? opts[out[i]].value : NULL;
     a->klen = opts[O_KLEN].given ? opts[O_KLEN].value : NULL;
+    const cli_file ins[] = {{"--q", a->in[0]},        {"--k", a->in[1]},
+                            {"--v", a->in[2]},        {"--grad-out", a->in[3]},
+                            {"--alibi-slopes", a->in[4]}, {"--sinks", a->in[5]},
+                            {"--key-lengths", a->klen}};
+    const cli_file outs[] = {{"-o", a->out[0]}, {"--lse", a->out[1]}, {"--dq", a->out[2]},
+                             {"--dk", a->out[3]}, {"--dv", a->out[4]}, {"--dsinks", a->dsinks}};
+    char why[1024];
+    if (!cli_outputs_apart(ins, 7, outs, 6, why, sizeof why)) return cli_error(CLI_USAGE, "%s", why);
     return CLI_OK;
 }
 
@@ -199,12 +207,15 @@ static void gather_and_write(cli_mpi *m, const cp_args *a, cp_data *d)
     for (int i = 0; i < 5; i++)
         if (a->out[i] && cli_mpi_gather(&d->gath[i], &d->out[i], a->scheme, m))
             cli_mpi_fail(m, CLI_FAIL, "sdpa: %s", ta_last_error());
-    for (int i = 0; i < 5 && m->rank == 0 && !m->code; i++)
-        if (a->out[i] && ta_npy_save(a->out[i], &d->gath[i]))
-            cli_mpi_fail(m, CLI_FAIL, "writing %s: %s", flag[i], ta_last_error());
-    /* dsinks: summed over every rank's rows, the same everywhere */
-    if (a->dsinks && m->rank == 0 && !m->code && ta_npy_save(a->dsinks, &d->dsinks))
-        cli_mpi_fail(m, CLI_FAIL, "writing --dsinks: %s", ta_last_error());
+    /* all or none (cli_save_all); dsinks: summed over every rank's rows, the same
+     * everywhere */
+    if (m->rank == 0 && !m->code) {
+        cli_out outs[6];
+        for (int i = 0; i < 5; i++) outs[i] = (cli_out){flag[i], a->out[i], &d->gath[i]};
+        outs[5] = (cli_out){"--dsinks", a->dsinks, &d->dsinks};
+        char why[1024];
+        if (!cli_save_all(outs, 6, why, sizeof why)) cli_mpi_fail(m, CLI_FAIL, "%s", why);
+    }
     cli_mpi_sync(m);
 }
 

@@ -242,6 +242,17 @@ static void test_cli_errors_agree(void **state)
     const char *sl[] = {"sdpa", "--context-parallel", "zigzag", "--q", q, "--k", k, "--v", v,
                         "-o", o, "--alibi-slopes", path("slopes_bad.npy"), NULL};
     expect_error(3, sl, 1, "opts->alibi_slopes has shape [7]");
+    /* outputs all or none: -o is not written when --lse cannot be; an output naming an
+     * input, or two outputs one file, is a usage error */
+    const char *lse_missing[] = {"sdpa", "--context-parallel", "ring", "--q", q, "--k", k, "--v",
+                                 v, "-o", o, "--lse", path("no/such/dir/lse.npy"), NULL};
+    expect_error(2, lse_missing, 1, "writing --lse");
+    const char *over_q[] = {"sdpa", "--context-parallel", "ring", "--q", q, "--k", k, "--v", v,
+                            "-o", q, NULL};
+    expect_error(2, over_q, 2, "is the input file of --q");
+    const char *twice[] = {"sdpa", "--context-parallel", "zigzag", "--q", q, "--k", k, "--v", v,
+                           "-o", o, "--lse", o, NULL};
+    expect_error(2, twice, 2, "-o and --lse name the same file");
     const char *help[] = {"sdpa", "--context-parallel", "ring", "--help", NULL};
     assert_int_equal(run_mpi(2, help), 0);
     assert_int_equal(count_lines(ta_cli_out, "usage: mpirun -np P tensorattn sdpa"), 1);
