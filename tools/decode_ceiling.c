@@ -3,8 +3,8 @@
  * the FMAs the arithmetic needs, against a plain streaming read of the same bytes
  * measured in turn in the same process (docs/performance.md, "Session 28").
  *
- *   build/decode_ceiling [keys [rounds [T dist W [pages]]]]   (default 32768 keys, 15
- *                                            rounds and the configurations below)
+ *   build/decode_ceiling [keys [rounds [T dist W [pages [blk]]]]]   (default 32768 keys,
+ *                                            15 rounds and the configurations below)
  *
  * The cache is B1, Hkv 8, D 128, float16 K and V [keys, Hkv, D] (2 x 64 MiB at 32k
  * keys): a kv head's rows are 2 KiB apart, beyond the hardware prefetchers. The sweep
@@ -19,8 +19,12 @@
  * W = 5 stands for ~16 cycles a pair more; W = 0 adds each vector once (the reads
  * alone). pages = 1 also requests, at each tile's start, one line of each 4 KiB page of
  * the tile after the region, as the library's sweep does since session 32
- * (sweep_pages). The library's step does more on the same reads in the same order (each
- * score's lane sums, the softmax, its bookkeeping), so this bounds what it can read.
+ * (sweep_pages). blk > 0 (a power of 2) makes it a paged cache of blocks of blk keys in
+ * a random order (a fixed-seed permutation of the blocks, as kv_decode_paged's table):
+ * rows, region and pages through the table, a jump across K at every block
+ * (docs/inference.md, "Which scatter costs"). The library's
+ * step does more on the same reads in the same order (each score's lane sums, the
+ * softmax, its bookkeeping), so this bounds what it can read.
  *
  * Prints per configuration the medians (ms, GB/s, ns a pair) and the median of the
  * per-round ratios to the plain read (bench_read_bandwidth, the bench's own yardstick,
@@ -47,7 +51,16 @@ enum { HKV = 8, D = 128, MAX_ROUNDS = 63 };
 typedef struct dc_cfg {
     int T, dist, W; /* tile keys, tiles ahead of the region, FMAs a widened vector */
     int pages;      /* 1: a line of each page of the tile after the region, a tile ahead */
+    int blk;        /* 0: contiguous; else a paged cache's block of 2^blk keys, scattered */
 } dc_cfg;
+
+/* Where key j of the sweep lies: j itself (contiguous), or row j mod 2^lb of block
+ * tab[j >> lb] (a paged cache; shifts, not divisions, which would cost more than the
+ * prefetches they place). */
+static inline int64_t dc_key(const int32_t *tab, int lb, int64_t j)
+{
+    return tab ? (int64_t)tab[j >> lb] << lb | (j & (((int64_t)1 << lb) - 1)) : j;
+}
 
 #if DC_X86
 /* The sweep for one ISA and a constant W (a separate function each, so that the
@@ -55,7 +68,7 @@ typedef struct dc_cfg {
  * loads stay). K and V are [L, HKV, D] halves. */
 #define DC_SWEEP(NAME, TARGET, VT, ZERO, WIDEN, FMA, ADD, STORE, VL, W)                    \
     __attribute__((target(TARGET), noinline)) static float NAME(                            \
-        const uint16_t *K, const uint16_t *V, int64_t L, dc_cfg c)                          \
+        const uint16_t *K, const uint16_t *V, int64_t L, dc_cfg c, const int32_t *tab)      \
     {                                                                                       \
         VT acc[8];                                                                          \
         for (int i = 0; i < 8; i++) acc[i] = ZERO();                                        \
@@ -63,23 +76,30 @@ typedef struct dc_cfg {
         const int64_t row = HKV * D;         /* halves between a head's keys */            \
         const int64_t lines_tile = 2 * c.T * row * 2 / 64; /* of K and V, a tile */        \
         const int64_t per_row = (lines_tile + 2 * HKV * c.T - 1) / (2 * HKV * c.T);       \
+        const int64_t lines_key = row * 2 / 64; /* of K (or V), a key's rows of all heads */ \
         for (int64_t j = 0; j < L; j += c.T) {                                              \
             const int64_t jn = j + (int64_t)c.dist * c.T, tk = L - j < c.T ? L - j : c.T;   \
             const int64_t kn = jn < L ? (L - jn < c.T ? L - jn : c.T) : 0;                  \
-            const char *rk = (const char *)(K + jn * row), *rv = (const char *)(V + jn * row); \
             const int64_t lines = 2 * kn * row * 2 / 64, half = lines / 2;                  \
             int64_t line = 0;                                                               \
             const int64_t jp = jn + c.T; /* the tile after the region: a line a page */     \
             for (int kv = 0; c.pages && jp < L && kv < 2; kv++)                             \
-                for (int64_t b = 0; b < (L - jp < c.T ? L - jp : c.T) * row * 2; b += 4096) \
-                    _mm_prefetch((const char *)((kv ? V : K) + jp * row) + b, _MM_HINT_T2);   \
+                for (uintptr_t k = jp, pg = 0; k < (uintptr_t)(L - jp < c.T ? L : jp + c.T); k++) { \
+                    const uintptr_t a = (uintptr_t)((kv ? V : K) + dc_key(tab, c.blk, k) * row); \
+                    for (uintptr_t x = a; x < a + row * 2; x = (x | 4095) + 1)              \
+                        if (x >> 12 != pg) _mm_prefetch((const char *)(pg = x >> 12, x), _MM_HINT_T2); \
+                }                                                                           \
             for (int h = 0; h < HKV; h++)                                                   \
                 for (int kv = 0; kv < 2; kv++)                                              \
                     for (int64_t k = 0; k < tk; k++) {                                      \
-                        const uint16_t *r = (kv ? V : K) + ((j + k) * HKV + h) * D;         \
-                        for (int64_t x = 0; x < per_row && line < lines; x++, line++)       \
-                            _mm_prefetch(line < half ? rk + line * 64 : rv + (line - half) * 64, \
+                        const uint16_t *r = (kv ? V : K) + (dc_key(tab, c.blk, j + k) * HKV + h) * D; \
+                        for (int64_t x = 0; x < per_row && line < lines; x++, line++) {     \
+                            const int64_t l = line < half ? line : line - half;             \
+                            const char *t = (const char *)(line < half ? K : V);            \
+                            _mm_prefetch(t + dc_key(tab, c.blk, jn + l / lines_key) * row * 2 + \
+                                             l % lines_key * 64,                            \
                                          _MM_HINT_T1);                                      \
+                        }                                                                   \
                         _Pragma("GCC unroll 16") for (int v = 0; v < D / VL; v++) {         \
                             const VT x = WIDEN(r + v * VL);                                 \
                             if (W == 0) acc[v & 7] = ADD(acc[v & 7], x);                    \
@@ -107,11 +127,12 @@ DC_ISAS(0)
 DC_ISAS(4)
 DC_ISAS(5)
 
-static float sweep(int avx512, const uint16_t *K, const uint16_t *V, int64_t L, dc_cfg c)
+static float sweep(int avx512, const uint16_t *K, const uint16_t *V, int64_t L, dc_cfg c,
+                   const int32_t *tab)
 {
-    if (c.W == 0) return avx512 ? sweep512_w0(K, V, L, c) : sweep256_w0(K, V, L, c);
-    if (c.W == 4) return avx512 ? sweep512_w4(K, V, L, c) : sweep256_w4(K, V, L, c);
-    return avx512 ? sweep512_w5(K, V, L, c) : sweep256_w5(K, V, L, c);
+    if (c.W == 0) return avx512 ? sweep512_w0(K, V, L, c, tab) : sweep256_w0(K, V, L, c, tab);
+    if (c.W == 4) return avx512 ? sweep512_w4(K, V, L, c, tab) : sweep256_w4(K, V, L, c, tab);
+    return avx512 ? sweep512_w5(K, V, L, c, tab) : sweep256_w5(K, V, L, c, tab);
 }
 #endif
 
@@ -125,9 +146,10 @@ int main(int argc, char **argv)
 #else
     const int64_t L = argc > 1 ? strtoll(argv[1], NULL, 10) : 32768;
     const int rounds = argc > 2 ? atoi(argv[2]) : 15;
-    if (L < 1024 || rounds < 1 || rounds > MAX_ROUNDS || argc == 4 || argc == 5 || argc > 7) {
+    if (L < 1024 || rounds < 1 || rounds > MAX_ROUNDS || argc == 4 || argc == 5 || argc > 8) {
         fprintf(stderr,
-                "usage: decode_ceiling [keys (>= 1024) [rounds (1 .. %d) [T dist W [pages]]]]\n",
+                "usage: decode_ceiling [keys (>= 1024) [rounds (1 .. %d) [T dist W [pages "
+                "[blk]]]]]\n",
                 MAX_ROUNDS);
         return 2;
     }
@@ -155,45 +177,74 @@ int main(int argc, char **argv)
     printf("B1 Hkv%d D%d float16 cache of %lld keys (%.0f MiB of K and V), %s, 1 thread\n", HKV,
            D, (long long)L, (double)bytes / (1 << 20), ta_isa_name(isa));
 
-    static const dc_cfg std_cfgs[] = {{64, 1, 0, 0}, {64, 1, 4, 0}, {64, 1, 4, 1},
-                                      {64, 1, 5, 0}, {32, 2, 4, 0}, {16, 4, 4, 0}};
-    dc_cfg one = {0, 0, 0, 0};
+    static const dc_cfg std_cfgs[] = {
+        {64, 1, 0, 0, 0},  {64, 1, 4, 0, 0},  {64, 1, 4, 1, 0}, {64, 1, 5, 0, 0},
+        {32, 2, 4, 0, 0},  {16, 4, 4, 0, 0},  {64, 1, 0, 1, 0}, {64, 1, 0, 1, 16},
+        {64, 1, 0, 1, 32}, {64, 1, 0, 1, 64}, {64, 1, 4, 1, 32}, {64, 1, 4, 1, 64}};
+    dc_cfg one = {0, 0, 0, 0, 0};
     if (argc > 5) {
-        one = (dc_cfg){atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), argc > 6 ? atoi(argv[6]) : 0};
+        one = (dc_cfg){atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), argc > 6 ? atoi(argv[6]) : 0,
+                       argc > 7 ? atoi(argv[7]) : 0};
         if (one.T < 1 || one.T > 1024 || one.dist < 1 || one.dist > 64 ||
-            (one.W != 0 && one.W != 4 && one.W != 5) || one.pages < 0 || one.pages > 1) {
+            (one.W != 0 && one.W != 4 && one.W != 5) || one.pages < 0 || one.pages > 1 ||
+            one.blk < 0 || one.blk > L / 2 || (one.blk & (one.blk - 1)) || (one.blk && L % one.blk)) {
             fprintf(stderr, "decode_ceiling: T in 1 .. 1024, dist in 1 .. 64, W 0, 4 or 5, "
-                            "pages 0 or 1\n");
+                            "pages 0 or 1, blk 0 or a power of 2 dividing keys, up to keys / 2\n");
             free(buf);
             return 2;
         }
+    }
+    int32_t *tab = malloc((size_t)L * sizeof *tab); /* room for blocks of one key */
+    if (!tab) {
+        fprintf(stderr, "decode_ceiling: out of memory\n");
+        free(buf);
+        return 1;
     }
     const dc_cfg *cfgs = argc > 5 ? &one : std_cfgs;
     const size_t ncfg = argc > 5 ? 1 : sizeof std_cfgs / sizeof std_cfgs[0];
     float sink = 0.0f;
     for (size_t ci = 0; ci < ncfg; ci++) {
         const dc_cfg c = cfgs[ci];
+        /* the bench's scatter (kv_decode_paged): a random permutation of the blocks
+         * (Fisher-Yates, fixed seed) */
+        const int64_t nb = c.blk ? L / c.blk : 0;
+        uint64_t rng = 0x9e3779b97f4a7c15ULL;
+        for (int64_t b = 0; b < nb; b++) tab[b] = (int32_t)b;
+        for (int64_t b = nb - 1; b > 0; b--) {
+            const int64_t o = (int64_t)(bench_xorshift64(&rng) % (uint64_t)(b + 1));
+            const int32_t t = tab[b];
+            tab[b] = tab[o];
+            tab[o] = t;
+        }
+        int lb = 0;
+        while (c.blk >> lb > 1) lb++;
         double ts[MAX_ROUNDS], gb[MAX_ROUNDS], ratio[MAX_ROUNDS];
         for (int r = 0; r < rounds; r++) {
             const double t0 = bench_seconds_now();
-            sink += sweep(avx512, K, V, L, c);
+            dc_cfg cl = c;
+            cl.blk = lb; /* the sweep takes the block's log2 */
+            sink += sweep(avx512, K, V, L, cl, c.blk ? tab : NULL);
             ts[r] = bench_seconds_now() - t0;
             const char *why = bench_read_bandwidth(&gb[r], isa, 1, (const float *)(void *)buf,
                                                    (int64_t)(bytes / sizeof(float)), 1);
             if (why) {
                 fprintf(stderr, "decode_ceiling: the plain read is not measured: %s\n", why);
+                free(tab);
                 free(buf);
                 return 1;
             }
             ratio[r] = (double)bytes / ts[r] * 1e-9 / gb[r];
         }
         const double t = bench_median(ts, rounds), g = bench_median(gb, rounds);
-        printf("tiles of %3d keys, region %d tile(s) ahead, %d FMAs a vector%s: %7.3f ms %5.1f "
+        char paged[48] = "";
+        if (c.blk) snprintf(paged, sizeof paged, ", paged (%d keys, %d KiB)", c.blk, c.blk * HKV * D * 2 / 1024);
+        printf("tiles of %3d keys, region %d tile(s) ahead, %d FMAs a vector%s%s: %7.3f ms %5.1f "
                "GB/s %5.1f ns a pair; plain read %5.1f GB/s; ratio %.3f\n",
-               c.T, c.dist, c.W, c.pages ? ", pages ahead" : "", t * 1e3,
+               c.T, c.dist, c.W, c.pages ? ", pages ahead" : "", paged, t * 1e3,
                (double)bytes / t * 1e-9, t * 1e9 / (double)(L * HKV),
                g, bench_median(ratio, rounds));
     }
+    free(tab);
     free(buf);
     return sink == 42.0f ? 3 : 0; /* keeps the sums */
 #endif
