@@ -109,6 +109,10 @@ static int parse_args(bench_config *cfg, int argc, char **argv)
             cfg->peers = 1;
         } else if (!strcmp(key, "--json")) {
             if (!*val) return usage_error("--json needs a file name");
+            struct stat st; /* checked again when written; here before minutes of runs */
+            if (stat(val, &st) == 0 && !S_ISREG(st.st_mode))
+                return usage_error("--json '%s' exists and is not a regular file (the report "
+                                   "is renamed over it)", val);
             cfg->json_path = val;
         } else if (!strcmp(key, "--filter")) {
             cfg->filter = val;

@@ -169,6 +169,14 @@ int bench_write_json(const bench_state *s, const char *path)
         fprintf(stderr, "tensorattn: error: bench: out of memory building the JSON report\n");
         return -1;
     }
+    struct stat sb; /* the rename would replace a device (/dev/null, as root) or a pipe */
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        fprintf(stderr, "tensorattn: error: bench: cannot write %s: it exists and is not a "
+                "regular file (the report is written to a temporary and renamed over it)\n",
+                path);
+        cJSON_free(text);
+        return -1;
+    }
     size_t n = strlen(path) + 16;
     char *tmp = malloc(n);
     int rc = -1, fd = -1;

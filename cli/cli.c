@@ -288,8 +288,9 @@ bool cli_save_all(const cli_out *outs, int n, char *why, size_t cap)
         const char *path = outs[i].path;
         if (!path) continue;
         struct stat st;
-        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-            snprintf(why, cap, "writing %s: %s is a directory", outs[i].opt, path);
+        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) { /* as ta_npy_save refuses it */
+            snprintf(why, cap, "writing %s: %s exists and is not a regular file (a directory, "
+                     "device or pipe), which the written file would replace", outs[i].opt, path);
             ok = false;
             break;
         }

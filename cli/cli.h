@@ -83,7 +83,7 @@ typedef struct cli_out {
  * beside its path first (ta_npy_save), and the temporaries are renamed over the paths
  * only once every one of them is written; on any failure they are removed and no path
  * has changed (a rename that fails after others succeeded - the paths were checked for
- * directories before - is the one exception). Returns false with why (the error's text,
+ * anything but regular files before - is the one exception). Returns false with why (the error's text,
  * exit 1) filled. */
 bool cli_save_all(const cli_out *outs, int n, char *why, size_t cap);
 

@@ -587,9 +587,11 @@ ta_status ta_sdpa_kvcache_workspace_size(size_t *bytes, const ta_tensor *O, cons
  * bad arguments. Outputs are untouched on error.
  * Writers never leave a partial file: they write a temporary "<path>.tmp.XXXXXX" in
  * the same directory ("<dir>/.tmp.XXXXXX" for a name too long to take the suffix), flush
- * it to disk and rename(2) it over path, so path holds either
- * its old contents or the complete new file; on failure the temporary is removed.
- * The file gets mode 0666 minus the umask (an existing file's mode is not kept). */
+ * it to disk and rename(2) it over path, so path holds either its old contents or the
+ * complete new file; on failure the temporary is removed.
+ * The file gets mode 0666 minus the umask (an existing file's mode is not kept). A path
+ * that exists and is not a regular file (a directory, a device such as /dev/null, a
+ * pipe) is TA_EIO, since the rename would replace it. */
 
 /* Loads a .npy file as a new owning, C-contiguous float32 tensor of the file's shape
  * (0-d and zero-size shapes included) into *out. Accepted dtypes and conversions:

@@ -19,8 +19,8 @@
 #include "io_files.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -522,6 +522,16 @@ static void test_unwritable_json_path_fails_with_1(void **state)
                                          "sgemm_256", "--json", "/nonexistent-ta-dir/report.json", NULL});
     if (rc != 1 || !strstr(ta_cli_err, "tensorattn: error: "))
         fail_msg("exit %d, stdout:\n%s\nstderr:\n%s", rc, ta_cli_out, ta_cli_err);
+    /* a pipe (or a device: /dev/null itself, as root) would be replaced by the rename */
+    const char *fifo = ta_test_path("report.fifo");
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    ta_cli_expect_error((const char *[]){NULL, "bench", "--quick", "--filter", "sgemm_256",
+                                         "--json", fifo, NULL},
+                        2, "exists and is not a regular file");
+    struct stat sb;
+    assert_int_equal(stat(fifo, &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+    assert_int_equal(remove(fifo), 0);
 }
 
 /* A report path whose name has NAME_MAX (255) bytes: written (its temporary is a short

@@ -313,10 +313,18 @@ static void test_npy_save_errors_leave_no_file(void **state)
     assert_false(ta_test_file_exists(ta_test_path("x.npy")));
     /* Saving onto a directory fails at rename; the directory and no temporary stay. */
     assert_int_equal(mkdir(ta_test_path("adir"), 0755), 0);
-    TA_CHECK_ERR(ta_npy_save(ta_test_path("adir"), &t), TA_EIO, "rename failed");
+    TA_CHECK_ERR(ta_npy_save(ta_test_path("adir"), &t), TA_EIO, "exists and is not a regular file");
     struct stat sb;
     assert_int_equal(stat(ta_test_path("adir"), &sb), 0);
     assert_true(S_ISDIR(sb.st_mode));
+    /* nor a pipe (or a device: the rename would replace /dev/null itself, as root) */
+    assert_int_equal(mkfifo(ta_test_path("afifo"), 0644), 0);
+    TA_CHECK_ERR(ta_npy_save(ta_test_path("afifo"), &t), TA_EIO, "exists and is not a regular file");
+    TA_CHECK_ERR(ta_safetensors_save(ta_test_path("afifo"), 1, (const char *[]){"t"},
+                                     (const ta_tensor *[]){&t}),
+                 TA_EIO, "exists and is not a regular file");
+    assert_int_equal(stat(ta_test_path("afifo"), &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
     ta_test_assert_no_temporaries();
 }
 

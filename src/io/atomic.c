@@ -41,6 +41,13 @@ ta_status ta_atomic_open(ta_atomic_file *f, const char *fn, const char *path)
     memset(f, 0, sizeof *f);
     f->fn = fn;
     f->path = path;
+    /* the rename would replace whatever is there: a device (as root, /dev/null itself), a
+     * pipe or a directory is refused rather than replaced */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return ta_error(TA_EIO, "%s: %s exists and is not a regular file (a directory, device "
+                        "or pipe); files are written whole to a temporary and renamed over "
+                        "the path, which would replace it", fn, path);
     size_t len = strlen(path);
     static const char suffix[] = ".tmp.XXXXXX";
     /* "<path>.tmp.XXXXXX", or "<dir>/.tmp.XXXXXX" where the name is too long for the
