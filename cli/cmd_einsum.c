@@ -8,7 +8,8 @@ static const char help[] =
     "\n"
     "torch.einsum for one or two float32 operands, e.g.\n"
     "  tensorattn einsum 'bhid,bhjd->bhij' Q.npy K.npy -o S.npy\n"
-    "Inputs: .npy, C order, <f4 or <f8 (converted). Output: <f4, written whole or not at all.\n";
+    "Inputs: .npy, C order, <f4 or <f8 (converted). Output: <f4, written whole or not at all;\n"
+    "-o naming an input is a usage error.\n";
 
 int cmd_einsum(int argc, char **argv)
 {
@@ -22,6 +23,10 @@ int cmd_einsum(int argc, char **argv)
     if (npos < 2) return cli_error(CLI_USAGE, "einsum needs SPEC and one or two .npy files");
     if (!opts[0].given) return cli_error(CLI_USAGE, "einsum needs -o C.npy");
     if (!cli_threads(opts)) return CLI_USAGE;
+    const cli_file ins[] = {{"A", pos[1]}, {"B", npos == 3 ? pos[2] : NULL}},
+                   out[] = {{"-o", opts[0].value}};
+    char why[1024];
+    if (!cli_outputs_apart(ins, 2, out, 1, why, sizeof why)) return cli_error(CLI_USAGE, "%s", why);
     ta_tensor a = {0}, b = {0}, c = {0};
     ta_status st = ta_npy_load(&a, pos[1]);
     if (st) return cli_fail(st, "reading A");

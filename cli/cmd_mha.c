@@ -22,7 +22,8 @@ static const char help[] =
     "                  --mask-mode block (additive for float masks you mean to add)\n"
     "  --mask          broadcastable to [N, H, Lq, Lk]\n"
     "  --causal        query i attends to keys j <= i\n"
-    "Output: Y [N, L, E] as .npy <f4, written whole or not at all.\n";
+    "Output: Y [N, L, E] as .npy <f4, written whole or not at all; -o naming an input is a\n"
+    "usage error.\n";
 
 enum { O_W, O_LAYOUT, O_HEADS, O_IN, O_KEYS, O_VALUES, O_MASK, O_MODE, O_CAUSAL, O_THREADS, O_OUT };
 
@@ -61,6 +62,14 @@ int cmd_mha(int argc, char **argv)
                             .causal = opts[O_CAUSAL].given ? TA_CAUSAL_TOP_LEFT : TA_CAUSAL_NONE};
     if (!cli_mask_mode(&opts[O_MODE], &opts[O_MASK], &ao.mask_mode)) return CLI_USAGE;
     if (!cli_threads(opts)) return CLI_USAGE;
+#define GIVEN(i) (opts[i].given ? opts[i].value : NULL)
+    const cli_file ins[] = {{"--weights", GIVEN(O_W)}, {"--input", GIVEN(O_IN)},
+                            {"--keys", GIVEN(O_KEYS)},  {"--values", GIVEN(O_VALUES)},
+                            {"--mask", GIVEN(O_MASK)}},
+                   out[] = {{"-o", GIVEN(O_OUT)}};
+#undef GIVEN
+    char why[1024];
+    if (!cli_outputs_apart(ins, 5, out, 1, why, sizeof why)) return cli_error(CLI_USAGE, "%s", why);
 
     ta_attention *layer = NULL;
     ta_tensor x = {0}, k = {0}, v = {0}, mask = {0}, y = {0};

@@ -226,6 +226,12 @@ static void test_outputs_apart(void **s)
     FAIL(2, "kvcache", "--q", P("q4.npy"), "--k-cache", P("kc.npy"), "--v-cache", P("vc.npy"),
          "--cache-seqlens", P("cs.npy"), "-o", P("new.npy"), "--lse", P("new.npy"));
     assert_non_null(strstr(ta_cli_err, "-o and --lse name the same file"));
+    FAIL(2, "einsum", "ij->ji", P("mask_bad.npy"), "-o", P("mask_bad.npy"));
+    FAIL(2, "einsum", "bij,bjk->bik", P("x.npy"), P("q.npy"), "-o", P("q.npy"));
+    FAIL(2, "mha", "--weights", P("w_garbage.safetensors"), "--layout", "seed", "--heads", "2",
+         "--input", P("x.npy"), "-o", P("x.npy"));
+    FAIL(2, "mha", "--weights", P("w_garbage.safetensors"), "--layout", "seed", "--heads", "2",
+         "--input", P("x.npy"), "-o", P("w_garbage.safetensors"));
     ta_cli_expect_error((const char *[]){"", "sdpa", "--q", P("q.npy"), "--k", P("k.npy"), "--v",
                                          P("v.npy"), "-o", q_again, NULL},
                         2, "is the input file of --q: the command line never writes its inputs");
