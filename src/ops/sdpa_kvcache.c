@@ -358,6 +358,9 @@ static void gather_keys(ta_sdpa_problem *p, kv_seq *s, float *kg, float *vg)
 static ta_status append_rows(const kv_call *k)
 {
     const ta_tensor *kn = k->kn, *vn = k->vn;
+    /* empty rows (Hkv 0, or D and Dv 0): nothing to write, and Lnew, which only such
+     * caches leave unbounded by memory, is not walked */
+    if (k->Hkv == 0 || (k->D == 0 && k->Dv == 0)) return TA_OK;
     for (int64_t b = 0; kn && b < k->B; b++) {
         ta_sdpa_problem p;
         kv_seq s;
