@@ -545,6 +545,35 @@ static void test_extreme_legal_calls(void **state)
     TA_CHECK_OK(ta_softmax(&e, &e, 1));
     TA_CHECK_OK(ta_tensor_fill(&e, 1.0f));
     ta_tensor_free(&e);
+    /* empty outputs with stride-0 dims (NumPy's strides for a [2, 2, 0, 4] array are
+     * [0, 0, 4, 1] elements): no element, so nothing aliases */
+    float buf[16] = {0};
+    const int64_t es[4] = {2, 2, 0, 4}, est[4] = {0, 0, 4, 1};
+    ta_tensor eq, eo;
+    TA_CHECK_OK(ta_tensor_from_buffer(&eq, buf, 4, es, est));
+    TA_CHECK_OK(ta_tensor_from_buffer(&eo, buf + 8, 4, es, est));
+    TA_CHECK_OK(ta_sdpa(&eo, &eq, &eq, &eq, NULL));
+    const int64_t e2[2] = {0, 3}, e2s[2] = {3, 0};
+    TA_CHECK_OK(ta_tensor_from_buffer(&eo, buf, 2, e2, e2s));
+    TA_CHECK_OK(ta_tensor_from_buffer(&eq, buf + 8, 2, e2, NULL));
+    TA_CHECK_OK(ta_einsum1(&eo, "ij->ij", &eq));
+    TA_CHECK_OK(ta_softmax(&eo, &eq, 1));
+    /* an attention layer on an empty query batch of two (its heads' view of O then has
+     * stride 0 in the batch dim) */
+    ta_attention *layer;
+    TA_CHECK_OK(ta_attention_create(&layer, TA_LAYOUT_TORCH, 4, 2, 1));
+    const int64_t xq[3] = {2, 0, 4}, xk[3] = {2, 3, 4};
+    ta_tensor x0, xk3, y0, dy0, dxk;
+    TA_CHECK_OK(ta_tensor_zeros(&x0, 3, xq));
+    TA_CHECK_OK(ta_tensor_zeros(&xk3, 3, xk));
+    TA_CHECK_OK(ta_tensor_zeros(&y0, 3, xq));
+    TA_CHECK_OK(ta_tensor_zeros(&dy0, 3, xq));
+    TA_CHECK_OK(ta_tensor_zeros(&dxk, 3, xk));
+    TA_CHECK_OK(ta_attention_forward(&y0, layer, &x0, &xk3, &xk3, NULL));
+    TA_CHECK_OK(ta_attention_backward(NULL, &dxk, &dxk, layer, &dy0, &x0, &xk3, &xk3, NULL));
+    ta_tensor *ts[] = {&x0, &xk3, &y0, &dy0, &dxk};
+    for (int i = 0; i < 5; i++) ta_tensor_free(ts[i]);
+    ta_attention_free(layer);
     /* a 0-d tensor */
     TA_CHECK_OK(ta_tensor_empty(&e, 0, NULL));
     TA_CHECK_OK(ta_rand(&e, 1));

@@ -75,10 +75,10 @@ ta_status ta_softmax(ta_tensor *out, const ta_tensor *x, int dim)
             return ta_error(TA_EINVAL, "%s: out overlaps x without being the same view; "
                             "pass the same tensor for in place", fn);
     }
-    for (int d = 0; d < nd; d++)
+    int64_t numel = ta_tensor_numel(x);
+    for (int d = 0; numel > 0 && d < nd; d++) /* an empty out has no element to alias */
         if (out->stride[d] == 0 && out->shape[d] > 1)
             return ta_error(TA_EINVAL, "%s: out has stride 0 in dim %d (aliased elements)", fn, d);
-    int64_t numel = ta_tensor_numel(x);
     if (numel == 0) return TA_OK;
 
     /* Rows: every index over the dims other than dim (kept as a size-1 dim so one
