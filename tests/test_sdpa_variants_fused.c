@@ -164,8 +164,66 @@ static void test_fused_variants(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(&cases[i]);
 }
 
+/* Window bounds up to INT64_MAX (wider than any sequence) see what a bound of Lq + Lk
+ * sees, forward and backward on both paths: the bounds are compared, not summed into an
+ * overflow (a window of (INT64_MAX, INT64_MAX) blocked every key until session 33). */
+static void test_windows_wider_than_any_sequence(void **state)
+{
+    (void)state;
+    const int64_t qs[4] = {1, 2, 70, 16}, ks[4] = {1, 1, 90, 16}, big = INT64_MAX, fit = 160;
+    ta_tensor q, k, v, o[2], g[2][3], dout;
+    TA_CHECK_OK(ta_tensor_empty(&q, 4, qs));
+    TA_CHECK_OK(ta_tensor_empty(&k, 4, ks));
+    TA_CHECK_OK(ta_tensor_empty(&v, 4, ks));
+    TA_CHECK_OK(ta_tensor_empty(&dout, 4, qs));
+    TA_CHECK_OK(ta_randn(&q, 21));
+    TA_CHECK_OK(ta_randn(&k, 22));
+    TA_CHECK_OK(ta_randn(&v, 23));
+    TA_CHECK_OK(ta_randn(&dout, 24));
+    for (int r = 0; r < 2; r++) {
+        TA_CHECK_OK(ta_tensor_empty(&o[r], 4, qs));
+        TA_CHECK_OK(ta_tensor_empty(&g[r][0], 4, qs));
+        TA_CHECK_OK(ta_tensor_empty(&g[r][1], 4, ks));
+        TA_CHECK_OK(ta_tensor_empty(&g[r][2], 4, ks));
+    }
+    const int64_t bounds[3][2] = {{big, big}, {big, 0}, {0, big}};
+    for (int path = 0; path < 2; path++)
+        for (int causal = 0; causal < 2; causal++)
+            for (int w = 0; w < 3; w++) {
+                char name[96];
+                snprintf(name, sizeof name, "%s, %s, window (%s, %s)",
+                         path ? "fused" : "reference", causal ? "bottom-right" : "no causal",
+                         bounds[w][0] ? "INT64_MAX" : "0", bounds[w][1] ? "INT64_MAX" : "0");
+                for (int r = 0; r < 2; r++) { /* r 0: the bounds as given; 1: Lq + Lk */
+                    ta_sdpa_opts opts = {
+                        .path = path ? TA_SDPA_FUSED : TA_SDPA_REFERENCE,
+                        .causal = causal ? TA_CAUSAL_BOTTOM_RIGHT : TA_CAUSAL_NONE,
+                        .has_window = 1,
+                        .window_left = bounds[w][0] ? (r ? fit : big) : 0,
+                        .window_right = bounds[w][1] ? (r ? fit : big) : 0};
+                    ta_tensor lse;
+                    const int64_t ls[3] = {1, 2, 70};
+                    TA_CHECK_OK(ta_tensor_empty(&lse, 3, ls));
+                    opts.lse = &lse;
+                    TA_CHECK_OK(ta_sdpa(&o[r], &q, &k, &v, &opts));
+                    opts.lse = NULL;
+                    TA_CHECK_OK(ta_sdpa_backward(&g[r][0], &g[r][1], &g[r][2], &dout, &q, &k,
+                                                 &v, &o[r], &lse, &opts));
+                    ta_tensor_free(&lse);
+                }
+                expect_close(name, "O", &o[0], &o[1]);
+                expect_close_tol(name, "dQ", &g[0][0], &g[1][0], TOL_GRAD);
+                expect_close_tol(name, "dK", &g[0][1], &g[1][1], TOL_GRAD);
+                expect_close_tol(name, "dV", &g[0][2], &g[1][2], TOL_GRAD);
+            }
+    ta_tensor *all[] = {&q, &k, &v, &dout, &o[0], &o[1], &g[0][0], &g[0][1], &g[0][2],
+                        &g[1][0], &g[1][1], &g[1][2]};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ta_tensor_free(all[i]);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fused_variants)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fused_variants),
+                                       cmocka_unit_test(test_windows_wider_than_any_sequence)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -60,8 +60,11 @@ void cp_variants_set(cp_ctx *ctx, const ta_sdpa_opts *o)
 {
     cp_vdesc d;
     cp_vdesc_of(&d, o);
-    ctx->win_left = d.left;
-    ctx->win_right = d.right;
+    /* a bound past any sequence's length is the same window: clamped, so that the
+     * pieces' cuts (cp_blocks.c, window_cut) add and subtract it without overflow */
+    const int64_t wide = (int64_t)1 << 61;
+    ctx->win_left = d.left > wide ? wide : d.left;
+    ctx->win_right = d.right > wide ? wide : d.right;
     ctx->positional = d.left >= 0 || d.right >= 0 || o->alibi_slopes;
     ctx->sinks = o->sinks;
     ctx->dsinks = o->dsinks;

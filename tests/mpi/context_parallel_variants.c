@@ -25,6 +25,11 @@ void test_variants_match_single_process(void **state)
          .wr = 0},
         {.B = 1, .H = 2 * p, .Hkv = p, .L = 40 * p + 1, .D = 8, .Dv = 8, .window = true, .wl = 2,
          .wr = 1},
+        /* bounds wider than any sequence (INT64_MAX): the cuts must not overflow */
+        {.B = 1, .H = p, .Hkv = p, .L = 6 * p + 1, .D = 4, .Dv = 4, .window = true,
+         .wl = INT64_MAX, .wr = INT64_MAX},
+        {.B = 1, .H = p, .Hkv = p, .L = 6 * p + 1, .D = 4, .Dv = 4, .window = true,
+         .wl = INT64_MAX, .wr = 0},
         /* softcap, ALiBi [H] and [B, H], sinks */
         {.B = 2, .H = 2 * p, .Hkv = p, .L = 6 * p + 1, .D = 8, .Dv = 8, .scale = 0.9f,
          .softcap = 1.5f},
