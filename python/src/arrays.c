@@ -172,14 +172,22 @@ int ta_py_array_widen(ta_py_array *a)
 #endif
 }
 
-/* Byte strides -> element strides; memory not aligned to its element is compacted. */
-static int set_strides(ta_py_array *a, const int64_t *bstride, int elements)
+/* Byte strides -> element strides; memory not aligned to its element is compacted,
+ * unless the call writes into it (writable: name's writes would go to the copy and be
+ * lost), which is a ValueError. */
+static int set_strides(ta_py_array *a, const int64_t *bstride, int elements, int writable,
+                       const char *name)
 {
     size_t size = elem_size(a->elem);
     int aligned = size == 0 || (uintptr_t)a->data % size == 0;
     for (int d = 0; d < a->ndim; d++) {
         int64_t s = elements ? bstride[d] * (int64_t)size : bstride[d];
         if (size && s % (int64_t)size != 0) aligned = 0;
+    }
+    if (!aligned && writable) {
+        PyErr_Format(PyExc_ValueError, "%s is not aligned to its %zu-byte elements, and the "
+                     "call writes into it in place: pass an aligned array", name, size);
+        return -1;
     }
     if (!aligned) {
         int64_t bytes[TA_MAX_DIMS];
@@ -225,7 +233,7 @@ static int from_buffer(ta_py_array *a, PyObject *obj, const char *name, int flag
         a->shape[d] = a->buf.shape[d];
         bstride[d] = a->buf.strides[d];
     }
-    return set_strides(a, bstride, 0);
+    return set_strides(a, bstride, 0, flags & TA_PY_WRITABLE, name);
 }
 
 /* The capsule of a torch tensor, from torch.to_dlpack: torch's own exporter, without the
@@ -340,8 +348,8 @@ static int from_dlpack(ta_py_array *a, PyObject *obj, const char *name, int flag
         estride[d] = t->strides ? t->strides[d] : next;
         next *= t->shape[d];
     }
-    (void)flags; /* DLPack 0.8 has no read-only flag: torch tensors are writable */
-    return set_strides(a, estride, 1);
+    /* DLPack 0.8 has no read-only flag: torch tensors are writable */
+    return set_strides(a, estride, 1, flags & TA_PY_WRITABLE, name);
 }
 
 int ta_py_array_get(ta_py_array *a, PyObject *obj, const char *name, int flags)

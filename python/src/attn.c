@@ -270,8 +270,9 @@ static int mask_view(ta_py_attn_args *a, PyObject *obj, const ta_py_array *q, in
                          "the query and key)", d - off, (long long)s, (long long)target);
             return -1;
         }
-        shape[d] = st == 0 ? 1 : s;
-        stride[d] = st == 0 ? 0 : st;
+        /* a broadcast dim (size 1, or stride 0) gets stride 0: it may be widened below */
+        shape[d] = st == 0 || s == 1 ? 1 : s;
+        stride[d] = st == 0 || s == 1 ? 0 : st;
         if (d < r - 3 && shape[d] != 1) lead_used = 1;
     }
     for (int d = 0; d < r; d++) { /* batch dims that vary: expand the others to merge them */

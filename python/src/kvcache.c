@@ -50,6 +50,7 @@ static int get_seqlens(kv_arrays *k, PyObject *o, int64_t B, int64_t capacity)
         return 0;
     }
     free(k->seqlens);
+    k->seqlens = NULL; /* kv_release frees it again if the array below is refused */
     if (ta_py_array_get(&k->seq, o, "cache_seqlens", 0) ||
         !(k->seqlens = ta_py_int32_copy(&k->seq, "cache_seqlens", 1)))
         return -1;
@@ -108,6 +109,11 @@ PyObject *ta_py_attention_kvcache(PyObject *self, PyObject *const *args, Py_ssiz
     int64_t max_blocks = 0, capacity = k.kc.shape[1];
     if (k.table.obj) {
         if (!(k.block_table = ta_py_int32_copy(&k.table, "block_table", 2))) goto done;
+        if (k.table.shape[0] != k.q.shape[0]) { /* the library reads B rows of it */
+            PyErr_Format(PyExc_ValueError, "block_table has %lld rows but q has batch %lld",
+                         (long long)k.table.shape[0], (long long)k.q.shape[0]);
+            goto done;
+        }
         max_blocks = k.table.shape[1];
         capacity = max_blocks * k.kc.shape[1];
     }

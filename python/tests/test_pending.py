@@ -4,6 +4,8 @@ feature is off, its arguments must raise NotImplementedError naming it, before a
 is computed or written (never a wrong answer); once python/src/features.h switches it on,
 the same tests check the results against the float64 oracle instead."""
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -151,6 +153,34 @@ def test_kvcache_full_caches_and_errors(kind):
         with pytest.raises(ValueError, match="writable"):
             ta.flash_attn_with_kvcache(q.numpy(), ro, cache_args[1], k=kn.numpy(), v=vn.numpy(),
                                        cache_seqlens=seqlens.numpy())
+        # writable but not aligned to its elements: the append would go to a copy and be
+        # lost, so it is refused (session 33; v_cache was updated and k_cache not)
+        kc0 = np.asarray(cache_args[0])
+        raw = bytearray(kc0.nbytes + 1)
+        odd = np.frombuffer(raw, dtype=np.float32, offset=1, count=kc0.size).reshape(kc0.shape)
+        odd[...] = kc0
+        vbefore = np.asarray(cache_args[1]).copy()
+        with pytest.raises(ValueError, match="aligned"):
+            ta.flash_attn_with_kvcache(q.numpy(), odd, cache_args[1], k=kn.numpy(), v=vn.numpy(),
+                                       cache_seqlens=seqlens.numpy())
+        assert np.array_equal(np.asarray(cache_args[1]), vbefore)
+    # cache_seqlens neither an int nor an array: a TypeError (a double free until session 33)
+    for bad in ([3, 3], 3.0):
+        with pytest.raises(TypeError):
+            ta.flash_attn_with_kvcache(as_kind(q, kind), *cache_args, cache_seqlens=bad)
+
+
+def test_kvcache_block_table_rows(kind):
+    """A block table of another batch than q's is refused: the library reads B rows of it
+    (a table of one row with a batch of 8 read past its end until session 33)."""
+    (q, kn, vn, seqlens, table), _, caches = cache_case(kind, True)
+    if not F["kvcache"]:
+        return
+    cache_args = [as_kind(t, kind) for t in caches]
+    short = table[:1].clone() if isinstance(table, torch.Tensor) else table[:1].copy()
+    with pytest.raises(ValueError, match="block_table has 1 rows"):
+        ta.flash_attn_with_kvcache(as_kind(q, kind), *cache_args, cache_seqlens=as_kind(seqlens, kind),
+                                   block_table=as_kind(short, kind))
 
 
 # ---------------------------------------------------------------- variants
@@ -179,6 +209,21 @@ def test_variants(kind, variant, causal):
     ref = ref_attention(*(t.transpose(1, 2) for t in (q, k, v)),
                         causal="bottom_right" if causal else None, **theirs)[0]
     assert max_err(out, ref.transpose(1, 2)) <= FWD_TOL
+
+
+def test_windows_wider_than_any_sequence(kind):
+    """window_size bounds up to sys.maxsize see every key on that side (every key was
+    blocked until session 33: the library's bounds overflowed)."""
+    if not F["window"]:
+        return
+    q, k, v = randn(1, 4, 1, 8, seed=1), randn(1, 6, 1, 8, seed=2), randn(1, 6, 1, 8, seed=3)
+    args = [as_kind(t, kind) for t in (q, k, v)]
+    big = sys.maxsize
+    for causal in (False, True):
+        for win, same in (((big, big), (-1, -1)), ((big, 0), (100, 0)), ((0, big), (0, 100))):
+            out = ta.flash_attn_func(*args, causal=causal, window_size=win)
+            ref = ta.flash_attn_func(*args, causal=causal, window_size=same)
+            assert max_err(out, ref) <= FWD_TOL, (causal, win)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))

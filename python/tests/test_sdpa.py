@@ -200,6 +200,21 @@ def test_library_fixtures(case):
     assert np.abs(out.numpy()[~nan] - ref[~nan]).max(initial=0.0) <= 1e-5
 
 
+def test_masks_broadcast_over_several_batch_dims(kind):
+    """A mask that varies in one batch dim and broadcasts over another (size 1, contiguous,
+    so a nonzero stride): the same as the mask broadcast out (a wrong answer, or a read
+    past the mask, until session 33)."""
+    q, k, v = (randn(2, 2, 3, 5, 8, seed=1), randn(2, 2, 3, 7, 8, seed=2),
+               randn(2, 2, 3, 7, 6, seed=3))
+    for shape in [(2, 1, 1, 5, 7), (1, 2, 3, 1, 7), (2, 1, 3, 5, 7)]:
+        mask = torch.rand(shape, generator=torch.Generator().manual_seed(4)) > 0.3
+        full = mask.expand(2, 2, 3, 5, 7).contiguous()
+        args = [as_kind(t, kind) for t in (q, k, v)]
+        out = ta.scaled_dot_product_attention(*args, attn_mask=as_kind(mask, kind))
+        ref = ref_attention(q, k, v, mask=full)[0]
+        assert max_err(out, ref) <= FWD_TOL, shape
+
+
 def test_unaligned_numpy_memory():
     """float32 elements at odd addresses or byte strides (a field of a packed record, a
     buffer at offset 1): copied to aligned memory first, still the right answer."""
