@@ -56,7 +56,7 @@ static inline int64_t ta_sdpa_delta(const ta_sdpa_variants *v, int64_t Lq, int64
 /* The keys [*lo, *hi) of 0 .. Lk-1 that the window lets query i see (all of them
  * without a window); *lo >= *hi: none. Compared before it is summed, so that bounds up
  * to INT64_MAX (a window wider than any sequence) do not overflow: the diagonal i +
- * delta lies in [-Lq, Lk). */
+ * delta lies in [-Lq, Lq + Lk). */
 static inline void ta_sdpa_window_keys(const ta_sdpa_variants *v, int64_t delta, int64_t Lk,
                                        int64_t i, int64_t *lo, int64_t *hi)
 {
