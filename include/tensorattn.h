@@ -208,7 +208,10 @@ ta_status ta_tensor_triu(ta_tensor *t, int64_t diagonal);
 
 /* Counter-based (Philox-4x32-10): element n in row-major order of t's shape gets the
  * n-th number of the stream `seed`, so the values do not depend on strides, threads
- * or machine. */
+ * or machine. Into float16 / bfloat16 the float32 draw is rounded to nearest-even; a
+ * uniform draw that rounds to high (or overflows) takes the type's next value below, so
+ * the ranges stay half-open in every dtype. Any finite low < high is taken, even a range
+ * wider than FLT_MAX. */
 ta_status ta_randn(ta_tensor *t, uint64_t seed);           /* N(0, 1) */
 ta_status ta_rand(ta_tensor *t, uint64_t seed);            /* U[0, 1) */
 ta_status ta_rand_uniform(ta_tensor *t, float low, float high, uint64_t seed); /* U[low, high) */

@@ -9,6 +9,7 @@
 #include "core/tensor_internal.h"
 #include "dtype_oracle.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -282,6 +283,54 @@ static void test_overlap_counts_each_dtypes_bytes(void **state)
 
 /* ----------------------------------------------------------------- random */
 
+/* A uniform fill of U[lo, hi) into a half type: each element the float32 draw rounded to
+ * nearest-even, or, where that rounding reaches hi (or overflows to inf), the half type's
+ * next value below it (independent oracle: dtype_oracle.c). */
+static void assert_uniform_halves(const ta_tensor *dst, const ta_tensor *draw, double hi,
+                                  const char *what)
+{
+    int64_t idx[TA_MAX_DIMS] = {0}, n = ta_tensor_numel(draw);
+    for (int64_t e = 0; e < n; e++, ta_test_next_index(draw->ndim, draw->shape, idx)) {
+        uint16_t want = ta_oracle_from_f64(get(draw, idx), dst->dtype), got = get_half(dst, idx);
+        if (ta_oracle_widen(want, dst->dtype) >= hi)
+            want = want & 0x8000 ? (uint16_t)(want + 1) : (uint16_t)(want - 1);
+        if (got != want || !(ta_oracle_widen(got, dst->dtype) < hi))
+            fail_msg("%s: element %lld: 0x%04x, expected 0x%04x", what, (long long)e, got, want);
+    }
+}
+
+/* The half-open ranges hold in half types: 10^5 draws of U[0, 1) into bfloat16 and
+ * float16, where about 0.2% (bfloat16) of the float32 draws round to 1.0; and a range
+ * wider than float's (-FLT_MAX, FLT_MAX), whose hi - lo is inf in float32, spreads its
+ * draws (they all came out as lo until session 33). */
+static void test_random_fills_stay_below_high(void **state)
+{
+    (void)state;
+    const int64_t n[1] = {100000};
+    for (int i = 1; i < 3; i++) {
+        ta_tensor t, draw;
+        TA_CHECK_OK(ta_tensor_empty_dtype(&t, all_dtypes[i], 1, n));
+        TA_CHECK_OK(ta_tensor_empty(&draw, 1, n));
+        TA_CHECK_OK(ta_rand(&t, 5));
+        TA_CHECK_OK(ta_rand(&draw, 5));
+        assert_uniform_halves(&t, &draw, 1.0, "U[0, 1) below 1");
+        ta_tensor_free(&t);
+        ta_tensor_free(&draw);
+    }
+    ta_tensor w;
+    TA_CHECK_OK(ta_tensor_empty(&w, 1, n));
+    TA_CHECK_OK(ta_rand_uniform(&w, -FLT_MAX, FLT_MAX, 7));
+    const float *x = w.data;
+    int64_t below = 0, above = 0;
+    for (int64_t e = 0; e < n[0]; e++) {
+        assert_true(x[e] >= -FLT_MAX && x[e] < FLT_MAX);
+        below += x[e] < -0.5f * FLT_MAX;
+        above += x[e] > 0.5f * FLT_MAX;
+    }
+    assert_true(below > 20000 && below < 30000 && above > 20000 && above < 30000);
+    ta_tensor_free(&w);
+}
+
 static void test_random_fills_round_the_float32_draw(void **state)
 {
     (void)state;
@@ -300,7 +349,10 @@ static void test_random_fills_round_the_float32_draw(void **state)
             if (kind == 0) TA_CHECK_OK(ta_randn(&v, 42));
             if (kind == 1) TA_CHECK_OK(ta_rand(&v, 42));
             if (kind == 2) TA_CHECK_OK(ta_rand_uniform(&v, -3.0f, 70000.0f, 42));
-            assert_converted(&v, &ref, "random");
+            if (kind > 0 && (all_dtypes[i] == TA_F16 || all_dtypes[i] == TA_BF16))
+                assert_uniform_halves(&v, &ref, kind == 1 ? 1.0 : 70000.0, "random");
+            else
+                assert_converted(&v, &ref, "random");
             ta_tensor_free(&t);
         }
         ta_tensor_free(&ref);
@@ -355,6 +407,7 @@ int main(void)
         cmocka_unit_test(test_views_of_half_tensors_address_two_byte_elements),
         cmocka_unit_test(test_overlap_counts_each_dtypes_bytes),
         cmocka_unit_test(test_random_fills_round_the_float32_draw),
+        cmocka_unit_test(test_random_fills_stay_below_high),
         cmocka_unit_test(test_float32_operations_refuse_other_dtypes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

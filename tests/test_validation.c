@@ -574,6 +574,18 @@ static void test_extreme_legal_calls(void **state)
     ta_tensor *ts[] = {&x0, &xk3, &y0, &dy0, &dxk};
     for (int i = 0; i < 5; i++) ta_tensor_free(ts[i]);
     ta_attention_free(layer);
+    /* tril / triu with diagonals at the ends of int64 (torch keeps or clears everything;
+     * i + diagonal overflowed until session 33) */
+    const int64_t sq[2] = {3, 3};
+    for (int c = 0; c < 4; c++) {
+        ta_tensor m;
+        TA_CHECK_OK(ta_tensor_ones(&m, 2, sq));
+        const int64_t diag = c % 2 ? INT64_MIN : INT64_MAX;
+        TA_CHECK_OK(c < 2 ? ta_tensor_tril(&m, diag) : ta_tensor_triu(&m, diag));
+        const float want = (c == 0 || c == 3) ? 1.0f : 0.0f; /* tril(MAX), triu(MIN) keep */
+        for (int i = 0; i < 9; i++) assert_true(((const float *)m.data)[i] == want);
+        ta_tensor_free(&m);
+    }
     /* a 0-d tensor */
     TA_CHECK_OK(ta_tensor_empty(&e, 0, NULL));
     TA_CHECK_OK(ta_rand(&e, 1));

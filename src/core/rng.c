@@ -6,6 +6,7 @@
 #include "core/tensor_internal.h"
 
 #include <math.h>
+#include <string.h>
 
 ta_philox4 ta_philox4x32_10(const uint32_t counter[4], const uint32_t key[2])
 {
@@ -53,7 +54,9 @@ static float sample(dist_kind kind, uint64_t n, uint64_t seed, float lo, float h
     }
     /* [0, 1) from 24 bits: every value is exactly representable in float */
     float u = (float)(r.v[0] >> 8) * (1.0f / 16777216.0f);
-    float x = lo + (hi - lo) * u;
+    const float w = hi - lo;
+    /* a range wider than the float range (-FLT_MAX, FLT_MAX) in double: hi - lo is inf */
+    float x = isinf(w) ? (float)((double)lo + ((double)hi - (double)lo) * (double)u) : lo + w * u;
     return x < hi ? x : lo; /* rounding of lo + (hi-lo)*u can reach hi */
 }
 
@@ -76,8 +79,18 @@ static ta_status fill(const char *fn, ta_tensor *t, dist_kind kind, float lo, fl
                 rem /= t->shape[i];
             }
             for (int64_t e = begin; e < end; e++) {
-                /* the float32 sample, rounded to t's dtype (nearest-even) */
-                ta_dtype_store(ta_tensor_ptr(t, idx), t->dtype, sample(kind, (uint64_t)e, seed, lo, hi));
+                /* the float32 sample, rounded to t's dtype (nearest-even); a uniform one
+                 * that the rounding took to hi (or past it, to inf) gets the half type's
+                 * next value below, so the range stays [lo, hi) */
+                void *p = ta_tensor_ptr(t, idx);
+                ta_dtype_store(p, t->dtype, sample(kind, (uint64_t)e, seed, lo, hi));
+                if (kind == DIST_UNIFORM && (t->dtype == TA_F16 || t->dtype == TA_BF16) &&
+                    ta_dtype_load(p, t->dtype) >= hi) {
+                    uint16_t b;
+                    memcpy(&b, p, 2);
+                    b = b & 0x8000 ? (uint16_t)(b + 1) : (uint16_t)(b - 1); /* one value down */
+                    memcpy(p, &b, 2);
+                }
                 ta_index_next(nd, t->shape, idx);
             }
         }

@@ -146,7 +146,8 @@ static ta_status tri(const char *fn, ta_tensor *t, int64_t diagonal, bool lower)
     size_t size = ta_dtype_size(t->dtype);
     for (int64_t e = 0; e < n; e++) {
         int64_t i = idx[r], j = idx[c];
-        bool keep = lower ? j <= i + diagonal : j >= i + diagonal;
+        /* j - i, not i + diagonal: any int64 diagonal is legal (INT64_MAX keeps all) */
+        bool keep = lower ? j - i <= diagonal : j - i >= diagonal;
         if (!keep) memset(ta_tensor_ptr(t, idx), 0, size); /* +0 in every dtype */
         ta_index_next(t->ndim, t->shape, idx);
     }
