@@ -79,13 +79,16 @@ PyObject *ta_py_attention_kvcache(PyObject *self, PyObject *const *args, Py_ssiz
     ta_tensor Q, Kc, Vc, O, L, Kn = {0}, Vn = {0};
     PyObject *out = NULL, *lse = NULL, *result = NULL;
     int want_lse = PyObject_IsTrue(args[7]);
+    /* the caches are written only by an append (k and v given): without one they may be
+     * read-only, as FlashAttention takes them */
+    const int cache_flags = args[3] != Py_None || args[4] != Py_None ? TA_PY_WRITABLE : 0;
     if (want_lse < 0 || ta_py_attn_args_parse(&a, TA_PY_LAYOUT_FLASH, args + 8)) goto done;
     if (ta_py_array_get(&k.q, args[0], "q", 0) || ta_py_check_float_input(&k.q, "q") ||
         need_rank(&k.q, "q", "[B, Lq, H, D]") ||
-        ta_py_array_get(&k.kc, args[1], "k_cache", TA_PY_WRITABLE) ||
+        ta_py_array_get(&k.kc, args[1], "k_cache", cache_flags) ||
         ta_py_check_float_input(&k.kc, "k_cache") ||
         need_rank(&k.kc, "k_cache", "[B, Lmax, Hkv, D] or [num_blocks, block_size, Hkv, D]") ||
-        ta_py_array_get(&k.vc, args[2], "v_cache", TA_PY_WRITABLE) ||
+        ta_py_array_get(&k.vc, args[2], "v_cache", cache_flags) ||
         ta_py_check_float_input(&k.vc, "v_cache") ||
         need_rank(&k.vc, "v_cache", "[B, Lmax, Hkv, Dv] or [num_blocks, block_size, Hkv, Dv]") ||
         ta_py_array_get(&k.kn, args[3], "k", TA_PY_OPTIONAL) ||

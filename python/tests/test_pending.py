@@ -153,6 +153,13 @@ def test_kvcache_full_caches_and_errors(kind):
         with pytest.raises(ValueError, match="writable"):
             ta.flash_attn_with_kvcache(q.numpy(), ro, cache_args[1], k=kn.numpy(), v=vn.numpy(),
                                        cache_seqlens=seqlens.numpy())
+        # without k and v nothing is written: read-only caches are taken (session 33)
+        rv = np.asarray(cache_args[1]).copy()
+        rv.flags.writeable = False
+        out = ta.flash_attn_with_kvcache(q.numpy(), ro, rv, cache_seqlens=5, causal=True)
+        ref = ref_attention(q.transpose(1, 2), kc[:, :5].transpose(1, 2),
+                            vc[:, :5].transpose(1, 2), causal="bottom_right")[0]
+        assert max_err(out, ref.transpose(1, 2)) <= FWD_TOL
         # writable but not aligned to its elements: the append would go to a copy and be
         # lost, so it is refused (session 33; v_cache was updated and k_cache not)
         kc0 = np.asarray(cache_args[0])
