@@ -2,15 +2,13 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "bench_internal.h"
+#include "io/io_internal.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 void bench_json_ints(cJSON *o, int n, const char *const keys[], const int64_t v[])
 {
@@ -157,11 +155,11 @@ static cJSON *report_json(const bench_state *s)
     return root;
 }
 
-/* Writes the report whole: a temporary file beside `path`, then rename, so a reader
- * never sees half a file and a failed run leaves the old one in place. */
+/* Writes the report whole through the library's writer (ta_atomic_*: a temporary file
+ * beside `path`, fsync, then rename), so a reader never sees half a file and a failed
+ * run leaves the old one in place. */
 int bench_write_json(const bench_state *s, const char *path)
 {
-    errno = 0;
     cJSON *root = report_json(s);
     char *text = root ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
@@ -169,43 +167,16 @@ int bench_write_json(const bench_state *s, const char *path)
         fprintf(stderr, "tensorattn: error: bench: out of memory building the JSON report\n");
         return -1;
     }
-    struct stat sb; /* the rename would replace a device (/dev/null, as root) or a pipe */
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        fprintf(stderr, "tensorattn: error: bench: cannot write %s: it exists and is not a "
-                "regular file (the report is written to a temporary and renamed over it)\n",
-                path);
-        cJSON_free(text);
+    ta_atomic_file f;
+    ta_status st = ta_atomic_open(&f, "bench", path);
+    if (!st) st = ta_atomic_write(&f, text, strlen(text));
+    if (!st) st = ta_atomic_write(&f, "\n", 1);
+    if (!st) st = ta_atomic_commit(&f);
+    cJSON_free(text);
+    if (st) {
+        fprintf(stderr, "tensorattn: error: %s\n",
+                st == TA_ENOMEM ? "bench: out of memory writing the JSON report" : ta_last_error());
         return -1;
     }
-    size_t n = strlen(path) + 16;
-    char *tmp = malloc(n);
-    int rc = -1, fd = -1;
-    FILE *f = NULL;
-    if (!tmp) goto done;
-    /* "<path>.tmpXXXXXX", or "<dir>/.tmpXXXXXX" for a name of over NAME_MAX - 10 bytes */
-    const char *slash = strrchr(path, '/');
-    const int dir = slash ? (int)(slash + 1 - path) : 0;
-    if (strlen(path) - (size_t)dir + 10 > 255) snprintf(tmp, n, "%.*s.tmpXXXXXX", dir, path);
-    else snprintf(tmp, n, "%s.tmpXXXXXX", path);
-    if ((fd = mkstemp(tmp)) < 0) goto done;
-    mode_t mask = umask(0);
-    umask(mask);
-    if (fchmod(fd, 0666 & ~mask) != 0 || !(f = fdopen(fd, "w"))) goto done;
-    fd = -1;
-    int bad = fputs(text, f) < 0 || fputc('\n', f) == EOF;
-    bad |= fclose(f) != 0;
-    f = NULL;
-    if (bad || rename(tmp, path) != 0) goto done;
-    rc = 0;
-done:
-    if (rc) {
-        fprintf(stderr, "tensorattn: error: bench: cannot write %s: %s\n", path,
-                errno ? strerror(errno) : "out of memory");
-        if (f) fclose(f);
-        if (fd >= 0) close(fd);
-        if (tmp && tmp[0]) unlink(tmp);
-    }
-    free(tmp);
-    cJSON_free(text);
-    return rc;
+    return 0;
 }
