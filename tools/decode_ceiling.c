@@ -20,11 +20,11 @@
  * alone). pages = 1 also requests, at each tile's start, one line of each 4 KiB page of
  * the tile after the region, as the library's sweep does since session 32
  * (sweep_pages). blk > 0 (a power of 2) makes it a paged cache of blocks of blk keys in
- * a random order (a fixed-seed permutation of the blocks, as kv_decode_paged's table):
+ * a random order (a fixed-seed permutation of the blocks, like kv_decode_paged's table):
  * rows, region and pages through the table, a jump across K at every block
- * (docs/inference.md, "Which scatter costs"). The library's
- * step does more on the same reads in the same order (each score's lane sums, the
- * softmax, its bookkeeping), so this bounds what it can read.
+ * (docs/inference.md, "What a far jump costs"). The library's step does more on the
+ * same reads in the same order (each score's lane sums, the softmax, its bookkeeping),
+ * so this bounds what it can read.
  *
  * Prints per configuration the medians (ms, GB/s, ns a pair) and the median of the
  * per-round ratios to the plain read (bench_read_bandwidth, the bench's own yardstick,
@@ -51,7 +51,7 @@ enum { HKV = 8, D = 128, MAX_ROUNDS = 63 };
 typedef struct dc_cfg {
     int T, dist, W; /* tile keys, tiles ahead of the region, FMAs a widened vector */
     int pages;      /* 1: a line of each page of the tile after the region, a tile ahead */
-    int blk;        /* 0: contiguous; else a paged cache's block of 2^blk keys, scattered */
+    int blk;        /* 0: contiguous; else a paged cache's blocks of blk keys, scattered */
 } dc_cfg;
 
 /* Where key j of the sweep lies: j itself (contiguous), or row j mod 2^lb of block
@@ -68,7 +68,8 @@ static inline int64_t dc_key(const int32_t *tab, int lb, int64_t j)
  * loads stay). K and V are [L, HKV, D] halves. */
 #define DC_SWEEP(NAME, TARGET, VT, ZERO, WIDEN, FMA, ADD, STORE, VL, W)                    \
     __attribute__((target(TARGET), noinline)) static float NAME(                            \
-        const uint16_t *K, const uint16_t *V, int64_t L, dc_cfg c, const int32_t *tab)      \
+        const uint16_t *K, const uint16_t *V, int64_t L, dc_cfg c, const int32_t *tab,     \
+        int lb)                                                                             \
     {                                                                                       \
         VT acc[8];                                                                          \
         for (int i = 0; i < 8; i++) acc[i] = ZERO();                                        \
@@ -82,21 +83,27 @@ static inline int64_t dc_key(const int32_t *tab, int lb, int64_t j)
             const int64_t kn = jn < L ? (L - jn < c.T ? L - jn : c.T) : 0;                  \
             const int64_t lines = 2 * kn * row * 2 / 64, half = lines / 2;                  \
             int64_t line = 0;                                                               \
-            const int64_t jp = jn + c.T; /* the tile after the region: a line a page */     \
-            for (int kv = 0; c.pages && jp < L && kv < 2; kv++)                             \
-                for (uintptr_t k = jp, pg = 0; k < (uintptr_t)(L - jp < c.T ? L : jp + c.T); k++) { \
-                    const uintptr_t a = (uintptr_t)((kv ? V : K) + dc_key(tab, c.blk, k) * row); \
+            /* the tile after the region, keys [jp, pe): a line of each page its rows hold */ \
+            const int64_t jp = jn + c.T, pe = L - jp < c.T ? L : jp + c.T;                  \
+            for (int kv = 0; c.pages && kv < 2; kv++) {                                     \
+                uintptr_t pg = 0; /* the page last requested */                             \
+                for (int64_t k = jp; k < pe; k++) {                                         \
+                    const uintptr_t a = (uintptr_t)((kv ? V : K) + dc_key(tab, lb, k) * row); \
                     for (uintptr_t x = a; x < a + row * 2; x = (x | 4095) + 1)              \
-                        if (x >> 12 != pg) _mm_prefetch((const char *)(pg = x >> 12, x), _MM_HINT_T2); \
+                        if (x >> 12 != pg) {                                                \
+                            pg = x >> 12;                                                   \
+                            _mm_prefetch((const char *)x, _MM_HINT_T2);                     \
+                        }                                                                   \
                 }                                                                           \
+            }                                                                               \
             for (int h = 0; h < HKV; h++)                                                   \
                 for (int kv = 0; kv < 2; kv++)                                              \
                     for (int64_t k = 0; k < tk; k++) {                                      \
-                        const uint16_t *r = (kv ? V : K) + (dc_key(tab, c.blk, j + k) * HKV + h) * D; \
+                        const uint16_t *r = (kv ? V : K) + (dc_key(tab, lb, j + k) * HKV + h) * D; \
                         for (int64_t x = 0; x < per_row && line < lines; x++, line++) {     \
                             const int64_t l = line < half ? line : line - half;             \
                             const char *t = (const char *)(line < half ? K : V);            \
-                            _mm_prefetch(t + dc_key(tab, c.blk, jn + l / lines_key) * row * 2 + \
+                            _mm_prefetch(t + dc_key(tab, lb, jn + l / lines_key) * row * 2 + \
                                              l % lines_key * 64,                            \
                                          _MM_HINT_T1);                                      \
                         }                                                                   \
@@ -127,12 +134,15 @@ DC_ISAS(0)
 DC_ISAS(4)
 DC_ISAS(5)
 
+/* tab: the block table of a paged cache of blocks of 2^lb keys (NULL: contiguous) */
 static float sweep(int avx512, const uint16_t *K, const uint16_t *V, int64_t L, dc_cfg c,
-                   const int32_t *tab)
+                   const int32_t *tab, int lb)
 {
-    if (c.W == 0) return avx512 ? sweep512_w0(K, V, L, c, tab) : sweep256_w0(K, V, L, c, tab);
-    if (c.W == 4) return avx512 ? sweep512_w4(K, V, L, c, tab) : sweep256_w4(K, V, L, c, tab);
-    return avx512 ? sweep512_w5(K, V, L, c, tab) : sweep256_w5(K, V, L, c, tab);
+    if (c.W == 0)
+        return avx512 ? sweep512_w0(K, V, L, c, tab, lb) : sweep256_w0(K, V, L, c, tab, lb);
+    if (c.W == 4)
+        return avx512 ? sweep512_w4(K, V, L, c, tab, lb) : sweep256_w4(K, V, L, c, tab, lb);
+    return avx512 ? sweep512_w5(K, V, L, c, tab, lb) : sweep256_w5(K, V, L, c, tab, lb);
 }
 #endif
 
@@ -187,7 +197,8 @@ int main(int argc, char **argv)
                        argc > 7 ? atoi(argv[7]) : 0};
         if (one.T < 1 || one.T > 1024 || one.dist < 1 || one.dist > 64 ||
             (one.W != 0 && one.W != 4 && one.W != 5) || one.pages < 0 || one.pages > 1 ||
-            one.blk < 0 || one.blk > L / 2 || (one.blk & (one.blk - 1)) || (one.blk && L % one.blk)) {
+            one.blk < 0 || one.blk > L / 2 || (one.blk & (one.blk - 1)) ||
+            (one.blk && L % one.blk)) {
             fprintf(stderr, "decode_ceiling: T in 1 .. 1024, dist in 1 .. 64, W 0, 4 or 5, "
                             "pages 0 or 1, blk 0 or a power of 2 dividing keys, up to keys / 2\n");
             free(buf);
@@ -221,9 +232,7 @@ int main(int argc, char **argv)
         double ts[MAX_ROUNDS], gb[MAX_ROUNDS], ratio[MAX_ROUNDS];
         for (int r = 0; r < rounds; r++) {
             const double t0 = bench_seconds_now();
-            dc_cfg cl = c;
-            cl.blk = lb; /* the sweep takes the block's log2 */
-            sink += sweep(avx512, K, V, L, cl, c.blk ? tab : NULL);
+            sink += sweep(avx512, K, V, L, c, c.blk ? tab : NULL, lb);
             ts[r] = bench_seconds_now() - t0;
             const char *why = bench_read_bandwidth(&gb[r], isa, 1, (const float *)(void *)buf,
                                                    (int64_t)(bytes / sizeof(float)), 1);
@@ -237,7 +246,9 @@ int main(int argc, char **argv)
         }
         const double t = bench_median(ts, rounds), g = bench_median(gb, rounds);
         char paged[48] = "";
-        if (c.blk) snprintf(paged, sizeof paged, ", paged (%d keys, %d KiB)", c.blk, c.blk * HKV * D * 2 / 1024);
+        if (c.blk)
+            snprintf(paged, sizeof paged, ", paged (%d keys, %d KiB)", c.blk,
+                     c.blk * HKV * D * 2 / 1024);
         printf("tiles of %3d keys, region %d tile(s) ahead, %d FMAs a vector%s%s: %7.3f ms %5.1f "
                "GB/s %5.1f ns a pair; plain read %5.1f GB/s; ratio %.3f\n",
                c.T, c.dist, c.W, c.pages ? ", pages ahead" : "", paged, t * 1e3,
