@@ -256,23 +256,20 @@ static bool same_file(const char *a, const char *b)
     return same;
 }
 
-bool cli_outputs_apart(const cli_file *in, int nin, const cli_file *out, int nout, char *why,
-                       size_t cap)
+bool cli_outputs_apart(const cli_file *in, int nin, const cli_file *out, int nout)
 {
     for (int i = 0; i < nout; i++) {
         if (!out[i].path) continue;
         for (int j = 0; j < nin; j++)
-            if (in[j].path && same_file(out[i].path, in[j].path)) {
-                snprintf(why, cap, "%s '%s' is the input file of %s: the command line never "
-                         "writes its inputs", out[i].opt, out[i].path, in[j].opt);
-                return false;
-            }
+            if (in[j].path && same_file(out[i].path, in[j].path))
+                return cli_error(CLI_USAGE, "%s '%s' is the input file of %s: the command line "
+                                 "never writes its inputs", out[i].opt, out[i].path, in[j].opt),
+                       false;
         for (int j = 0; j < i; j++)
-            if (out[j].path && same_file(out[i].path, out[j].path)) {
-                snprintf(why, cap, "%s and %s name the same file '%s'", out[j].opt, out[i].opt,
-                         out[i].path);
-                return false;
-            }
+            if (out[j].path && same_file(out[i].path, out[j].path))
+                return cli_error(CLI_USAGE, "%s and %s name the same file '%s'", out[j].opt,
+                                 out[i].opt, out[i].path),
+                       false;
     }
     return true;
 }

@@ -65,12 +65,14 @@ typedef struct cli_file {
     const char *path;
 } cli_file;
 
+/* The entries of an array. */
+#define CLI_COUNT(a) ((int)(sizeof(a) / sizeof(a)[0]))
+
 /* Whether the outputs name files apart from each other and from the inputs (the command
  * line never writes its inputs, and two outputs in one file would leave one of them):
  * the same string, the same existing file, or the same name in the same directory
- * (realpath). Else false, with why (a usage error's text, exit 2) filled. */
-bool cli_outputs_apart(const cli_file *in, int nin, const cli_file *out, int nout, char *why,
-                       size_t cap);
+ * (realpath). Else false after printing a usage error (exit 2). */
+bool cli_outputs_apart(const cli_file *in, int nin, const cli_file *out, int nout);
 
 /* An output of a command: its option, path (NULL: not written) and tensor. */
 typedef struct cli_out {

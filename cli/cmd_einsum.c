@@ -25,8 +25,7 @@ int cmd_einsum(int argc, char **argv)
     if (!cli_threads(opts)) return CLI_USAGE;
     const cli_file ins[] = {{"A", pos[1]}, {"B", npos == 3 ? pos[2] : NULL}},
                    out[] = {{"-o", opts[0].value}};
-    char why[1024];
-    if (!cli_outputs_apart(ins, 2, out, 1, why, sizeof why)) return cli_error(CLI_USAGE, "%s", why);
+    if (!cli_outputs_apart(ins, CLI_COUNT(ins), out, CLI_COUNT(out))) return CLI_USAGE;
     ta_tensor a = {0}, b = {0}, c = {0};
     ta_status st = ta_npy_load(&a, pos[1]);
     if (st) return cli_fail(st, "reading A");

@@ -136,8 +136,7 @@ static int check_usage(cli_opt *opts, ta_sdpa_opts *so, ta_dtype *kv_dtype)
                             {"--sinks", GIVEN(O_SINKS)}};
     const cli_file outs[] = {{"-o", GIVEN(O_OUT)}, {"--lse", GIVEN(O_LSE)},
                              {"--k-cache-out", GIVEN(O_KC_OUT)}, {"--v-cache-out", GIVEN(O_VC_OUT)}};
-    char why[1024];
-    if (!cli_outputs_apart(ins, 9, outs, 4, why, sizeof why)) return cli_error(CLI_USAGE, "%s", why);
+    if (!cli_outputs_apart(ins, CLI_COUNT(ins), outs, CLI_COUNT(outs))) return CLI_USAGE;
     return CLI_OK;
 }
 
@@ -184,7 +183,7 @@ static bool save_outputs(kv_args *a, const cli_opt *opts)
                             {"--k-cache-out", GIVEN(O_KC_OUT), &a->kc},
                             {"--v-cache-out", GIVEN(O_VC_OUT), &a->vc}};
     char why[1024];
-    if (!cli_save_all(outs, 4, why, sizeof why)) return cli_error(CLI_FAIL, "%s", why), false;
+    if (!cli_save_all(outs, CLI_COUNT(outs), why, sizeof why)) return cli_error(CLI_FAIL, "%s", why), false;
     return true;
 }
 

@@ -68,8 +68,7 @@ int cmd_mha(int argc, char **argv)
                             {"--mask", GIVEN(O_MASK)}},
                    out[] = {{"-o", GIVEN(O_OUT)}};
 #undef GIVEN
-    char why[1024];
-    if (!cli_outputs_apart(ins, 5, out, 1, why, sizeof why)) return cli_error(CLI_USAGE, "%s", why);
+    if (!cli_outputs_apart(ins, CLI_COUNT(ins), out, CLI_COUNT(out))) return CLI_USAGE;
 
     ta_attention *layer = NULL;
     ta_tensor x = {0}, k = {0}, v = {0}, mask = {0}, y = {0};

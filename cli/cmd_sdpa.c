@@ -191,8 +191,7 @@ int cmd_sdpa(int argc, char **argv)
                              {"--dk", GIVEN(O_DK)},   {"--dv", GIVEN(O_DV)},
                              {"--dsinks", GIVEN(O_DSINKS)}};
 #undef GIVEN
-    char why[1024];
-    if (!cli_outputs_apart(ins, 10, outs, 7, why, sizeof why)) return cli_error(CLI_USAGE, "%s", why);
+    if (!cli_outputs_apart(ins, CLI_COUNT(ins), outs, CLI_COUNT(outs))) return CLI_USAGE;
 
     ta_tensor q = {0}, k = {0}, v = {0}, mask = {0}, o = {0}, w = {0}, lse = {0};
     ta_tensor dout = {0}, dq = {0}, dk = {0}, dv = {0}, slopes = {0}, sinks = {0}, dsinks = {0};
@@ -276,9 +275,11 @@ int cmd_sdpa(int argc, char **argv)
     }
     /* every output or none (cli_save_all): outs[i] and these tensors in the same order */
     const ta_tensor *made[] = {&o, &w, &lse, &dq, &dk, &dv, &dsinks};
-    cli_out save[7];
-    for (int i = 0; i < 7; i++) save[i] = (cli_out){outs[i].opt, outs[i].path, made[i]};
-    if (!cli_save_all(save, 7, why, sizeof why)) {
+    _Static_assert(CLI_COUNT(made) == CLI_COUNT(outs), "an output path for each tensor");
+    cli_out save[CLI_COUNT(outs)];
+    for (int i = 0; i < CLI_COUNT(outs); i++) save[i] = (cli_out){outs[i].opt, outs[i].path, made[i]};
+    char why[1024];
+    if (!cli_save_all(save, CLI_COUNT(save), why, sizeof why)) {
         cli_error(CLI_FAIL, "%s", why);
         goto done;
     }

@@ -107,8 +107,7 @@ static int parse_flags(cli_opt *opts, int argc, char **argv, cp_args *a)
                             {"--key-lengths", a->klen}};
     const cli_file outs[] = {{"-o", a->out[0]}, {"--lse", a->out[1]}, {"--dq", a->out[2]},
                              {"--dk", a->out[3]}, {"--dv", a->out[4]}, {"--dsinks", a->dsinks}};
-    char why[1024];
-    if (!cli_outputs_apart(ins, 7, outs, 6, why, sizeof why)) return cli_error(CLI_USAGE, "%s", why);
+    if (!cli_outputs_apart(ins, CLI_COUNT(ins), outs, CLI_COUNT(outs))) return CLI_USAGE;
     return CLI_OK;
 }
 
@@ -214,7 +213,7 @@ static void gather_and_write(cli_mpi *m, const cp_args *a, cp_data *d)
         for (int i = 0; i < 5; i++) outs[i] = (cli_out){flag[i], a->out[i], &d->gath[i]};
         outs[5] = (cli_out){"--dsinks", a->dsinks, &d->dsinks};
         char why[1024];
-        if (!cli_save_all(outs, 6, why, sizeof why)) cli_mpi_fail(m, CLI_FAIL, "%s", why);
+        if (!cli_save_all(outs, CLI_COUNT(outs), why, sizeof why)) cli_mpi_fail(m, CLI_FAIL, "%s", why);
     }
     cli_mpi_sync(m);
 }
