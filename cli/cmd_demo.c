@@ -1,6 +1,9 @@
 /* tensorattn demo: the first seed's example, end to end.
  *   Q, K, V = randn(32, 8, 512, 64); mask = triu(ones(512, 512), diagonal=1).bool()
  *   output, weights = scaled_dot_product_attention(Q, K, V, mask)  */
+/* clock_gettime: -std=c11 declares them only with this (gcc's -fopenmp implies
+ * _REENTRANT, hence an older POSIX level; clang's does not) */
+#define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 
 #include <math.h>

@@ -181,8 +181,8 @@ static void test_safetensors_escaped_nul_is_refused(void **state)
     static const char *const bad[] = {
         "{\"a\\u0000x\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}",
         "{\"a\": {\"dtype\": \"F32\\u0000\", \"shape\": [1], \"data_offsets\": [0, 4]}}",
-        "{\"__metadata__\": {\"k\": \"\\u0000\"}, \"a\": {\"dtype\": \"F32\", \"shape\": [1], "
-        "\"data_offsets\": [0, 4]}}"};
+        ("{\"__metadata__\": {\"k\": \"\\u0000\"}, \"a\": {\"dtype\": \"F32\", \"shape\": [1], "
+         "\"data_offsets\": [0, 4]}}")};
     for (int i = 0; i < 3; i++)
         TA_CHECK_ERR(safetensors_open_untouched(file_with_header("st_esc_nul.safetensors", bad[i])),
                      TA_EFORMAT, "escaped NUL (\\u0000)");

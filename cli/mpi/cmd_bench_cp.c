@@ -2,6 +2,9 @@
  * parallelism against the single-process run on the same cores, and reports per rank the
  * time computing, the time blocked in MPI, the bytes sent and how much of the transfer the
  * computation hid; for causal attention the balance of the ranks' compute. */
+/* clock_gettime, nanosleep, strtok_r: -std=c11 declares them only with this (gcc's
+ * -fopenmp implies _REENTRANT, hence an older POSIX level; clang's does not) */
+#define _POSIX_C_SOURCE 200809L
 #include "cli_mpi.h"
 
 #include <math.h>
