@@ -519,6 +519,90 @@ static void test_half_varlen_backward_equals_float32_values(void **state)
     TA_CHECK_OK(ta_set_num_threads(saved));
 }
 
+/* bfloat16 subnormals meet large values. AVX512_BF16's dot product reads bfloat16
+ * subnormals as zero; the avx512bf16 kernels used it for Q K^T (and the backward's dO
+ * V^T) whatever the values, so a key of subnormals against a large query scored 0:
+ * Q all 2^126, even keys all 2^-127 (a bfloat16 subnormal), odd keys 0, D 32: the even
+ * keys score 16 / sqrt(32), the odd ones 0, and with V 1 at even keys, 0 at odd ones, O
+ * is e^s / (e^s + 1) = 0.9442 (it gave 0.5: every score 0). Few-row tiles (Lq 1, 4) and
+ * tiles of many rows (Lq 64), on every ISA. Then the backward of bfloat16 tensors with
+ * subnormal K and V under a large Q and dO equals that of float32 tensors holding the
+ * same values. */
+static void test_bf16_subnormals_against_large_values(void **state)
+{
+    (void)state;
+    const int64_t D = 32, Lk = 64;
+    const double s = 16.0 / sqrt(32.0), want = exp(s) / (exp(s) + 1.0);
+    static const int64_t Lqs[3] = {1, 4, 64};
+    for (int c = 0; c < 3; c++) {
+        const int64_t Lq = Lqs[c];
+        const int64_t qs[4] = {1, 1, Lq, D}, ks[4] = {1, 1, Lk, D};
+        ta_tensor q, k, v, o;
+        TA_CHECK_OK(ta_tensor_empty_dtype(&q, TA_BF16, 4, qs));
+        TA_CHECK_OK(ta_tensor_fill(&q, 0x1p126f));
+        TA_CHECK_OK(ta_tensor_zeros_dtype(&k, TA_BF16, 4, ks));
+        TA_CHECK_OK(ta_tensor_zeros(&v, 4, ks));
+        for (int64_t j = 0; j < Lk; j += 2)
+            for (int64_t d = 0; d < D; d++) {
+                ((uint16_t *)k.data)[j * D + d] = 0x0040; /* 2^-127 */
+                ((float *)v.data)[j * D + d] = 1.0f;
+            }
+        TA_CHECK_OK(ta_tensor_empty(&o, 4, qs));
+        TA_CHECK_OK(ta_sdpa(&o, &q, &k, &v, NULL));
+        for (int64_t i = 0; i < Lq * D; i++)
+            if (fabs(((float *)o.data)[i] - want) > 1e-6)
+                fail_msg("%s, Lq %lld: O[%lld] = %.7f, expected %.7f", ta_isa_name(ta_active_isa()),
+                         (long long)Lq, (long long)i, ((float *)o.data)[i], want);
+        ta_tensor_free(&q); ta_tensor_free(&k); ta_tensor_free(&v); ta_tensor_free(&o);
+    }
+    /* the backward: Q and dO large, K and V subnormal (bfloat16), against float32 */
+    const int64_t Lq = 64, sh[4] = {1, 1, Lq, D}, ls[3] = {1, 1, Lq};
+    ta_tensor x32[4], x16[4], o, lse, g32[3], g16[3];
+    for (int t = 0; t < 4; t++) {
+        TA_CHECK_OK(ta_tensor_empty(&x32[t], 4, sh));
+        float *x = x32[t].data;
+        for (int64_t i = 0; i < Lq * D; i++) {
+            const float m = (float)(1 + (i * 7 + t) % 5) * ((i + t) % 3 ? 1.0f : -1.0f);
+            x[i] = t == 0 ? m * 0x1p124f : t == 3 ? m * 0x1p120f : m * 0x1p-131f;
+        }
+        TA_CHECK_OK(ta_tensor_empty_dtype(&x16[t], TA_BF16, 4, sh));
+        TA_CHECK_OK(ta_tensor_copy(&x16[t], &x32[t])); /* exact: 3 significant bits */
+    }
+    TA_CHECK_OK(ta_tensor_empty(&o, 4, sh));
+    TA_CHECK_OK(ta_tensor_empty(&lse, 3, ls));
+    ta_sdpa_opts op = {.lse = &lse};
+    TA_CHECK_OK(ta_sdpa(&o, &x32[0], &x32[1], &x32[2], &op));
+    op.lse = NULL;
+    for (int g = 0; g < 3; g++) {
+        TA_CHECK_OK(ta_tensor_empty(&g32[g], 4, sh));
+        TA_CHECK_OK(ta_tensor_empty(&g16[g], 4, sh));
+    }
+    TA_CHECK_OK(ta_sdpa_backward(&g32[0], &g32[1], &g32[2], &x32[3], &x32[0], &x32[1], &x32[2],
+                                 &o, &lse, &op));
+    TA_CHECK_OK(ta_sdpa_backward(&g16[0], &g16[1], &g16[2], &x16[3], &x16[0], &x16[1], &x16[2],
+                                 &o, &lse, &op));
+    static const char *names[3] = {"dQ", "dK", "dV"};
+    for (int g = 0; g < 3; g++) {
+        const float *a = g32[g].data, *b = g16[g].data;
+        double scale = 0.0, err = 0.0;
+        for (int64_t i = 0; i < Lq * D; i++) {
+            scale = fmax(scale, fabs(a[i]));
+            err = fmax(err, fabs((double)a[i] - b[i]));
+        }
+        if (!(err <= 1e-5 * scale))
+            fail_msg("%s: %s of bfloat16 tensors differs from float32's by %g (scale %g)",
+                     ta_isa_name(ta_active_isa()), names[g], err, scale);
+        ta_tensor_free(&g32[g]);
+        ta_tensor_free(&g16[g]);
+    }
+    for (int t = 0; t < 4; t++) {
+        ta_tensor_free(&x32[t]);
+        ta_tensor_free(&x16[t]);
+    }
+    ta_tensor_free(&o);
+    ta_tensor_free(&lse);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -527,6 +611,7 @@ int main(void)
         cmocka_unit_test(test_bf16_equals_float32_values),
         cmocka_unit_test(test_half_backward_equals_float32_values),
         cmocka_unit_test(test_half_varlen_backward_equals_float32_values),
+        cmocka_unit_test(test_bf16_subnormals_against_large_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

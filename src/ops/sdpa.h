@@ -157,6 +157,16 @@ typedef struct ta_sdpa_staging {
 /* Whether the implementation p resolves to reads and writes every tensor in its own
  * dtype (converting in its tile and row loops: the fused paths), so that none is staged. */
 bool ta_sdpa_native_dtypes(const ta_sdpa_problem *p);
+/* Whether the bfloat16 dot product (AVX512_BF16's vdpbf16ps: bfloat16 subnormals read as
+ * zero, subnormal products and partial sums flush to zero) computes the products of the
+ * bfloat16 tensor x (rows of cols elements along its last dim) with any bfloat16
+ * operand, times factor, as the float32 path would within float32 rounding: x holds no
+ * subnormal, inf or NaN (an inf times a flushed subnormal is NaN, not inf), and
+ * |factor| cols max(1, max |x|) <= 2^100, so that what the instruction drops (the
+ * other operand's subnormals times x, subnormal products and sums: each below
+ * max(1, |x|) 2^-126) moves a result by at most 2^-26. Reads x: run time only, never
+ * in a size query (the plans' scratch does not depend on it). */
+bool ta_sdpa_bf16_dot_exact(const ta_tensor *x, int64_t cols, float factor);
 /* Which tensors of p are staged (no memory yet), and their scratch bytes. */
 void ta_sdpa_stage_plan(ta_sdpa_staging *s, const ta_sdpa_problem *p);
 size_t ta_sdpa_stage_bytes(ta_sdpa_staging *s);

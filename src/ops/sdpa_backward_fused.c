@@ -131,7 +131,8 @@ static void ws_layout(ta_arena *a, bwd_ws *w, const bwd_plan *f)
 {
     w->kt = TA_ARENA_TAKE2(a, float, f->D, BWD_NK);
     w->vt = TA_ARENA_TAKE2(a, float, f->Dv, BWD_NK);
-    w->vrows = f->v_rows ? TA_ARENA_TAKE2(a, float, BWD_NK, f->Dv) : NULL;
+    /* any half V: v_rows, or dot_p until dot_gate turns it off at run time */
+    w->vrows = f->p->V->dtype != TA_F32 ? TA_ARENA_TAKE2(a, float, BWD_NK, f->Dv) : NULL;
     w->row = f->row_buf ? TA_ARENA_TAKE(a, float, f->row_buf) : NULL;
     w->s = TA_ARENA_TAKE2(a, float, BWD_MQ, BWD_NK);
     w->dp = TA_ARENA_TAKE2(a, float, BWD_MQ, BWD_NK);
@@ -762,6 +763,21 @@ static bwd_plan make_plan(const ta_sdpa_problem *p, bwd_sched *sc)
     return make_plan_as(p, sc, false);
 }
 
+/* At run time, not in the plans that size the scratch: the bfloat16 dot product only where
+ * it gives the float32 path's products (ta_sdpa_bf16_dot_exact: it reads K's or V's
+ * subnormals as zero, which a large Q or dO makes visible); otherwise Q, K and dO are
+ * read through their float32 copies (needs_copy holds for every half tensor) and V's
+ * rows widened into vrows (which ws_layout takes for every half V). */
+static void dot_gate(bwd_plan *f)
+{
+    const ta_sdpa_problem *p = f->p;
+    if (f->dot_s && !ta_sdpa_bf16_dot_exact(p->Q, f->D, p->scale)) f->dot_s = false;
+    if (f->dot_p && !ta_sdpa_bf16_dot_exact(p->dO, f->Dv, 1.0f)) {
+        f->dot_p = false;
+        f->v_rows = true; /* V is bfloat16 */
+    }
+}
+
 /* The scratch: per-thread workspaces, D and LSE per row, and unit-stride copies of Q, K,
  * dO where their last dim is strided. */
 typedef struct bwd_mem {
@@ -877,6 +893,7 @@ ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
     if (p->B * p->Hkv == 0) return TA_OK; /* every output is empty */
     bwd_sched sc;
     bwd_plan f = make_plan(p, &sc);
+    dot_gate(&f);
     bwd_mem m;
     layout(scratch, &m, &f, &sc);
     if (scratch->overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", p->fn);
@@ -1038,6 +1055,7 @@ ta_status ta_sdpa_backward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_a
     bool nt_stores = false;
     for (int64_t s = 0; s < n; s++) {
         h.plans[s] = make_plan_as(&ps[s], &h.scheds[s], true);
+        dot_gate(&h.plans[s]);
         if (!joins(&ps[s], &h.plans[s], &h.scheds[s])) continue;
         h.order[joined++] = s;
         h.rows[s] = rows;

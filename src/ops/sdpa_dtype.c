@@ -18,6 +18,8 @@
 #include "core/dtype.h"
 #include "core/tensor_internal.h"
 
+#include <math.h>
+
 /* The problem's tensor of a role (NULL when the problem has none). */
 static const ta_tensor *role_tensor(const ta_sdpa_problem *p, int role)
 {
@@ -111,4 +113,27 @@ void ta_sdpa_stage_out(const ta_sdpa_staging *s)
             ta_tensor out = *s->orig[r]; /* the caller's output: its data is written */
             ta_tensor_copy_rows(&out, &s->t[r]);
         }
+}
+
+bool ta_sdpa_bf16_dot_exact(const ta_tensor *x, int64_t cols, float factor)
+{
+    if (x->dtype != TA_BF16 || ta_tensor_numel(x) == 0) return true;
+    const int nd = x->ndim;
+    const int64_t n = x->shape[nd - 1], s = x->stride[nd - 1];
+    int64_t idx[TA_MAX_DIMS] = {0};
+    unsigned most = 0; /* the largest magnitude's bits */
+    for (;;) {
+        const uint16_t *row = (const uint16_t *)x->data;
+        for (int d = 0; d < nd - 1; d++) row += idx[d] * x->stride[d];
+        for (int64_t j = 0; j < n; j++) {
+            const unsigned a = row[j * s] & 0x7fffu;
+            if (a >= 0x7f80u || (a != 0 && a < 0x0080u)) return false; /* inf, NaN, subnormal */
+            if (a > most) most = a;
+        }
+        int d = nd - 2;
+        while (d >= 0 && ++idx[d] == x->shape[d]) idx[d--] = 0;
+        if (d < 0) break;
+    }
+    const double big = fmax(1.0, (double)ta_bf16_to_f32((uint16_t)most));
+    return fabs((double)factor) * (double)cols * big <= 0x1p100;
 }

@@ -135,6 +135,8 @@ typedef struct fused_plan {
                             bfloat16 query, its rows packed as bfloat16 */
     bool qk_dot_tile;    /* and tiles of many rows attn_qk_bf16dot, on K's rows in place
                             (no widened copy), q packed as bfloat16 pairs */
+    bool dot_off;        /* neither: Q's values would show the dot product's flushed
+                            subnormals (dot_gate, at run time; kv_flags keeps it) */
     int64_t few_keys;    /* keys per tile of few rows outside a sweep: TA_FUSED_NK_STREAM
                             where the few-row kernels read K's and V's rows in place,
                             else TA_FUSED_NK (make_plan; a copy_plan keeps it: the
