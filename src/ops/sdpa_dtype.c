@@ -19,6 +19,7 @@
 #include "core/tensor_internal.h"
 
 #include <math.h>
+#include <omp.h>
 
 /* The problem's tensor of a role (NULL when the problem has none). */
 static const ta_tensor *role_tensor(const ta_sdpa_problem *p, int role)
@@ -115,25 +116,68 @@ void ta_sdpa_stage_out(const ta_sdpa_staging *s)
         }
 }
 
+void ta_bf16_scan(const uint16_t *row, int64_t n, int64_t s, uint16_t *most, uint16_t *sub)
+{
+    uint16_t m = *most, b = *sub;
+    if (s == 1) {
+        for (int64_t j = 0; j < n; j++) {
+            const uint16_t a = row[j] & 0x7fffu;
+            m = a > m ? a : m;
+            b |= (uint16_t)(a != 0) & (uint16_t)(a < 0x0080u);
+        }
+    } else {
+        for (int64_t j = 0; j < n; j++) {
+            const uint16_t a = row[j * s] & 0x7fffu;
+            m = a > m ? a : m;
+            b |= (uint16_t)(a != 0) & (uint16_t)(a < 0x0080u);
+        }
+    }
+    *most = m;
+    *sub = b;
+}
+
 bool ta_sdpa_bf16_dot_exact(const ta_tensor *x, int64_t cols, float factor)
 {
     if (x->dtype != TA_BF16 || ta_tensor_numel(x) == 0) return true;
     const int nd = x->ndim;
     const int64_t n = x->shape[nd - 1], s = x->stride[nd - 1];
-    int64_t idx[TA_MAX_DIMS] = {0};
-    unsigned most = 0; /* the largest magnitude's bits */
-    for (;;) {
-        const uint16_t *row = (const uint16_t *)x->data;
-        for (int d = 0; d < nd - 1; d++) row += idx[d] * x->stride[d];
-        for (int64_t j = 0; j < n; j++) {
-            const unsigned a = row[j * s] & 0x7fffu;
-            if (a >= 0x7f80u || (a != 0 && a < 0x0080u)) return false; /* inf, NaN, subnormal */
-            if (a > most) most = a;
-        }
-        int d = nd - 2;
-        while (d >= 0 && ++idx[d] == x->shape[d]) idx[d--] = 0;
-        if (d < 0) break;
+    const int64_t rows = ta_tensor_numel(x) / n;
+    bool flat = s == 1; /* the rows one run of rows * n elements */
+    for (int d = nd - 2; d >= 0 && flat; d--) {
+        int64_t inner = n;
+        for (int e = d + 1; e < nd - 1; e++) inner *= x->shape[e];
+        flat = x->shape[d] == 1 || x->stride[d] == inner;
     }
-    const double big = fmax(1.0, (double)ta_bf16_to_f32((uint16_t)most));
+    uint16_t most = 0, sub = 0;
+    const int nt = ta_threads();
+#pragma omp parallel num_threads(nt) reduction(max : most) reduction(| : sub) \
+    if (nt > 1 && rows * n >= (1 << 18))
+    {
+        const int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
+        const int64_t r0 = rows * t / T, r1 = rows * (t + 1) / T;
+        const uint16_t *base = (const uint16_t *)x->data;
+        if (flat) {
+            ta_bf16_scan(base + r0 * n, (r1 - r0) * n, 1, &most, &sub);
+        } else if (r0 < r1) {
+            int64_t idx[TA_MAX_DIMS] = {0}, rest = r0;
+            for (int d = nd - 2; d >= 0; d--) {
+                idx[d] = rest % x->shape[d];
+                rest /= x->shape[d];
+            }
+            for (int64_t r = r0; r < r1; r++) {
+                const uint16_t *row = base;
+                for (int d = 0; d < nd - 1; d++) row += idx[d] * x->stride[d];
+                ta_bf16_scan(row, n, s, &most, &sub);
+                for (int d = nd - 2; d >= 0 && ++idx[d] == x->shape[d]; d--) idx[d] = 0;
+            }
+        }
+    }
+    return ta_bf16_dot_fits(most, sub, cols, factor);
+}
+
+bool ta_bf16_dot_fits(uint16_t most, uint16_t sub, int64_t cols, float factor)
+{
+    if (sub || most >= 0x7f80u) return false; /* a subnormal, inf or NaN */
+    const double big = fmax(1.0, (double)ta_bf16_to_f32(most));
     return fabs((double)factor) * (double)cols * big <= 0x1p100;
 }

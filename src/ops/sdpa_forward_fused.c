@@ -64,6 +64,7 @@ static void ws_state_layout(ta_arena *a, fused_ws *w, const fused_plan *f, int64
     w->krows = (const void **)TA_ARENA_TAKE(a, void *, keys + TA_ROWS_AHEAD);
     w->vrows = (const void **)TA_ARENA_TAKE(a, void *, keys + TA_ROWS_AHEAD);
     w->o_live = TA_ARENA_TAKE(a, int32_t, 1);
+    w->q_dot = TA_ARENA_TAKE(a, int32_t, 1);
 }
 
 /* A thread's scratch: one item's state, then what the steps of any item share. */
@@ -230,23 +231,8 @@ static void kv_flags(fused_plan *f)
     /* a bfloat16 query on bfloat16 K: the CPU's dot product where it has one (products
      * exact in float32; 18.5 against 38.2 cycles a (kv head, key) pair for Q.K^T alone on
      * the Zen 4, 4 rows, D 128: docs/kernels.md); pack_q packs its rows as bfloat16 */
-    f->qk_dot = !f->dot_off && f->kind_k == 2 && p->Q->dtype == TA_BF16 &&
-                f->k->attn_qk_rows_bf16dot; /* D % attn_vl 0 */
-    f->qk_dot_tile = !f->dot_off && qk_dot_tile_of(p, f->k);
-}
-
-/* At run time, not in the plan that sizes the scratch: the bfloat16 dot product only where
- * it gives the float32 path's scores (ta_sdpa_bf16_dot_exact: it reads K's subnormals as
- * zero, which a large Q makes visible). Otherwise Q is packed in float32 and K widened,
- * bfloat16 rows in place (attn_qk_rows_kv) or tile by tile into kp (pack_k: K is half),
- * neither of which needs scratch the dot product's plan lacks. */
-static void dot_gate(fused_plan *f)
-{
-    const ta_sdpa_problem *p = f->p;
-    if ((f->qk_dot || f->qk_dot_tile) && !ta_sdpa_bf16_dot_exact(p->Q, p->D, p->scale)) {
-        f->dot_off = true;
-        f->qk_dot = f->qk_dot_tile = false;
-    }
+    f->qk_dot = f->kind_k == 2 && p->Q->dtype == TA_BF16 && f->k->attn_qk_rows_bf16dot; /* D % attn_vl 0 */
+    f->qk_dot_tile = qk_dot_tile_of(p, f->k);
 }
 
 /* The floats of a thread's copy of K (value false) or V (0: read in place). bound: of any
@@ -702,7 +688,6 @@ ta_status ta_sdpa_forward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
 {
     if (p->B * p->H * p->Lq == 0) return TA_OK;
     fused_plan f = make_plan(p);
-    dot_gate(&f);
     fused_mem m;
     layout(scratch, &m, &f);
     if (scratch->overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", p->fn);
@@ -930,7 +915,6 @@ ta_status ta_sdpa_forward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_ar
             continue;
         }
         *f = make_plan(&ps[s]);
-        dot_gate(f);
         if (!joins(&ps[s], f)) continue;
         need_add(&all, f, true);
         if (!f->split) need_add(&plain, f, false);

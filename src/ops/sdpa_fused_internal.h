@@ -115,6 +115,8 @@ typedef struct fused_ws {
     float *slope, *pos; /* per row: ALiBi slope and position i + delta */
     const void **krows, **vrows; /* a tile's K and V rows for the few-row kernels (row_table) */
     int32_t *o_live; /* 0 until the item's first P.V wrote o (which nobody zeroes before) */
+    int32_t *q_dot;  /* 1 when pack_q packed the item's Q for the bfloat16 dot product
+                        (qk_dot or qk_dot_tile, and its rows pass ta_bf16_dot_exact) */
 } fused_ws;
 
 typedef struct fused_plan {
@@ -135,8 +137,6 @@ typedef struct fused_plan {
                             bfloat16 query, its rows packed as bfloat16 */
     bool qk_dot_tile;    /* and tiles of many rows attn_qk_bf16dot, on K's rows in place
                             (no widened copy), q packed as bfloat16 pairs */
-    bool dot_off;        /* neither: Q's values would show the dot product's flushed
-                            subnormals (dot_gate, at run time; kv_flags keeps it) */
     int64_t few_keys;    /* keys per tile of few rows outside a sweep: TA_FUSED_NK_STREAM
                             where the few-row kernels read K's and V's rows in place,
                             else TA_FUSED_NK (make_plan; a copy_plan keeps it: the

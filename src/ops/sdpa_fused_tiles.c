@@ -68,7 +68,14 @@ static void pack_q(const fused_plan *f, const fused_item *it, const fused_ws *w)
     const int64_t D = p->D, s3 = Q->stride[3], qes = (int64_t)ta_elem_size(Q->dtype);
     const bool half = Q->dtype != TA_F32;
     q_offsets(f, it, 0, it->mq, qoff);
-    if (!few_rows(f, it) && f->qk_dot_tile) { /* pairs (attn_qk_bf16dot) */
+    *w->q_dot = few_rows(f, it) ? f->qk_dot : f->qk_dot_tile;
+    if (*w->q_dot) { /* only where the dot product gives float32's scores (sdpa.h) */
+        uint16_t most = 0, sub = 0;
+        for (int64_t r = 0; r < it->mq; r++)
+            ta_bf16_scan((const uint16_t *)Q->data + qoff[r], D, s3, &most, &sub);
+        *w->q_dot = ta_bf16_dot_fits(most, sub, D, p->scale);
+    }
+    if (!few_rows(f, it) && *w->q_dot) { /* pairs (attn_qk_bf16dot) */
         uint32_t *qb = (uint32_t *)(void *)qp; /* pair p / 2 of row r at [p / 2][r] */
         const int64_t M = f->mq_max;
         uint16_t row[256]; /* a row's piece of up to 256 elements (D is even) */
@@ -85,7 +92,7 @@ static void pack_q(const fused_plan *f, const fused_item *it, const fused_ws *w)
             }
         return;
     }
-    if (few_rows(f, it) && f->qk_dot) { /* rows (attn_qk_rows_bf16dot) */
+    if (*w->q_dot) { /* rows (attn_qk_rows_bf16dot) */
         uint16_t *qb = (uint16_t *)(void *)qp;
         for (int64_t r = 0; r < it->mq; r++) q_bf16_piece(f, qoff[r], 0, D, qb + r * D);
         return;
@@ -579,7 +586,7 @@ static void tile_scores(const fused_plan *f, const fused_item *it, const fused_w
         const void *const *vt = tab->vn >= 0 ? tab->v : NULL;
         const int64_t vbytes = p->Dv * (int64_t)ta_elem_size(p->V->dtype);
         ta_pf *pf = s->sweep ? pf_take(s, nk * s->line_key) : NULL;
-        if (f->qk_dot)
+        if (*w->q_dot)
             f->k->attn_qk_rows_bf16dot(w->s, ss, (const uint16_t *)(const void *)w->qp, p->D,
                                        it->mq, p->scale, tab->k, tab->koff, nk, p->D, tab->kn,
                                        vt, tab->voff, vbytes, pf);
@@ -593,7 +600,7 @@ static void tile_scores(const fused_plan *f, const fused_item *it, const fused_w
         const int64_t run = ta_sdpa_kv_run(p, j0 + a);
         n = TA_MIN(nk - a, run);
         float *s = w->s + a * f->mq_max;
-        if (f->qk_dot_tile && !few_rows(f, it)) { /* bfloat16 rows in place, no widening */
+        if (*w->q_dot && !few_rows(f, it)) { /* bfloat16 rows in place, no widening */
             prefetch_run(f, it, false, j0 + a + n);
             f->k->attn_qk_bf16dot(s, (const uint16_t *)(const void *)w->qp,
                                   (const uint16_t *)(const void *)kv_rows(f, it, false, j0 + a),
