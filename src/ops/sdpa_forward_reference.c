@@ -66,12 +66,24 @@ ta_status ta_sdpa_product_run(const ta_sdpa_problem *p, const ta_sdpa_product *p
 
 /* --------------------------------------------------------- reference path */
 
+/* The factor that turns a row's softmax w (of max score m) into the weights of the
+ * denominator that holds the sink sigma: with l = sum exp(s - m) = 1 / max w (the
+ * largest score's weight is exp(0) / l), w_j l / (l + e^(sigma - m)). Not exp(lse - LSE)
+ * from the two float log-sum-exps: where |m| is huge (a row of scores -1e30 + s, as a
+ * large finite additive mask leaves) both round to m and the factor came out 1, the sink
+ * ignored (the fused path, which keeps m and l apart, was right). */
+static double sink_factor(const float *w, int64_t ws, int64_t n, float m, float sigma)
+{
+    double wmax = 0.0;
+    for (int64_t j = 0; j < n; j++) wmax = fmax(wmax, (double)w[j * ws]);
+    return 1.0 / (1.0 + exp((double)sigma - (double)m) * wmax);
+}
+
 /* Mask, softmax and LSE of every score row (b, h, i) of S, in place. Rows are
  * independent, so the thread split cannot change any result. With variants the scores
  * follow their definition (ta_sdpa_variant_row), and with sinks the weights are those of
- * the denominator that holds the sink: exp(s - LSE) with LSE = log(sum exp(s) + e^sigma),
- * i.e. the softmax times exp(lse - LSE). lse keeps the keys' log-sum-exp (-inf: the row
- * attends to nothing). */
+ * the denominator that holds the sink: exp(s - LSE) with LSE = log(sum exp(s) + e^sigma)
+ * (sink_factor). lse keeps the keys' log-sum-exp (-inf: the row attends to nothing). */
 static void softmax_rows(const ta_sdpa_problem *p, ta_tensor *S, float *lse)
 {
     int64_t H = p->H, Lq = p->Lq, Lk = p->Lk, rows = p->B * H * Lq;
@@ -84,9 +96,12 @@ static void softmax_rows(const ta_sdpa_problem *p, ta_tensor *S, float *lse)
             ta_sdpa_variant_row(p, b, h, i, s, S->stride[3]);
         else
             ta_mask_apply(&p->mask, b, h, i, 0, Lk, p->scale, s, S->stride[3]);
+        float m = -INFINITY; /* the row's largest score, for the sink */
+        if (p->var.sinks)
+            for (int64_t j = 0; j < Lk; j++) m = fmaxf(m, s[j * S->stride[3]]);
         lse[r] = ta_softmax_row(s, S->stride[3], s, S->stride[3], Lk);
         if (p->var.sinks && isfinite(lse[r])) {
-            double f = exp((double)lse[r] - ta_sdpa_lse_with_sink(lse[r], ta_sdpa_sink(&p->var, h)));
+            double f = sink_factor(s, S->stride[3], Lk, m, ta_sdpa_sink(&p->var, h));
             for (int64_t j = 0; j < Lk; j++) s[j * S->stride[3]] = (float)(s[j * S->stride[3]] * f);
         }
     }

@@ -1,0 +1,127 @@
+/* ta-test: all-isas
+ * Rows whose scores are all dominated by a huge finite additive mask (-1e30, -FLT_MAX: the
+ * "finfo.min" padding masks of many models), on the reference and the fused path, against
+ * a float64 oracle. Every score of such a row rounds to the same float, so its softmax is
+ * exactly uniform over its keys (1/Lk each, or 1/(Lk+1) with a sink of the same size):
+ * O = mean of V, and the gradients those of that uniform softmax, as PyTorch computes
+ * them. Its log-sum-exp m + log(l) rounds to m in float32, so nothing may rebuild the
+ * weights from the float LSE alone.
+ *   Q [1, H, Lq, D], K [1, H, Lk, D], V [1, H, Lk, Dv], mask [Lq, Lk] (additive):
+ *   row 0 plain; row 1 all -1e30; row 2 all -FLT_MAX; row 3 keys 0-2 -inf, the rest -1e30. */
+#include "ta_test.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { H = 2, LQ = 4, LK = 9, D = 17, DV = 5 };
+
+typedef struct huge {
+    float q[H * LQ * D], k[H * LK * D], v[H * LK * DV], mask[LQ * LK], sinks[H];
+    bool with_sinks;
+} huge;
+
+static void huge_init(huge *p, bool with_sinks)
+{
+    memset(p, 0, sizeof *p);
+    ta_tensor t;
+    int64_t n;
+    n = H * LQ * D; ta_tensor_from_buffer(&t, p->q, 1, &n, NULL); ta_randn(&t, 71);
+    n = H * LK * D; ta_tensor_from_buffer(&t, p->k, 1, &n, NULL); ta_randn(&t, 72);
+    n = H * LK * DV; ta_tensor_from_buffer(&t, p->v, 1, &n, NULL); ta_randn(&t, 73);
+    for (int j = 0; j < LK; j++) {
+        p->mask[1 * LK + j] = -1e30f;
+        p->mask[2 * LK + j] = -FLT_MAX;
+        p->mask[3 * LK + j] = j < 3 ? -INFINITY : -1e30f;
+    }
+    p->with_sinks = with_sinks;
+    p->sinks[0] = -1e30f; /* as large as the masked rows' scores: it takes 1/(l+1) there */
+    p->sinks[1] = 0.5f;
+}
+
+/* float64 oracle of row (h, i): the weights w[LK] and the sink's weight, returns the LSE.
+ * Scores in double from the float inputs: scale q.k + mask. */
+static double oracle_weights(const huge *p, int h, int i, double *w, double *wsink)
+{
+    const double scale = 1.0 / sqrt((double)D);
+    double s[LK], m = -INFINITY;
+    const double sig = p->with_sinks ? p->sinks[h] : -INFINITY;
+    for (int j = 0; j < LK; j++) {
+        double acc = 0.0;
+        for (int d = 0; d < D; d++) acc += (double)p->q[(h * LQ + i) * D + d] * p->k[(h * LK + j) * D + d];
+        s[j] = acc * scale + (double)p->mask[i * LK + j];
+        m = fmax(m, s[j]);
+    }
+    m = fmax(m, sig);
+    double sum = exp(sig - m);
+    for (int j = 0; j < LK; j++) sum += exp(s[j] - m);
+    for (int j = 0; j < LK; j++) w[j] = exp(s[j] - m) / sum;
+    *wsink = exp(sig - m) / sum;
+    return m + log(sum);
+}
+
+static void check(const char *what, const float *got, const double *ref, int64_t n, double tol)
+{
+    double big = 1.0;
+    for (int64_t x = 0; x < n; x++) big = fmax(big, fabs(ref[x]));
+    for (int64_t x = 0; x < n; x++)
+        if (!(fabs((double)got[x] - ref[x]) <= tol * big))
+            fail_msg("%s[%lld] = %.9g, oracle %.9g", what, (long long)x, (double)got[x], ref[x]);
+}
+
+static void forward(const huge *p, ta_sdpa_path path, float *o, float *lse)
+{
+    const int64_t sq[4] = {1, H, LQ, D}, sk[4] = {1, H, LK, D}, sv[4] = {1, H, LK, DV};
+    const int64_t so[4] = {1, H, LQ, DV}, sl[3] = {1, H, LQ}, sm[2] = {LQ, LK}, sh[1] = {H};
+    ta_tensor Q, K, V, O, L, M, S;
+    ta_tensor_from_buffer(&Q, (float *)p->q, 4, sq, NULL);
+    ta_tensor_from_buffer(&K, (float *)p->k, 4, sk, NULL);
+    ta_tensor_from_buffer(&V, (float *)p->v, 4, sv, NULL);
+    ta_tensor_from_buffer(&O, o, 4, so, NULL);
+    ta_tensor_from_buffer(&L, lse, 3, sl, NULL);
+    ta_tensor_from_buffer(&M, (float *)p->mask, 2, sm, NULL);
+    ta_tensor_from_buffer(&S, (float *)p->sinks, 1, sh, NULL);
+    ta_sdpa_opts opts = {.path = path, .lse = &L, .mask = &M, .mask_mode = TA_MASK_ADDITIVE,
+                         .sinks = p->with_sinks ? &S : NULL};
+    TA_CHECK_OK(ta_sdpa(&O, &Q, &K, &V, &opts));
+}
+
+static void check_forward(bool with_sinks)
+{
+    huge p;
+    huge_init(&p, with_sinks);
+    double ro[H * LQ * DV] = {0}, w[LK], ws;
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < LQ; i++) {
+            oracle_weights(&p, h, i, w, &ws);
+            for (int j = 0; j < LK; j++)
+                for (int c = 0; c < DV; c++) ro[(h * LQ + i) * DV + c] += w[j] * p.v[(h * LK + j) * DV + c];
+        }
+    const ta_sdpa_path paths[2] = {TA_SDPA_REFERENCE, TA_SDPA_FUSED};
+    for (int pi = 0; pi < 2; pi++) {
+        float o[H * LQ * DV], lse[H * LQ];
+        forward(&p, paths[pi], o, lse);
+        check(pi ? "fused O" : "reference O", o, ro, H * LQ * DV, 2e-6);
+    }
+}
+
+/* With a sink as large as the row's scores, the row's weights are 1/(Lk + 1): the
+ * reference forward rebuilt the sink's share from the two float log-sum-exps, both
+ * -1e30, and gave 1/Lk (O 10% off at Lk = 9), while the fused path was right. */
+static void test_forward_sink_of_masked_rows(void **s)
+{
+    (void)s;
+    check_forward(false);
+    check_forward(true);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_forward_sink_of_masked_rows),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
