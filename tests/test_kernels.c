@@ -960,7 +960,8 @@ static void test_attn_bwd_gemm_ranged(void **state)
 
 /* ----------------------------------------------------- attn_bwd_dsoftmax */
 
-/* Rows of stride ld = n + 3; every third row has lse = -inf (attends to nothing). */
+/* Rows of stride ld = n + 3; every third row has lse = -inf (attends to nothing); every
+ * fourth a low part lo (a huge LSE's, ta_sdpa_lse_split): x = (s scale - lse) - lo. */
 static void dsoftmax_case(const ta_kernels *k, const ta_kernels *ref, int64_t m, int64_t n)
 {
     const int64_t ld = n + 3, ns = (m - 1) * ld + n;
@@ -968,10 +969,11 @@ static void dsoftmax_case(const ta_kernels *k, const ta_kernels *ref, int64_t m,
     snprintf(where, sizeof where, "%s attn_bwd_dsoftmax m=%lld n=%lld", k->name, (long long)m, (long long)n);
     arena ar = {0};
     float *s = gfloats(&ar, ns, NAN), *dp = gfloats(&ar, ns, NAN);
-    float lse[17], di[17];
+    float lse[17], lo[17], di[17];
     assert_true(m <= 17);
     for (int64_t r = 0; r < m; r++) {
         lse[r] = r % 3 == 1 ? -INFINITY : 3.0f * frand();
+        lo[r] = r % 4 == 2 ? 2.0f + frand() : 0.0f;
         di[r] = frand();
         for (int64_t j = n; j < ld && r + 1 < m; j++) s[r * ld + j] = dp[r * ld + j] = SENTINEL;
         for (int64_t j = 0; j < n; j++) {
@@ -980,17 +982,18 @@ static void dsoftmax_case(const ta_kernels *k, const ta_kernels *ref, int64_t m,
         }
     }
     float *ws = copy_of(s, ns), *wdp = copy_of(dp, ns), *s0 = copy_of(s, ns), *dp0 = copy_of(dp, ns);
-    k->attn_bwd_dsoftmax(s, dp, ld, lse, di, m, n, scale, k->attn_exp);
-    ref->attn_bwd_dsoftmax(ws, wdp, ld, lse, di, m, n, scale, ref->attn_exp);
+    k->attn_bwd_dsoftmax(s, dp, ld, lse, lo, di, m, n, scale, k->attn_exp);
+    ref->attn_bwd_dsoftmax(ws, wdp, ld, lse, lo, di, m, n, scale, ref->attn_exp);
     for (int64_t r = 0; r < m; r++) {
         for (int64_t j = 0; j < n; j++) {
             int64_t i = r * ld + j;
             if (lse[r] == -INFINITY) assert_true(s[i] == 0.0f && dp[i] == 0.0f);
-            /* the float64 oracle: x = s scale - lse, P = e^x, dS = P (dp - di) */
-            const double sc = (double)s0[i] * scale, x = sc - lse[r], d = (double)dp0[i] - di[r];
+            /* the float64 oracle: x = (s scale - lse) - lo, P = e^x, dS = P (dp - di) */
+            const double sc = (double)s0[i] * scale, x = sc - lse[r] - lo[r], d = (double)dp0[i] - di[r];
             const double P = lse[r] == -INFINITY ? 0.0 : exp(x), dS = P * d;
-            EXPECT_ORACLE("P", i, s[i], P, exp_bound(fabs(sc) + fabs(x), P));
-            EXPECT_ORACLE("dS", i, dp[i], dS, P > 0.0 ? (fabs(sc) + fabs(x) + 5.0) * U * fabs(dS) + (1.0 + fabs(d)) * DENORMAL_SLACK : 0.0);
+            const double ax = fabs(sc) + fabs(x) + 2.0 * lo[r]; /* |x| + the extra rounding */
+            EXPECT_ORACLE("P", i, s[i], P, exp_bound(ax, P));
+            EXPECT_ORACLE("dS", i, dp[i], dS, P > 0.0 ? (ax + 5.0) * U * fabs(dS) + (1.0 + fabs(d)) * DENORMAL_SLACK : 0.0);
             EXPECT_SCALAR("P", i, s[i], ws[i], 6 * U * fabs(ws[i]) + DENORMAL_SLACK);
             EXPECT_SCALAR("dS", i, dp[i], wdp[i], 8 * U * fabs(wdp[i]) + DENORMAL_SLACK);
         }

@@ -271,11 +271,13 @@ void NAME_GEMM_BF16DOT(float *c, int64_t ldc, const uint16_t *a, int64_t lda, co
 /* The softmax backward of one block, rows r < m of the score tile s and the dP tile dp
  * (row stride ld, n columns):
  *   lse[r] == -inf (the row attends to nothing): both rows become 0;
- *   otherwise  P = exp(s * scale - lse[r])  (into s; a masked score -inf gives 0)
+ *   otherwise  P = exp((s * scale - lse[r]) - lo[r])  (into s; a masked score -inf
+ *              gives 0; lo NULL or lo[r] 0: exp(s * scale - lse[r]))
  *              dS = P * (dP - di[r])          (into dp), di = rowsum(dO * O).
  * exp is the table's attn_exp (one call per row, in place). */
-void NAME_DSOFTMAX(float *s, float *dp, int64_t ld, const float *lse, const float *di,
-                   int64_t m, int64_t n, float scale, void (*exp_row)(float *, const float *, int64_t))
+void NAME_DSOFTMAX(float *s, float *dp, int64_t ld, const float *lse, const float *lo,
+                   const float *di, int64_t m, int64_t n, float scale,
+                   void (*exp_row)(float *, const float *, int64_t))
 {
     const VT sc = V_SET1(scale);
     for (int64_t r = 0; r < m; r++) {
@@ -288,6 +290,8 @@ void NAME_DSOFTMAX(float *s, float *dp, int64_t ld, const float *lse, const floa
         int64_t j = 0;
         for (; j + VL <= n; j += VL) V_STOREU(sr + j, V_SUB(V_MUL(V_LOADU(sr + j), sc), l));
         if (j < n) V_STOREN(sr + j, V_SUB(V_MUL(V_LOADN(sr + j, (int)(n - j)), sc), l), (int)(n - j));
+        if (lo && lo[r] != 0.0f) /* a huge LSE's low part (rare rows: scalar) */
+            for (j = 0; j < n; j++) sr[j] -= lo[r];
         exp_row(sr, sr, n);
         for (j = 0; j + VL <= n; j += VL)
             V_STOREU(dr + j, V_MUL(V_LOADU(sr + j), V_SUB(V_LOADU(dr + j), d)));

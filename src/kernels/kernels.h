@@ -204,10 +204,11 @@ typedef struct ta_kernels {
     void (*attn_bwd_gemm_bf16dot)(float *c, int64_t ldc, const uint16_t *a, int64_t lda,
                                   const uint32_t *b, int64_t ldb, int64_t m, int64_t n,
                                   int64_t k, const int32_t *nhi, ta_pf *pf);
-    /* Rows r < m (stride ld, n columns): s <- P = exp(s * scale - lse[r]),
-     * dp <- dS = P * (dp - di[r]); both rows 0 where lse[r] == -inf. */
+    /* Rows r < m (stride ld, n columns): s <- P = exp((s * scale - lse[r]) - lo[r]),
+     * dp <- dS = P * (dp - di[r]); both rows 0 where lse[r] == -inf. lo (NULL: zeros) is
+     * the part of a huge LSE that a float32 LSE cannot hold (ta_sdpa_lse_split). */
     void (*attn_bwd_dsoftmax)(float *s, float *dp, int64_t ld, const float *lse,
-                              const float *di, int64_t m, int64_t n, float scale,
+                              const float *lo, const float *di, int64_t m, int64_t n, float scale,
                               void (*exp_row)(float *, const float *, int64_t));
     /* The backward's D_i = sum_c x[c] y[c] of n floats, in double: term c (a product, then
      * a sum, each rounded to double) into chain c mod 8 for c below the last multiple of

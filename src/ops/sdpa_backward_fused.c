@@ -87,6 +87,8 @@ typedef struct bwd_plan {
     int64_t B, H, Hkv, G, Lq, Lk, D, Dv;
     bwd_view q, k_, v, dout; /* q, k_ and dout have unit stride along D / Dv */
     const float *lse, *di;   /* per row (b * H + h) * Lq + i */
+    float *lo;               /* per row: lse + lo is the row's LSE (ta_sdpa_lse_split:
+                                0 but where |LSE| is huge); row_terms_range writes it */
     int64_t dq_rows;         /* rows of the per-thread dQ buffer */
     bool nt_dq, nt_dk, nt_dv; /* write that gradient with non-temporal stores
                                  (ta_sdpa_stream_rows: a large one) */
@@ -330,7 +332,8 @@ static void run_block(const bwd_plan *f, bwd_ws *w, int64_t b, int64_t h, int64_
     else
         k->attn_bwd_gemm_ranged(w->dp, NK, dout, dos, 1, w->vt + jj, w->ldt, mq, nk, Dv, 0,
                                 NULL, NULL, nkeys, &w->next);
-    k->attn_bwd_dsoftmax(w->s, w->dp, NK, f->lse + row0, f->di + row0, mq, nk, sc, k->attn_exp);
+    k->attn_bwd_dsoftmax(w->s, w->dp, NK, f->lse + row0, f->lo + row0, f->di + row0, mq, nk, sc,
+                         k->attn_exp);
     if (w->cap) /* softcap: d s / d (scale q.k) = 1 - tanh^2 */
         for (int64_t r = 0; r < mq; r++)
             for (int64_t t = 0; t < nk; t++) w->dp[r * NK + t] *= w->cap[r * NK + t];
@@ -615,7 +618,10 @@ static void row_terms_range(const bwd_plan *f, float *di, float *lse, int64_t r0
                             (b * O->stride[0] + h * O->stride[1] + i * O->stride[2]) * eo;
             const char *d = (const char *)dO->data +
                             (b * dO->stride[0] + h * dO->stride[1] + i * dO->stride[2]) * ed;
-            lse[r] = ((const float *)L->data)[b * L->stride[0] + h * L->stride[1] + i * L->stride[2]];
+            lse[r] = ta_sdpa_lse_split(f->p, b, h, i,
+                                       ((const float *)L->data)[b * L->stride[0] +
+                                                                h * L->stride[1] + i * L->stride[2]],
+                                       &f->lo[r]);
             if (ahead && i + BWD_AHEAD < Lq) /* BWD_AHEAD */
                 for (int64_t c = 0; c < Dv * 4; c += 64) {
                     if (c < Dv * eo)
@@ -650,8 +656,11 @@ static void row_terms_range(const bwd_plan *f, float *di, float *lse, int64_t r0
             d[a] = (const char *)dO->data +
                    (b * dO->stride[0] + h * dO->stride[1] + i * dO->stride[2]) * ed;
             if (a < n)
-                lse[r] = ((const float *)L->data)[b * L->stride[0] + h * L->stride[1] +
-                                                  i * L->stride[2]];
+                lse[r] = ta_sdpa_lse_split(f->p, b, h, i,
+                                           ((const float *)L->data)[b * L->stride[0] +
+                                                                    h * L->stride[1] +
+                                                                    i * L->stride[2]],
+                                           &f->lo[r]);
         }
         for (int64_t c = 0; c < Dv; c++)
             for (int a = 0; a < 4; a++)
@@ -782,7 +791,7 @@ static void dot_gate(bwd_plan *f)
  * dO where their last dim is strided. */
 typedef struct bwd_mem {
     unsigned char *ws; /* nt per-thread scratches of ws_bytes */
-    float *di, *lse, *q, *k, *dout;
+    float *di, *lse, *lo, *q, *k, *dout;
 } bwd_mem;
 
 static void layout(ta_arena *a, bwd_mem *m, const bwd_plan *f, const bwd_sched *sc)
@@ -795,6 +804,7 @@ static void layout(ta_arena *a, bwd_mem *m, const bwd_plan *f, const bwd_sched *
     m->ws = TA_ARENA_TAKE2(a, unsigned char, (int64_t)f->ws_bytes, sc->nt);
     m->di = TA_ARENA_TAKE(a, float, sc->rows);
     m->lse = TA_ARENA_TAKE(a, float, sc->rows);
+    m->lo = TA_ARENA_TAKE(a, float, sc->rows);
     /* whole copies where the groups do not copy their rows (a varlen whole's bound: a
      * sequence may do either) */
     const bool wq = needs_copy(p->Q) && (!f->qc_rows || f->bound);
@@ -886,6 +896,7 @@ static void set_views(bwd_plan *f, const bwd_mem *m)
     f->v = unit_view_of(p->V);
     f->di = m->di;
     f->lse = m->lse;
+    f->lo = m->lo;
 }
 
 ta_status ta_sdpa_backward_fused(const ta_sdpa_problem *p, ta_arena *scratch)
@@ -983,6 +994,7 @@ static void pool_layout(ta_arena *a, bwd_mem *m, size_t ws_bytes, int nt, int64_
     m->ws = TA_ARENA_TAKE2(a, unsigned char, (int64_t)ws_bytes, nt);
     m->di = TA_ARENA_TAKE(a, float, rows);
     m->lse = TA_ARENA_TAKE(a, float, rows);
+    m->lo = TA_ARENA_TAKE(a, float, rows);
     m->q = m->k = m->dout = NULL;
 }
 
@@ -1093,6 +1105,7 @@ ta_status ta_sdpa_backward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_a
             bwd_mem ms = m;
             ms.di = m.di + h.rows[s];
             ms.lse = m.lse + h.rows[s];
+            ms.lo = m.lo + h.rows[s];
             set_views(&h.plans[s], &ms);
         }
         int64_t claimed = 0;

@@ -69,12 +69,13 @@ static ta_status product(const ta_sdpa_problem *p, const ta_sdpa_product *pr,
     return ta_sdpa_product_run(p, pr, &e);
 }
 
-/* One row with variants, from the definitions: raw products s -> P = exp(score - LSE),
+/* One row with variants, from the definitions: raw products s -> P = exp(score - LSE)
+ * (exp((score - hi) - lo), ta_sdpa_lse_split),
  * dP -> dS = scale P (dP - D) (1 - tanh^2 with softcap: d score / d (scale q.k)). The
  * LSE holds the sink, so P is the weight of the forward's denominator; a row that
  * attended to nothing (every key blocked: P = 0; or LSE -inf) contributes nothing. */
 static void variant_row_backward(const ta_sdpa_problem *p, int64_t b, int64_t h, int64_t i,
-                                 float *s, float *dp, double lse, double d)
+                                 float *s, float *dp, double lse, double lo, double d)
 {
     for (int64_t j = 0; j < p->Lk; j++) {
         double dcap, sc = ta_sdpa_variant_score(p, b, h, i, j, s[j], &dcap);
@@ -82,7 +83,8 @@ static void variant_row_backward(const ta_sdpa_problem *p, int64_t b, int64_t h,
             s[j] = dp[j] = 0.0f;
             continue;
         }
-        double P = exp(sc - lse);
+        /* the score as the forward rounded it (ta_sdpa_variant_row): the LSE is of those */
+        double P = exp(((double)(float)sc - lse) - lo);
         s[j] = (float)P;
         dp[j] = (float)((double)p->scale * P * ((double)dp[j] - d) * dcap);
     }
@@ -104,9 +106,10 @@ static void softmax_backward_rows(const ta_sdpa_problem *p, bref_plan *r)
         double d = 0.0; /* D_i = rowsum(dO_i * O_i) */
         for (int64_t c = 0; c < p->Dv; c++)
             d += (double)dout[c * p->dO->stride[3]] * (double)o[c * p->O->stride[3]];
-        double lse = *lp;
+        float lo; /* lse + lo: the row's LSE (lo 0 but where |LSE| is huge) */
+        const double lse = ta_sdpa_lse_split(p, b, h, i, *lp, &lo);
         if (p->var.any) {
-            variant_row_backward(p, b, h, i, s, dp, lse, d);
+            variant_row_backward(p, b, h, i, s, dp, lse, lo, d);
             continue;
         }
         ta_mask_apply(&p->mask, b, h, i, 0, Lk, p->scale, s, 1);
@@ -115,7 +118,7 @@ static void softmax_backward_rows(const ta_sdpa_problem *p, bref_plan *r)
                 s[j] = dp[j] = 0.0f;
                 continue;
             }
-            s[j] = (float)exp((double)s[j] - lse);
+            s[j] = (float)exp(((double)s[j] - lse) - lo);
             dp[j] = (float)((double)p->scale * s[j] * ((double)dp[j] - d));
         }
     }

@@ -154,6 +154,51 @@ void ta_sdpa_variant_row(const ta_sdpa_problem *p, int64_t b, int64_t h, int64_t
 
 /* ------------------------------------------------------------ gradients */
 
+/* The raw product q_i . k_j of row (b, h, i) and key j, in double from the stored values
+ * (any dtype), rounded to float: the x that ta_sdpa_variant_score takes. */
+static float raw_product(const ta_sdpa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
+{
+    const ta_tensor *Q = p->Q, *K = p->K;
+    const int64_t eq = (int64_t)ta_elem_size(Q->dtype), ek = (int64_t)ta_elem_size(K->dtype);
+    const char *q = (const char *)Q->data +
+                    (b * Q->stride[0] + h * Q->stride[1] + i * Q->stride[2]) * eq;
+    const char *k = (const char *)K->data + ta_sdpa_kv_offset(p, false, b, h / p->G, j) * ek;
+    double acc = 0.0;
+    for (int64_t d = 0; d < p->D; d++)
+        acc += (double)ta_dtype_load(q + d * Q->stride[3] * eq, Q->dtype) *
+               (double)ta_dtype_load(k + d * K->stride[3] * ek, K->dtype);
+    return (float)acc;
+}
+
+float ta_sdpa_lse_split(const ta_sdpa_problem *p, int64_t b, int64_t h, int64_t i, float lse,
+                        float *lo)
+{
+    *lo = 0.0f;
+    if (!(fabsf(lse) >= TA_SDPA_LSE_SPLIT_MIN) || isinf(lse)) return lse;
+    /* online log-sum-exp in double over the sink and the keys' float scores */
+    const float sigma = ta_sdpa_sink(&p->var, h);
+    double m = sigma, sum = sigma == -INFINITY ? 0.0 : 1.0;
+    for (int64_t j = 0; j < p->Lk; j++) {
+        const float s = (float)ta_sdpa_variant_score(p, b, h, i, j, raw_product(p, b, h, i, j), NULL);
+        if (s == -INFINITY) continue;
+        if (!isfinite(s)) return lse; /* NaN or +inf: the row is NaN whatever is done */
+        if (s > m) {
+            sum = sum * exp(m - (double)s) + 1.0;
+            m = s;
+        } else {
+            sum += exp((double)s - m);
+        }
+    }
+    if (!isfinite(m)) return lse;
+    /* Only the LSE of these very keys: an LSE the float rounded from m + log(sum). One of
+     * a larger row (context parallelism passes the whole row's LSE with a shard of its
+     * keys, src/dist) is taken as it is. */
+    const double ulp = (double)nextafterf(fabsf(lse), INFINITY) - (double)fabsf(lse);
+    if (!(fabs((double)m + log(sum) - (double)lse) <= 4.0 * ulp)) return lse;
+    *lo = (float)log(sum);
+    return (float)m;
+}
+
 /* Element (b, h, i, c) of a rank-4 tensor (c = 0 of a rank-3 one), of any storage dtype,
  * as double. */
 static double at4(const ta_tensor *t, int64_t b, int64_t h, int64_t i, int64_t c)
@@ -164,8 +209,10 @@ static double at4(const ta_tensor *t, int64_t b, int64_t h, int64_t i, int64_t c
                                  t->dtype);
 }
 
-double ta_sdpa_sink_grad_head(const ta_tensor *O, const ta_tensor *dO, const ta_tensor *lse,
-                              int64_t h, double sigma)
+/* ta_sdpa_sink_grad_head; with p (a problem whose Q and K are at hand) a row of a huge
+ * LSE takes the sink's weight exp((sigma - hi) - lo) of ta_sdpa_lse_split. */
+static double sink_grad_head(const ta_sdpa_problem *p, const ta_tensor *O, const ta_tensor *dO,
+                             const ta_tensor *lse, int64_t h, double sigma)
 {
     double acc = 0.0;
     for (int64_t b = 0; b < O->shape[0]; b++)
@@ -175,9 +222,17 @@ double ta_sdpa_sink_grad_head(const ta_tensor *O, const ta_tensor *dO, const ta_
             double d = 0.0; /* D_i = rowsum(dO_i * O_i) */
             for (int64_t c = 0; c < O->shape[3]; c++)
                 d += at4(dO, b, h, i, c) * at4(O, b, h, i, c);
-            acc -= exp(sigma - l) * d;
+            float lo = 0.0f;
+            const double hi = p ? ta_sdpa_lse_split(p, b, h, i, (float)l, &lo) : l;
+            acc -= exp((sigma - hi) - lo) * d;
         }
     return acc;
+}
+
+double ta_sdpa_sink_grad_head(const ta_tensor *O, const ta_tensor *dO, const ta_tensor *lse,
+                              int64_t h, double sigma)
+{
+    return sink_grad_head(NULL, O, dO, lse, h, sigma);
 }
 
 void ta_sdpa_sinks_grad(const ta_sdpa_problem *p)
@@ -186,5 +241,5 @@ void ta_sdpa_sinks_grad(const ta_sdpa_problem *p)
     if (!ds) return;
     for (int64_t h = 0; h < p->H; h++)
         ((float *)ds->data)[h * ds->stride[0]] =
-            (float)ta_sdpa_sink_grad_head(p->O, p->dO, p->fwd_lse, h, ta_sdpa_sink(&p->var, h));
+            (float)sink_grad_head(p, p->O, p->dO, p->fwd_lse, h, ta_sdpa_sink(&p->var, h));
 }

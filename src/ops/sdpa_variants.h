@@ -94,6 +94,21 @@ double ta_sdpa_variant_score(const struct ta_sdpa_problem *p, int64_t b, int64_t
 void ta_sdpa_variant_row(const struct ta_sdpa_problem *p, int64_t b, int64_t h, int64_t i,
                          float *s, int64_t stride);
 
+/* A backward's view of a row's float32 LSE as hi + lo, so that its weights can be
+ * rebuilt as P = exp((s - hi) - lo). Where |LSE| < TA_SDPA_LSE_SPLIT_MIN (or it is not
+ * finite): hi = LSE, lo = 0 (P = exp(s - LSE), as the forward's LSE says). At and above
+ * it, the float LSE m + log(l) has lost most of log(l) (all of it for a row of scores
+ * -1e30 + s, which a large finite additive mask leaves: the LSE is -1e30 and exp(s - LSE)
+ * gave every key weight 1 instead of 1/Lk), so the row's scores are formed again from Q
+ * and K (in double, rounded to float as the paths round them, by ta_sdpa_variant_score,
+ * with the sink): hi = their max, lo = log sum exp(s - hi) (in [0, log(Lk + 1)]), taken
+ * when hi + lo rounds to LSE within 4 ulps (else the LSE is not of these keys alone: a
+ * context-parallel shard's; hi = LSE, lo = 0). Such rows are those of huge scores only;
+ * O(Lk D) each. Returns hi, *lo receives lo. */
+#define TA_SDPA_LSE_SPLIT_MIN 0x1p12f
+float ta_sdpa_lse_split(const struct ta_sdpa_problem *p, int64_t b, int64_t h, int64_t i,
+                        float lse, float *lo);
+
 /* The sinks' gradient of a prepared backward problem into p->var.dsinks (when set):
  * dsigma_h = -sum over b, i of exp(sigma_h - LSE_bhi) D_bhi with D = rowsum(dO * O), from
  * dO, O and the forward's LSE (any storage dtype); rows with LSE -inf contribute
