@@ -173,6 +173,40 @@ static void inf_scores(ta_sdpa_path path, const char *name)
 }
 static void test_inf_scores(void **s) { (void)s; FOR_PATHS(inf_scores); }
 
+/* A sink logit +inf is a +inf score in the row's softmax: a row with keys is NaN (output
+ * and LSE), a row whose keys are all blocked gets O = 0 and LSE = sigma = +inf. The
+ * reference path gave O = 0 and LSE +inf on every row (the limit) while the fused path
+ * gave NaN. */
+static void inf_sink(ta_sdpa_path path, const char *name)
+{
+    prob p;
+    prob_init(&p, 3, 4, 8, 3, 30);
+    float keep[3 * 4], sink = INFINITY;
+    for (int x = 0; x < 12; x++) keep[x] = x / 4 == 1 ? 0.0f : 1.0f; /* row 1: no key */
+    const int64_t sq[4] = {1, 1, 3, 8}, sk[4] = {1, 1, 4, 8}, sv[4] = {1, 1, 4, 3};
+    const int64_t so[4] = {1, 1, 3, 3}, sm[2] = {3, 4}, sh[1] = {1};
+    ta_tensor Q, K, V, O, L, M, S;
+    ta_tensor_from_buffer(&Q, p.q, 4, sq, NULL);
+    ta_tensor_from_buffer(&K, p.k, 4, sk, NULL);
+    ta_tensor_from_buffer(&V, p.v, 4, sv, NULL);
+    ta_tensor_from_buffer(&O, p.o, 4, so, NULL);
+    ta_tensor_from_buffer(&L, p.lse, 3, so, NULL);
+    ta_tensor_from_buffer(&M, keep, 2, sm, NULL);
+    ta_tensor_from_buffer(&S, &sink, 1, sh, NULL);
+    ta_sdpa_opts opts = {.path = path, .lse = &L, .mask = &M, .sinks = &S};
+    TA_CHECK_OK(ta_sdpa(&O, &Q, &K, &V, &opts));
+    for (int i = 0; i < 3; i++) {
+        const int empty = i == 1;
+        for (int d = 0; d < 3; d++)
+            if (empty ? p.o[i * 3 + d] != 0.0f : !isnan(p.o[i * 3 + d]))
+                fail_msg("%s: sink +inf, row %d: O = %g", name, i, (double)p.o[i * 3 + d]);
+        if (empty ? p.lse[i] != INFINITY : !isnan(p.lse[i]))
+            fail_msg("%s: sink +inf, row %d: LSE = %g", name, i, (double)p.lse[i]);
+    }
+    prob_free(&p);
+}
+static void test_inf_sink(void **s) { (void)s; FOR_PATHS(inf_sink); }
+
 static void large_logits(ta_sdpa_path path, const char *name)
 {
     const float scales[2] = {1e4f, 1e30f};
@@ -321,6 +355,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nan_in_q),     cmocka_unit_test(test_inf_scores),
+        cmocka_unit_test(test_inf_sink),
         cmocka_unit_test(test_large_logits), cmocka_unit_test(test_all_masked),
         cmocka_unit_test(test_no_keys),      cmocka_unit_test(test_tiny_dims),
         cmocka_unit_test(test_denormals),    cmocka_unit_test(test_softmax_special_rows),

@@ -74,6 +74,7 @@ ta_status ta_sdpa_product_run(const ta_sdpa_problem *p, const ta_sdpa_product *p
  * ignored (the fused path, which keeps m and l apart, was right). */
 static double sink_factor(const float *w, int64_t ws, int64_t n, float m, float sigma)
 {
+    if (sigma == INFINITY) return NAN; /* a +inf logit: the row is NaN, as the fused path's */
     double wmax = 0.0;
     for (int64_t j = 0; j < n; j++) wmax = fmax(wmax, (double)w[j * ws]);
     return 1.0 / (1.0 + exp((double)sigma - (double)m) * wmax);

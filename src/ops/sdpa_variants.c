@@ -112,7 +112,8 @@ float ta_sdpa_lse_with_sink(float lse, float sigma)
     if (isnan(lse) || isnan(sigma)) return NAN;
     if (lse == -INFINITY) return sigma;
     if (sigma == -INFINITY) return lse;
-    if (lse == INFINITY || sigma == INFINITY) return INFINITY;
+    /* a +inf logit beside finite ones: inf - inf, NaN, as a +inf score makes its row */
+    if (lse == INFINITY || sigma == INFINITY) return NAN;
     double m = lse > sigma ? lse : sigma;
     return (float)(m + log(exp((double)lse - m) + exp((double)sigma - m)));
 }

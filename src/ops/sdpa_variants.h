@@ -81,7 +81,8 @@ static inline float ta_sdpa_sink(const ta_sdpa_variants *v, int64_t h)
 }
 
 /* log(exp(lse) + exp(sigma)): a row's LSE with its sink from the LSE of its keys (-inf
- * for a row with every key blocked); NaN if either is NaN. */
+ * for a row with every key blocked: sigma); NaN if either is NaN, or either is +inf and
+ * the other is not -inf (a +inf logit: the row is NaN, as for a +inf score). */
 float ta_sdpa_lse_with_sink(float lse, float sigma);
 
 /* The score of (b, h, i, j) of a prepared problem from its raw product x = q_i . k_j,
