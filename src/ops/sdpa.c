@@ -165,7 +165,7 @@ static ta_status prepare_common(ta_sdpa_problem *p, const char *fn, ta_tensor *O
                                          : TA_SDPA_FUSED;
     if (p->path == TA_SDPA_FUSED && gap)
         return ta_error(TA_EUNSUPPORTED, "%s: the fused path (TA_SDPA_FUSED) does not implement "
-                        "%s yet; use TA_SDPA_REFERENCE or TA_SDPA_AUTO", fn, gap);
+                        "a %s; use TA_SDPA_REFERENCE or TA_SDPA_AUTO", fn, gap);
     return TA_OK;
 }
 

@@ -79,7 +79,7 @@ static ta_status check_opts(kv_call *k, const ta_sdpa_opts *o)
     const char *gap = ta_sdpa_variants_fused_gap(&k->var);
     if (gap && o->path == TA_SDPA_FUSED)
         return ta_error(TA_EUNSUPPORTED, "%s: the fused path (TA_SDPA_FUSED) does not implement "
-                        "%s; use TA_SDPA_REFERENCE or TA_SDPA_AUTO", fn, gap);
+                        "a %s; use TA_SDPA_REFERENCE or TA_SDPA_AUTO", fn, gap);
     k->alibi = o->alibi_slopes;
     k->sinks = o->sinks;
     k->path = o->path == TA_SDPA_REFERENCE || gap ? TA_SDPA_REFERENCE : TA_SDPA_FUSED;

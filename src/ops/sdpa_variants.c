@@ -101,8 +101,9 @@ const char *ta_sdpa_variants_fused_gap(const ta_sdpa_variants *v)
 {
     /* the fused forward and backward implement every variant; attn_softcap takes 1 / cap
      * as a normal float */
-    return v->softcap > 0.0f && (v->softcap < 0x1p-126f || v->softcap > 0x1p126f) ? "softcap"
-                                                                                  : NULL;
+    return v->softcap > 0.0f && (v->softcap < 0x1p-126f || v->softcap > 0x1p126f)
+               ? "softcap outside [2^-126, 2^126] (its reciprocal is not a normal float)"
+               : NULL;
 }
 
 /* -------------------------------------------------------------- scores */
