@@ -20,7 +20,7 @@ enum { B = 2, H = 4, HKV = 2, LQ = 3, LK = 5, D = 8, DV = 6 };
 
 static float qbuf[B * H * LQ * D], kbuf[B * HKV * LK * D], vbuf[B * HKV * LK * DV];
 static float obuf[B * H * LQ * DV], wbuf[B * H * LQ * LK], lsebuf[B * H * LQ];
-static float outbuf[64], maskbuf[LQ * LK];
+static float outbuf[64], maskbuf[B * H * LQ * LK]; /* room for an LSE laid over it */
 static float dqbuf[B * H * LQ * D], dkbuf[B * HKV * LK * D], dvbuf[B * HKV * LK * DV];
 static ta_tensor Q, K, V, O, W, LSE, OUT, MASK;
 static ta_tensor T; /* constructor output: must stay byte-identical on error */
