@@ -116,7 +116,9 @@ void ta_set_allocator(ta_alloc_fn alloc, ta_free_fn release, void *user);
  * ({0}) means "allocate for me": the library then takes one block per call before
  * writing any output, and keeps blocks up to 64 MiB between calls so that steady calls
  * reuse memory already touched. A workspace may be reused by consecutive calls but not
- * shared by calls running at the same time. */
+ * shared by calls running at the same time, and must not share memory with the call's
+ * tensors (TA_EINVAL "the workspace overlaps ..." from ta_sdpa, ta_sdpa_backward,
+ * ta_sdpa_kvcache and ta_einsum_ext). */
 typedef struct ta_workspace {
     void *data;  /* NULL: no caller workspace */
     size_t size; /* bytes */

@@ -280,6 +280,73 @@ static void test_scratch_that_cannot_fit(void **state)
                  "dQ has stride 0");
 }
 
+/* A workspace that shares memory with one of the call's tensors would have the call write
+ * its scratch over them (an input changed behind the caller's back, a wrong result): it is
+ * refused before anything is written, for ta_sdpa, ta_sdpa_backward, ta_sdpa_kvcache and
+ * ta_einsum_ext. Here one block holds the tensor and serves as the workspace. */
+static void test_workspace_overlapping_a_tensor(void **state)
+{
+    (void)state;
+    const int64_t s[4] = {1, 2, 24, 8}, ls[3] = {1, 2, 24}, n = 1 << 16;
+    ta_tensor block, q, k, v, o, lse, view;
+    TA_CHECK_OK(ta_tensor_full(&block, 1, &n, 3.0f));
+    TA_CHECK_OK(ta_tensor_empty(&q, 4, s));
+    TA_CHECK_OK(ta_randn(&q, 1));
+    TA_CHECK_OK(ta_tensor_empty(&k, 4, s));
+    TA_CHECK_OK(ta_randn(&k, 2));
+    TA_CHECK_OK(ta_tensor_empty(&v, 4, s));
+    TA_CHECK_OK(ta_randn(&v, 3));
+    TA_CHECK_OK(ta_tensor_full(&o, 4, s, 7.0f));
+    TA_CHECK_OK(ta_tensor_empty(&lse, 3, ls));
+    const ta_workspace ws = {block.data, (size_t)n * sizeof(float)};
+    /* an input inside the workspace: refused, the input and O untouched */
+    TA_CHECK_OK(ta_tensor_from_buffer(&view, (float *)block.data + 1000, 4, s, NULL));
+    TA_CHECK_OK(ta_tensor_copy(&view, &k));
+    ta_sdpa_opts opts = {.workspace = ws, .lse = &lse};
+    TA_CHECK_ERR(ta_sdpa(&o, &q, &view, &v, &opts), TA_EINVAL, "the workspace overlaps K");
+    assert_memory_equal(view.data, k.data, sizeof(float) * (size_t)ta_tensor_numel(&k));
+    for (int64_t i = 0; i < ta_tensor_numel(&o); i++) assert_true(((float *)o.data)[i] == 7.0f);
+    /* O inside it */
+    TA_CHECK_ERR(ta_sdpa(&view, &q, &k, &v, &opts), TA_EINVAL, "the workspace overlaps O");
+    opts.workspace = (ta_workspace){0};
+    TA_CHECK_OK(ta_sdpa(&o, &q, &k, &v, &opts));
+    /* the backward: dK inside it */
+    ta_tensor dq, dv;
+    TA_CHECK_OK(ta_tensor_empty(&dq, 4, s));
+    TA_CHECK_OK(ta_tensor_empty(&dv, 4, s));
+    ta_sdpa_opts bo = {.workspace = ws};
+    TA_CHECK_ERR(ta_sdpa_backward(&dq, &view, &dv, &o, &q, &k, &v, &o, &lse, &bo), TA_EINVAL,
+                 "the workspace overlaps dK");
+    assert_memory_equal(view.data, k.data, sizeof(float) * (size_t)ta_tensor_numel(&k));
+    /* a KV cache inside it: the cache untouched */
+    const int64_t qs[4] = {1, 1, 2, 8}, cs[4] = {1, 24, 2, 8};
+    ta_tensor q1, o1, kc, vc;
+    TA_CHECK_OK(ta_tensor_empty(&q1, 4, qs));
+    TA_CHECK_OK(ta_randn(&q1, 4));
+    TA_CHECK_OK(ta_tensor_full(&o1, 4, qs, 7.0f));
+    TA_CHECK_OK(ta_tensor_from_buffer(&kc, (float *)block.data + 5000, 4, cs, NULL));
+    TA_CHECK_OK(ta_tensor_empty(&vc, 4, cs));
+    TA_CHECK_OK(ta_randn(&vc, 5));
+    const int32_t seqlens[1] = {10};
+    ta_kv_cache cache = {.k = &kc, .v = &vc, .seqlens = seqlens};
+    ta_sdpa_opts ko = {.workspace = ws};
+    TA_CHECK_ERR(ta_sdpa_kvcache(&o1, &q1, &cache, NULL, NULL, &ko), TA_EINVAL,
+                 "the workspace overlaps cache->k");
+    for (int64_t i = 0; i < ta_tensor_numel(&kc); i++) assert_true(((float *)kc.data)[i] == 3.0f);
+    for (int64_t i = 0; i < ta_tensor_numel(&o1); i++) assert_true(((float *)o1.data)[i] == 7.0f);
+    /* einsum: an operand inside it */
+    const int64_t ss[4] = {1, 2, 24, 24};
+    ta_tensor scores;
+    TA_CHECK_OK(ta_tensor_empty(&scores, 4, ss));
+    TA_CHECK_ERR(ta_einsum_ext(&scores, "bhid,bhjd->bhij", &q, &view, &ws), TA_EINVAL,
+                 "the workspace overlaps b");
+    assert_memory_equal(view.data, k.data, sizeof(float) * (size_t)ta_tensor_numel(&k));
+    ta_tensor *all[10] = {&block, &q, &k, &v, &o, &lse, &dq, &dv, &q1, &o1};
+    for (int i = 0; i < 10; i++) ta_tensor_free(all[i]);
+    ta_tensor_free(&vc);
+    ta_tensor_free(&scores);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -294,6 +361,7 @@ int main(void)
         cmocka_unit_test(test_sdpa_backward),
         cmocka_unit_test(test_size_follows_threads),
         cmocka_unit_test(test_scratch_that_cannot_fit),
+        cmocka_unit_test(test_workspace_overlapping_a_tensor),
     };
     return cmocka_run_group_tests_name("workspace", tests, setup, NULL);
 }

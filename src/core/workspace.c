@@ -2,6 +2,7 @@
 #include "core/workspace.h"
 
 #include "core/core.h"
+#include "core/dtype.h"
 
 #include <pthread.h>
 
@@ -97,6 +98,32 @@ static void kept_give(void *p, size_t bytes)
 }
 
 /* ------------------------------------------------------------- scratch */
+
+ta_status ta_workspace_check(const char *fn, const ta_workspace *ws, int n,
+                             const ta_tensor *const *t, const char *const *names)
+{
+    if (!ws || !ws->data || ws->size == 0) return TA_OK;
+    for (int i = 0; i < n; i++) {
+        if (!t[i] || !t[i]->data) continue;
+        /* the tensor's byte range, as ta_tensors_overlap takes it */
+        bool empty = false;
+        for (int d = 0; d < t[i]->ndim; d++) empty |= t[i]->shape[d] == 0;
+        if (empty) continue;
+        int64_t neg = 0, pos = 0;
+        for (int d = 0; d < t[i]->ndim; d++) {
+            int64_t span = (t[i]->shape[d] - 1) * t[i]->stride[d];
+            if (span < 0) neg += span; else pos += span;
+        }
+        const uintptr_t size = ta_elem_size(t[i]->dtype), base = (uintptr_t)t[i]->data;
+        const uintptr_t lo = base - (uintptr_t)(-neg) * size, hi = base + (uintptr_t)(pos + 1) * size;
+        const uintptr_t wlo = (uintptr_t)ws->data, whi = wlo + ws->size;
+        if (lo < whi && wlo < hi)
+            return ta_error(TA_EINVAL, "%s: the workspace overlaps %s; it must not share memory "
+                            "with the call's tensors (the call writes its scratch there)", fn,
+                            names[i]);
+    }
+    return TA_OK;
+}
 
 ta_status ta_scratch_acquire(ta_scratch *s, const char *fn, const ta_workspace *ws,
                              size_t bytes)

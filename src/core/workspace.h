@@ -68,6 +68,12 @@ static inline size_t ta_arena_bytes(const ta_arena *a) { return a->overflow ? SI
  * any pointer up to 64 bytes (what the public _workspace_size queries return). */
 size_t ta_workspace_bytes(size_t needed);
 
+/* TA_EINVAL "fn: the workspace overlaps <name>" when a caller's workspace (ws->data set)
+ * shares a byte with one of the n tensors (NULL entries and tensors without elements
+ * are skipped): the call would write its scratch over them. */
+ta_status ta_workspace_check(const char *fn, const ta_workspace *ws, int n,
+                             const ta_tensor *const *t, const char *const *names);
+
 /* The block one call runs in. */
 typedef struct ta_scratch {
     void *base;      /* 64-byte aligned */

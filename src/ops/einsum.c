@@ -198,7 +198,10 @@ static ta_status ei_run_ws(const char *fn, ta_tensor *out, const ei_bind *bd,
                            const ta_tensor *a, const ta_tensor *b, const ta_workspace *ws)
 {
     ei_plan p;
-    ta_status st = ei_plan_make(&p, bd, out);
+    const ta_tensor *t[3] = {out, a, b};
+    const char *names[3] = {"out", "a", "b"};
+    ta_status st = ta_workspace_check(fn, ws, 3, t, names);
+    if (!st) st = ei_plan_make(&p, bd, out);
     if (st) return st;
     ta_scratch s;
     if ((st = ta_scratch_acquire(&s, fn, ws, ei_plan_bytes(&p)))) return st;

@@ -188,6 +188,11 @@ ta_status ta_sdpa_prepare(ta_sdpa_problem *p, const char *fn, ta_tensor *O, cons
         const char *in_names[6] = {"Q", "K", "V", "opts->mask", "opts->alibi_slopes",
                                    "opts->sinks"};
         if ((st = check_overlaps(fn, 3, outs, out_names, 6, ins, in_names))) return st;
+        const ta_tensor *all[9] = {O, q.weights, q.lse, Q, K, V, ins[3], ins[4], ins[5]};
+        const char *all_names[9] = {"O", "opts->weights", "opts->lse", "Q", "K", "V",
+                                    "opts->mask", "opts->alibi_slopes", "opts->sinks"};
+        if (opts && (st = ta_workspace_check(fn, &opts->workspace, 9, all, all_names)))
+            return st;
     }
     *p = q;
     return TA_OK;
@@ -226,6 +231,13 @@ ta_status ta_sdpa_prepare_backward(ta_sdpa_problem *p, const char *fn, ta_tensor
         const char *in_names[9] = {"Q", "K", "V", "O", "dO", "lse", "opts->mask",
                                    "opts->alibi_slopes", "opts->sinks"};
         if ((st = check_overlaps(fn, 4, outs, out_names, 9, ins, in_names))) return st;
+        const ta_tensor *all[13] = {dQ, dK, dV, q.var.dsinks, Q, K, V, O, dO, lse,
+                                    ins[6], ins[7], ins[8]};
+        const char *all_names[13] = {"dQ", "dK", "dV", "opts->dsinks", "Q", "K", "V", "O",
+                                     "dO", "lse", "opts->mask", "opts->alibi_slopes",
+                                     "opts->sinks"};
+        if (opts && (st = ta_workspace_check(fn, &opts->workspace, 13, all, all_names)))
+            return st;
     }
     q.backward = true;
     q.dO = dO;

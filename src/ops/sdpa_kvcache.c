@@ -244,7 +244,11 @@ static ta_status validate(kv_call *k, const char *fn, ta_tensor *O, const ta_ten
     if ((st = check_new_and_outputs(k, kn, vn, O, opts->lse))) return st;
     if ((st = check_opts(k, opts))) return st;
     if ((st = check_lengths(k))) return st;
-    return check_overlaps(k);
+    if ((st = check_overlaps(k))) return st;
+    const ta_tensor *all[9] = {k->O, k->lse, k->q, k->kc, k->vc, k->kn, k->vn, k->alibi, k->sinks};
+    const char *names[9] = {"O", "opts->lse", "q", "cache->k", "cache->v", "k_new", "v_new",
+                            "opts->alibi_slopes", "opts->sinks"};
+    return ta_workspace_check(fn, &opts->workspace, 9, all, names);
 }
 
 /* ------------------------------------------------------- sequence problems */
