@@ -118,7 +118,7 @@ void ta_set_allocator(ta_alloc_fn alloc, ta_free_fn release, void *user);
  * reuse memory already touched. A workspace may be reused by consecutive calls but not
  * shared by calls running at the same time, and must not share memory with the call's
  * tensors (TA_EINVAL "the workspace overlaps ..." from ta_sdpa, ta_sdpa_backward,
- * ta_sdpa_kvcache and ta_einsum_ext). */
+ * ta_sdpa_kvcache, ta_einsum_ext and the layers). */
 typedef struct ta_workspace {
     void *data;  /* NULL: no caller workspace */
     size_t size; /* bytes */

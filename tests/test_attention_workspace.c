@@ -306,6 +306,37 @@ static void test_size_query_errors(void **state)
     free_case(&s);
 }
 
+/* A workspace sharing memory with an input or an output of the call is refused before
+ * anything is written (the layer would write its projections over it): keys inside the
+ * forward's workspace, d_out inside the backward's. */
+static void test_workspace_overlapping_a_tensor(void **state)
+{
+    (void)state;
+    ta_attention *layer;
+    TA_CHECK_OK(ta_attention_create(&layer, TA_LAYOUT_TORCH, 8, 2, 3));
+    const int64_t xs[3] = {2, 5, 8}, n = 1 << 16;
+    ta_tensor block, x, out, dx, view;
+    TA_CHECK_OK(ta_tensor_zeros(&block, 1, &n));
+    TA_CHECK_OK(ta_tensor_empty(&x, 3, xs));
+    TA_CHECK_OK(ta_randn(&x, 1));
+    TA_CHECK_OK(ta_tensor_full(&out, 3, xs, 7.0f));
+    TA_CHECK_OK(ta_tensor_zeros(&dx, 3, xs));
+    TA_CHECK_OK(ta_tensor_from_buffer(&view, (float *)block.data + 100, 3, xs, NULL));
+    TA_CHECK_OK(ta_tensor_copy(&view, &x));
+    ta_attention_opts o = {.workspace = {block.data, (size_t)n * sizeof(float)}};
+    TA_CHECK_ERR(ta_attention_forward(&out, layer, &x, &view, &x, &o), TA_EINVAL,
+                 "the workspace overlaps keys");
+    assert_memory_equal(view.data, x.data, sizeof(float) * (size_t)ta_tensor_numel(&x));
+    for (int64_t i = 0; i < ta_tensor_numel(&out); i++) assert_true(((float *)out.data)[i] == 7.0f);
+    TA_CHECK_ERR(ta_attention_backward(&dx, NULL, NULL, layer, &view, &x, &x, &x, &o),
+                 TA_EINVAL, "the workspace overlaps d_out");
+    assert_memory_equal(view.data, x.data, sizeof(float) * (size_t)ta_tensor_numel(&x));
+    for (int64_t i = 0; i < ta_tensor_numel(&dx); i++) assert_true(((float *)dx.data)[i] == 0.0f);
+    ta_tensor *all[4] = {&block, &x, &out, &dx};
+    for (int i = 0; i < 4; i++) ta_tensor_free(all[i]);
+    ta_attention_free(layer);
+}
+
 /* ------------------------------------------------------------- allocations */
 
 static long count(ta_status (*call)(setup *), setup *s)
@@ -363,6 +394,7 @@ int main(void)
         {.name = "too_small", .test_func = test_each_case, .initial_state = &TOO_SMALL},
         cmocka_unit_test(test_size_query_errors),
         cmocka_unit_test(test_allocations),
+        cmocka_unit_test(test_workspace_overlapping_a_tensor),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -403,6 +403,13 @@ ta_status ta_attention_forward(ta_tensor *out, ta_attention *layer, const ta_ten
     ta_attention_fwd f;
     ta_scratch s;
     ta_status st = ta_attention_fwd_prepare(&f, fn, out, layer, queries, keys, values, opts, false);
+    if (!st && opts) {
+        const ta_tensor *t[7] = {out, opts->weights, queries, keys, values, opts->mask,
+                                 opts->key_padding_mask};
+        const char *names[7] = {"out", "opts->weights", "queries", "keys", "values",
+                                "opts->mask", "opts->key_padding_mask"};
+        st = ta_workspace_check(fn, &opts->workspace, 7, t, names);
+    }
     if (st || (st = ta_attention_plan(&s, layer, fn, opts, forward_layout, &f))) return st;
     st = ta_attention_fwd_run(&f);
     ta_scratch_release(&s);

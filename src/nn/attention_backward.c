@@ -332,6 +332,13 @@ ta_status ta_attention_backward(ta_tensor *d_queries, ta_tensor *d_keys, ta_tens
     ta_scratch s;
     ta_status st = prepare(&b, fn, d_queries, d_keys, d_values, layer, d_out, queries, keys,
                            values, opts);
+    if (!st && opts) {
+        const ta_tensor *t[9] = {d_queries, d_keys, d_values, d_out, queries, keys, values,
+                                 opts->mask, opts->key_padding_mask};
+        const char *names[9] = {"d_queries", "d_keys", "d_values", "d_out", "queries", "keys",
+                                "values", "opts->mask", "opts->key_padding_mask"};
+        st = ta_workspace_check(fn, &opts->workspace, 9, t, names);
+    }
     if (st || (st = ta_attention_plan(&s, layer, fn, opts, backward_layout, &b))) return st;
     st = run(&b);
     ta_scratch_release(&s);
