@@ -1,4 +1,5 @@
 # Thin wrapper around CMake. `make run` and `make test` are all a fresh machine needs.
+# BUILD may be relative or absolute (`make run BUILD=/tmp/b`): the programs run as $(BUILD)/x.
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
@@ -20,7 +21,7 @@ build: setup $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
 run: build
-	./$(BUILD)/tensorattn demo
+	$(BUILD)/tensorattn demo
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
@@ -29,11 +30,11 @@ test: build
 # then decodes with it through a KV cache (examples/generate.c: tokens per second for
 # float32, bfloat16 and float16 caches).
 example: build
-	./$(BUILD)/train_reverse --save $(BUILD)/reverse.safetensors
-	./$(BUILD)/generate --load $(BUILD)/reverse.safetensors
+	$(BUILD)/train_reverse --save $(BUILD)/reverse.safetensors
+	$(BUILD)/generate --load $(BUILD)/reverse.safetensors
 
 bench: build
-	./$(BUILD)/tensorattn bench
+	$(BUILD)/tensorattn bench
 
 # The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer.
 sanitize: setup
