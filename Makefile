@@ -88,8 +88,11 @@ cross:
 		-DCMAKE_BUILD_TYPE=Release -DTA_WERROR=ON -DTA_BUILD_TESTS=OFF -DTA_BUILD_CLI=OFF
 	cmake --build build-aarch64 -j $(JOBS) --target tensorattn_static
 
+# PREFIX=/opt/ta installs there (else the configured CMAKE_INSTALL_PREFIX, /usr/local);
+# DESTDIR=/stage stages the install under that root (cmake --install reads it).
+PREFIX ?=
 install: build
-	cmake --install $(BUILD)
+	cmake --install $(BUILD) $(if $(PREFIX),--prefix "$(PREFIX)")
 
 clean:
 	rm -rf $(BUILD) build-sanitize build-valgrind build-fuzz build-aarch64
