@@ -1,6 +1,7 @@
 #!/bin/sh
 # Installs the build into a temporary prefix, then builds and runs a consumer through
-# find_package(tensorattn) (shared and static) and through pkg-config.
+# find_package(tensorattn) (shared and static; from C, and from a C++-only project) and
+# through pkg-config.
 set -eu
 build=$1
 src=$2
@@ -11,6 +12,10 @@ cmake -S "$src/tests/install" -B "$tmp/consumer" -DCMAKE_PREFIX_PATH="$tmp/prefi
 cmake --build "$tmp/consumer" >/dev/null
 LD_LIBRARY_PATH="$tmp/prefix/lib:${LD_LIBRARY_PATH:-}" "$tmp/consumer/consumer"
 "$tmp/consumer/consumer_static"
+cmake -S "$src/tests/install/cxx" -B "$tmp/consumer_cxx" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+cmake --build "$tmp/consumer_cxx" >/dev/null
+LD_LIBRARY_PATH="$tmp/prefix/lib:${LD_LIBRARY_PATH:-}" "$tmp/consumer_cxx/consumer_cxx"
+"$tmp/consumer_cxx/consumer_cxx_static"
 libdir=$(ls -d "$tmp"/prefix/lib*/pkgconfig | head -n 1)
 PKG_CONFIG_PATH="$libdir" cc "$src/tests/install/consumer.c" -o "$tmp/pc" \
     $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs tensorattn)
