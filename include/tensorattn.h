@@ -58,6 +58,12 @@
 extern "C" {
 #endif
 
+/* The library is compiled with hidden visibility (CMakeLists.txt): what this header
+ * declares is what its shared library exports, nothing internal. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 #define TA_VERSION_MAJOR 0
 #define TA_VERSION_MINOR 1
 #define TA_VERSION_PATCH 0
@@ -905,6 +911,10 @@ double ta_optimizer_lr(const ta_optimizer *opt);
 int64_t ta_optimizer_steps(const ta_optimizer *opt);
 /* NULL is fine. */
 void ta_optimizer_free(ta_optimizer *opt);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

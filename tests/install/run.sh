@@ -20,3 +20,14 @@ libdir=$(ls -d "$tmp"/prefix/lib*/pkgconfig | head -n 1)
 PKG_CONFIG_PATH="$libdir" cc "$src/tests/install/consumer.c" -o "$tmp/pc" \
     $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs tensorattn)
 LD_LIBRARY_PATH="$libdir/..:${LD_LIBRARY_PATH:-}" "$tmp/pc"
+# The shared library exports what tensorattn.h declares and nothing internal (the OpenMP
+# runtime's lock of a named critical section, .gomp_critical_user_*, is global by its ABI).
+so=$(ls "$libdir"/../libtensorattn.so)
+extra=$(nm -D --defined-only "$so" | awk '{print $3}' | grep -v '^\.gomp_critical_user_' |
+    while read -r sym; do
+        grep -Eq "(^|[^A-Za-z0-9_])$sym[[:space:]]*\(" "$src/include/tensorattn.h" || echo "$sym"
+    done)
+if [ -n "$extra" ]; then
+    echo "install_consumer: libtensorattn.so exports symbols tensorattn.h does not declare:" $extra >&2
+    exit 1
+fi
