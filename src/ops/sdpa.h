@@ -244,8 +244,10 @@ ta_status ta_sdpa_backward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_a
  * qs .. qs + Lq - 1 against keys at ks .. ks + Lk - 1 of a sequence whose own offset is
  * 0 -- delta = qs - ks (context parallelism, src/dist). Messages name ta_sdpa and
  * ta_sdpa_backward. */
+TA_DIST_EXPORT
 ta_status ta_sdpa_at(ta_tensor *O, const ta_tensor *Q, const ta_tensor *K, const ta_tensor *V,
                      const ta_sdpa_opts *opts, int64_t delta);
+TA_DIST_EXPORT
 ta_status ta_sdpa_backward_at(ta_tensor *dQ, ta_tensor *dK, ta_tensor *dV, const ta_tensor *dO,
                               const ta_tensor *Q, const ta_tensor *K, const ta_tensor *V,
                               const ta_tensor *O, const ta_tensor *lse, const ta_sdpa_opts *opts,

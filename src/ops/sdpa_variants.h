@@ -21,6 +21,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* The library is built with hidden visibility (only include/tensorattn.h is exported from
+ * libtensorattn.so); the internal functions that libtensorattn_mpi (src/dist, a separate
+ * static library, installed) calls are exported too, so that it links against the shared
+ * library as well as the static one. */
+#if defined(__GNUC__)
+#define TA_DIST_EXPORT __attribute__((visibility("default")))
+#else
+#define TA_DIST_EXPORT
+#endif
+
 struct ta_sdpa_problem;
 
 typedef struct ta_sdpa_variants {
@@ -83,6 +93,7 @@ static inline float ta_sdpa_sink(const ta_sdpa_variants *v, int64_t h)
 /* log(exp(lse) + exp(sigma)): a row's LSE with its sink from the LSE of its keys (-inf
  * for a row with every key blocked: sigma); NaN if either is NaN, or either is +inf and
  * the other is not -inf (a +inf logit: the row is NaN, as for a +inf score). */
+TA_DIST_EXPORT
 float ta_sdpa_lse_with_sink(float lse, float sigma);
 
 /* The score of (b, h, i, j) of a prepared problem from its raw product x = q_i . k_j,
@@ -118,6 +129,7 @@ void ta_sdpa_sinks_grad(const struct ta_sdpa_problem *p);
 /* Its sum for head h before rounding: -sum over b, i of exp(sigma - LSE_bhi) D_bhi over
  * O, dO [B, H, Lq, Dv] and LSE [B, H, Lq] (any storage dtype; context parallelism sums
  * each rank's rows, src/dist). */
+TA_DIST_EXPORT
 double ta_sdpa_sink_grad_head(const ta_tensor *O, const ta_tensor *dO, const ta_tensor *lse,
                               int64_t h, double sigma);
 

@@ -20,14 +20,35 @@ libdir=$(ls -d "$tmp"/prefix/lib*/pkgconfig | head -n 1)
 PKG_CONFIG_PATH="$libdir" cc "$src/tests/install/consumer.c" -o "$tmp/pc" \
     $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs tensorattn)
 LD_LIBRARY_PATH="$libdir/..:${LD_LIBRARY_PATH:-}" "$tmp/pc"
-# The shared library exports what tensorattn.h declares and nothing internal (the OpenMP
-# runtime's lock of a named critical section, .gomp_critical_user_*, is global by its ABI).
+# The shared library exports what tensorattn.h declares and nothing internal, but for the
+# internal functions the installed libtensorattn_mpi.a calls (TA_DIST_EXPORT in
+# src/ops/sdpa*.h; the OpenMP runtime's lock of a named critical section,
+# .gomp_critical_user_*, is global by its ABI).
 so=$(ls "$libdir"/../libtensorattn.so)
+mpilib="$libdir/../libtensorattn_mpi.a"
+dist=""
+[ -f "$mpilib" ] && dist=$(nm -u "$mpilib" | awk '$2 ~ /^ta_/ {print $2}' | sort -u)
 extra=$(nm -D --defined-only "$so" | awk '{print $3}' | grep -v '^\.gomp_critical_user_' |
     while read -r sym; do
-        grep -Eq "(^|[^A-Za-z0-9_])$sym[[:space:]]*\(" "$src/include/tensorattn.h" || echo "$sym"
+        grep -Eq "(^|[^A-Za-z0-9_])$sym[[:space:]]*\(" "$src/include/tensorattn.h" ||
+            echo "$dist" | grep -qx "$sym" || echo "$sym"
     done)
 if [ -n "$extra" ]; then
     echo "install_consumer: libtensorattn.so exports symbols tensorattn.h does not declare:" $extra >&2
     exit 1
+fi
+# Where MPI was built: a program of tensorattn_mpi.h links with the installed
+# libtensorattn_mpi.a and the shared library (linked, not called: ta_sdpa_context_parallel,
+# which pulls in every internal function it needs; ta_cp_scheme_name needs no MPI_Init).
+if [ -f "$mpilib" ] && command -v mpicc >/dev/null; then
+    printf '%s\n' '#include <string.h>' '#include <tensorattn_mpi.h>' \
+        'int main(int argc, char **argv) {' \
+        '    (void)argv; if (argc > 99) return (int)ta_sdpa_context_parallel(MPI_COMM_WORLD,' \
+        '        TA_CP_ZIGZAG, NULL, NULL, NULL, NULL, NULL, NULL);' \
+        '    return strcmp(ta_cp_scheme_name(TA_CP_ZIGZAG), "zigzag") != 0; }' \
+        > "$tmp/mpi_consumer.c"
+    mpicc "$tmp/mpi_consumer.c" -o "$tmp/mpi_consumer" \
+        $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags tensorattn) -L"$libdir/.." -ltensorattn_mpi \
+        $(PKG_CONFIG_PATH="$libdir" pkg-config --static --libs tensorattn)
+    LD_LIBRARY_PATH="$libdir/..:${LD_LIBRARY_PATH:-}" "$tmp/mpi_consumer"
 fi
