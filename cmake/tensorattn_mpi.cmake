@@ -5,7 +5,10 @@
 # -DTA_WITH_MPI=OFF leaves it out even then. Without it every MPI test is skipped (77).
 option(TA_WITH_MPI "Build context parallelism where MPI is found" ON)
 set(TA_MPI_FOUND FALSE)
-if(TA_WITH_MPI)
+# Not in the Python package's build (TA_PYTHON): the module does not use it, and its
+# install() rules would put libtensorattn_mpi.a and tensorattn_mpi.h into the wheel
+# (site-packages/lib, site-packages/include).
+if(TA_WITH_MPI AND NOT TA_PYTHON)
   find_package(MPI COMPONENTS C QUIET)
   if(MPI_C_FOUND)
     set(TA_MPI_FOUND TRUE)

@@ -31,6 +31,15 @@ fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation \
     --no-deps --force-reinstall --config-settings=build-dir="$build/python-build" \
     --config-settings=cmake.define.TA_WERROR=ON "$src"
+# The package installs its own files only (tensorattn/ and its dist-info): nothing of the
+# C library's install rules (libtensorattn_mpi.a and its header went to site-packages/lib
+# and site-packages/include).
+"$venv/bin/python" - <<'EOF_PY'
+import importlib.metadata as md
+stray = [str(f) for f in md.files("tensorattn") if not str(f).startswith(("tensorattn/", "tensorattn-"))]
+if stray:
+    raise SystemExit("python_package: the package installs files outside tensorattn/: %s" % stray)
+EOF_PY
 # From the build tree, so that `import tensorattn` finds the installed package, not the
 # sources in python/ (which lack the compiled module).
 cd "$build"
