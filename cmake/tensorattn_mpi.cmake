@@ -25,8 +25,11 @@ if(TA_MPI_FOUND)
     PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_compile_options(tensorattn_mpi PRIVATE ${TA_WARNINGS})
   target_link_libraries(tensorattn_mpi PUBLIC tensorattn_static MPI::MPI_C)
+  # installed in the CMake package as tensorattn::mpi (tensorattnConfig.cmake finds MPI
+  # for it: find_package(tensorattn COMPONENTS mpi) asks for it)
+  set_target_properties(tensorattn_mpi PROPERTIES EXPORT_NAME mpi)
   install(FILES include/tensorattn_mpi.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-  install(TARGETS tensorattn_mpi ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(TARGETS tensorattn_mpi EXPORT tensorattnTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endif()
 
 # The command-line tool's MPI commands (cli/mpi): sdpa --context-parallel, bench

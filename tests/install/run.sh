@@ -38,17 +38,14 @@ if [ -n "$extra" ]; then
     exit 1
 fi
 # Where MPI was built: a program of tensorattn_mpi.h links with the installed
-# libtensorattn_mpi.a and the shared library (linked, not called: ta_sdpa_context_parallel,
-# which pulls in every internal function it needs; ta_cp_scheme_name needs no MPI_Init).
+# libtensorattn_mpi.a and the shared library (by hand), and through the CMake package's
+# tensorattn::mpi.
 if [ -f "$mpilib" ] && command -v mpicc >/dev/null; then
-    printf '%s\n' '#include <string.h>' '#include <tensorattn_mpi.h>' \
-        'int main(int argc, char **argv) {' \
-        '    (void)argv; if (argc > 99) return (int)ta_sdpa_context_parallel(MPI_COMM_WORLD,' \
-        '        TA_CP_ZIGZAG, NULL, NULL, NULL, NULL, NULL, NULL);' \
-        '    return strcmp(ta_cp_scheme_name(TA_CP_ZIGZAG), "zigzag") != 0; }' \
-        > "$tmp/mpi_consumer.c"
-    mpicc "$tmp/mpi_consumer.c" -o "$tmp/mpi_consumer" \
+    mpicc "$src/tests/install/mpi/mpi_consumer.c" -o "$tmp/mpi_consumer" \
         $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags tensorattn) -L"$libdir/.." -ltensorattn_mpi \
         $(PKG_CONFIG_PATH="$libdir" pkg-config --static --libs tensorattn)
     LD_LIBRARY_PATH="$libdir/..:${LD_LIBRARY_PATH:-}" "$tmp/mpi_consumer"
+    cmake -S "$src/tests/install/mpi" -B "$tmp/consumer_mpi" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+    cmake --build "$tmp/consumer_mpi" >/dev/null
+    "$tmp/consumer_mpi/mpi_consumer"
 fi
