@@ -23,6 +23,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "reverse_model.h"
 
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -232,7 +233,7 @@ int main(int argc, char **argv)
         else return usage("unknown option");
         if (*end || end == v) return usage("bad number");
     }
-    if (train_steps < 1 || batch < 1 || threads < 1 || repeat < 1)
+    if (train_steps < 1 || batch < 1 || threads < 1 || threads > INT_MAX || repeat < 1)
         return usage("values out of range");
     CHECK(ta_set_num_threads((int)threads));
 

@@ -31,6 +31,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "reverse_model.h"
 
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -81,7 +82,8 @@ int main(int argc, char **argv)
         else return usage("unknown option");
         if (*end || end == v) return usage("bad number");
     }
-    if (steps < 1 || batch < 1 || eval_n < 0 || threads < 1 || !(lr > 0) || drop < 0 ||
+    if (steps < 1 || batch < 1 || eval_n < 0 || threads < 1 || threads > INT_MAX ||
+        !(lr > 0) || !isfinite(lr) || !(drop >= 0) || !isfinite(drop) || !isfinite(min_acc) ||
         (min_acc >= 0 && eval_n == 0))
         return usage("values out of range (--check-accuracy needs --eval N > 0)");
     CHECK(ta_set_num_threads((int)threads));
