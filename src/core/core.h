@@ -33,9 +33,16 @@ static inline int64_t ta_round_up(int64_t x, int64_t m) { return (x + m - 1) / m
 /* Allocation through the hook. ta_alloc returns 64-byte aligned memory (2 MiB aligned
  * and huge-page advised from 2 MiB up), or NULL with a TA_ENOMEM message recorded.
  * ta_alloc_zeroed also clears it. ta_free(NULL) is fine. */
-void *ta_alloc(size_t bytes);
-void *ta_alloc_zeroed(size_t bytes);
-void ta_free(void *ptr);
+#ifndef TA_DIST_EXPORT /* also in ops/sdpa_variants.h: exported for libtensorattn_mpi */
+#if defined(__GNUC__)
+#define TA_DIST_EXPORT __attribute__((visibility("default")))
+#else
+#define TA_DIST_EXPORT
+#endif
+#endif
+TA_DIST_EXPORT void *ta_alloc(size_t bytes);
+TA_DIST_EXPORT void *ta_alloc_zeroed(size_t bytes);
+TA_DIST_EXPORT void ta_free(void *ptr);
 
 
 /* a * b into *out; false on size_t overflow (or negative). */

@@ -3,6 +3,8 @@
  * starts communicating data unless all of them can). */
 #include "dist/cp_internal.h"
 
+#include "core/core.h"
+
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -110,9 +112,9 @@ void cp_end(cp_ctx *ctx, ta_cp_stats *stats)
 {
     cp_buffer_done(ctx);
     if (ctx->comm != MPI_COMM_NULL) MPI_Comm_free(&ctx->comm);
-    free(ctx->len);
-    free(ctx->off);
-    free(ctx->block_klen);
+    ta_free(ctx->len);
+    ta_free(ctx->off);
+    ta_free(ctx->block_klen);
     ctx->len = ctx->off = NULL;
     ctx->block_klen = NULL;
     ctx->stats.total_s = ctx->t_start > 0.0 ? cp_now() - ctx->t_start : 0.0;
@@ -159,15 +161,34 @@ static ta_status first_failure(const cp_ctx *ctx, const cp_desc *all)
     return cp_error(ctx, (ta_status)all[bad].status, "rank %d: %s", bad, all[bad].msg);
 }
 
+/* Whether every rank allocated what an agreement gathers into (ok: this one did). A rank
+ * whose allocation failed must still meet the others in a collective: had it returned
+ * alone, they would wait in the gather for ever. */
+static ta_status all_allocated(cp_ctx *ctx, bool ok, const char *what)
+{
+    int mine = ok, all = 0;
+    double t = cp_now();
+    int rc = MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, ctx->comm);
+    ctx->stats.sync_s += cp_now() - t;
+    if (!cp_mpi_ok(ctx, rc, "MPI_Allreduce")) return TA_EIO;
+    if (all) return TA_OK;
+    return cp_error(ctx, TA_ENOMEM, "out of memory for %d ranks' %s (on one rank or more)",
+                    ctx->P, what);
+}
+
 ta_status cp_agree_status(cp_ctx *ctx, ta_status local)
 {
-    cp_desc mine, *all = malloc(sizeof(cp_desc) * (size_t)ctx->P);
-    if (!all) return cp_error(ctx, TA_ENOMEM, "out of memory for %d ranks' status", ctx->P);
+    cp_desc mine, *all = ta_alloc(sizeof(cp_desc) * (size_t)ctx->P);
+    ta_status ast = all_allocated(ctx, all != NULL, "status");
+    if (ast) {
+        ta_free(all);
+        return ast;
+    }
     memset(&mine, 0, sizeof mine);
     mine.status = (int32_t)local;
     if (local) snprintf(mine.msg, sizeof mine.msg, "%s", ta_last_error());
     ta_status st = gather(ctx, &mine, all) ? first_failure(ctx, all) : TA_EIO;
-    free(all);
+    ta_free(all);
     return st;
 }
 
@@ -264,12 +285,13 @@ static ta_status check_split(cp_ctx *ctx)
 ta_status cp_agree_shapes(cp_ctx *ctx, ta_status st, const ta_tensor *Q, const ta_tensor *K,
                           const ta_tensor *V, const ta_sdpa_opts *opts, bool has_lse)
 {
-    cp_desc mine, *all = malloc(sizeof(cp_desc) * (size_t)ctx->P);
-    ctx->len = calloc((size_t)ctx->P, sizeof(int64_t));
-    ctx->off = calloc((size_t)ctx->P, sizeof(int64_t));
-    if (!all || !ctx->len || !ctx->off) {
-        free(all);
-        return cp_error(ctx, TA_ENOMEM, "out of memory for %d ranks' shapes", ctx->P);
+    cp_desc mine, *all = ta_alloc(sizeof(cp_desc) * (size_t)ctx->P);
+    ctx->len = ta_alloc_zeroed(sizeof(int64_t) * (size_t)ctx->P);
+    ctx->off = ta_alloc_zeroed(sizeof(int64_t) * (size_t)ctx->P);
+    ta_status ast = all_allocated(ctx, all && ctx->len && ctx->off, "shapes");
+    if (ast) {
+        ta_free(all);
+        return ast; /* len and off: cp_ctx_end */
     }
     memset(&mine, 0, sizeof mine);
     if (!st && (unsigned)ctx->scheme > 2)
@@ -284,7 +306,7 @@ ta_status cp_agree_shapes(cp_ctx *ctx, ta_status st, const ta_tensor *Q, const t
     }
     mine.has_lse = has_lse;
     if (!st && opts && opts->key_lengths &&
-        !(ctx->block_klen = calloc((size_t)Q->shape[0] + 1, sizeof(int64_t))))
+        !(ctx->block_klen = ta_alloc_zeroed(sizeof(int64_t) * ((size_t)Q->shape[0] + 1))))
         st = ta_set_error(TA_ENOMEM, "out of memory for %lld key lengths",
                           (long long)Q->shape[0]);
     mine.status = (int32_t)st;
@@ -305,7 +327,7 @@ ta_status cp_agree_shapes(cp_ctx *ctx, ta_status st, const ta_tensor *Q, const t
         cp_vdesc_of(&mine.var, opts ? opts : &(const ta_sdpa_opts){0});
     }
     if (!gather(ctx, &mine, all)) {
-        free(all);
+        ta_free(all);
         return TA_EIO;
     }
     /* messages name rank 0's call, so that they are the same on every rank even when the
@@ -337,7 +359,7 @@ ta_status cp_agree_shapes(cp_ctx *ctx, ta_status st, const ta_tensor *Q, const t
         for (int s = 0; s < ctx->P; s++) ctx->len[s] = all[s].shape[5];
         if (!st) st = check_split(ctx);
     }
-    free(all);
+    ta_free(all);
     return st;
 }
 

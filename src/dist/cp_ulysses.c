@@ -5,6 +5,8 @@
  * its key/value heads (H/P = (H/Hkv) * Hkv/P), so K and V move Hkv heads, not H. */
 #include "dist/cp_internal.h"
 
+#include "core/core.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,7 +17,7 @@ typedef struct a2a {
 
 static ta_status a2a_alloc(a2a *a, int P)
 {
-    int *p = calloc((size_t)P * 4, sizeof(int));
+    int *p = ta_alloc_zeroed(sizeof(int) * (size_t)P * 4);
     if (!p) return ta_set_error(TA_ENOMEM, "out of memory for %d ranks' counts", P);
     *a = (a2a){.scount = p, .sdispl = p + P, .rcount = p + 2 * P, .rdispl = p + 3 * P};
     return TA_OK;
@@ -142,7 +144,7 @@ static ta_status uly_alloc(cp_ctx *c, uly_bufs *u, float **part, const int64_t *
     ta_status st = a2a_alloc(&u->a, c->P);
     if (!st) st = cp_buffer(c, total, &p);
     if ((st = cp_agree_status(c, st))) {
-        free(u->a.scount);
+        ta_free(u->a.scount);
         return st;
     }
     u->sbuf = p;
@@ -157,7 +159,7 @@ static ta_status uly_alloc(cp_ctx *c, uly_bufs *u, float **part, const int64_t *
 
 static ta_status uly_done(uly_bufs *u, ta_status st)
 {
-    free(u->a.scount);
+    ta_free(u->a.scount);
     return st;
 }
 

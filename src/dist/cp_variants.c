@@ -4,6 +4,8 @@
  * a global diagonal offset (cp_blocks.c), the softcap as it is. */
 #include "dist/cp_internal.h"
 
+#include "core/core.h"
+
 #include "ops/sdpa_variants.h"
 
 #include <math.h>
@@ -94,11 +96,11 @@ ta_status cp_sinks_grad(cp_ctx *ctx, const ta_tensor *dO, const ta_tensor *O,
 {
     if (!ctx->dsinks) return TA_OK;
     const int64_t H = ctx->H;
-    double *part = malloc(sizeof(double) * 2 * (size_t)H);
+    double *part = ta_alloc(sizeof(double) * 2 * (size_t)H);
     ta_status st = part ? TA_OK : cp_error(ctx, TA_ENOMEM, "out of memory for %lld sinks",
                                            (long long)H);
     if ((st = cp_agree_status(ctx, st))) {
-        free(part);
+        ta_free(part);
         return st;
     }
     const ta_tensor *s = ctx->sinks;
@@ -115,6 +117,6 @@ ta_status cp_sinks_grad(cp_ctx *ctx, const ta_tensor *dO, const ta_tensor *O,
             ((float *)ctx->dsinks->data)[h * ctx->dsinks->stride[0]] = (float)part[H + h];
     else
         st = TA_EIO;
-    free(part);
+    ta_free(part);
     return st;
 }

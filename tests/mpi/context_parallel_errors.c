@@ -189,6 +189,36 @@ void test_unsupported_option_same_error_everywhere(void **state)
     small_free(&t);
 }
 
+static void *failing_alloc(size_t bytes, size_t alignment, void *user)
+{
+    (void)bytes, (void)alignment, (void)user;
+    return NULL;
+}
+
+static void plain_free(void *p, void *user)
+{
+    (void)user;
+    free(p);
+}
+
+/* An allocation that fails on one rank alone: every rank returns TA_ENOMEM with the same
+ * message (the failing rank used to return before the gather the others waited in). */
+void test_one_rank_out_of_memory(void **state)
+{
+    (void)state;
+    small t;
+    small_make(&t, 1, 2, 2, 4 * P, 4, -1);
+    ta_sdpa_opts opts = {.lse = &t.lse};
+    for (int s = 0; s < 3; s++) {
+        if (rank == P - 1) ta_set_allocator(failing_alloc, plain_free, NULL);
+        ta_status st = ta_sdpa_context_parallel(MPI_COMM_WORLD, (ta_cp_scheme)s, &t.o, &t.q,
+                                                &t.k, &t.v, &opts, NULL);
+        if (rank == P - 1) ta_set_allocator(NULL, NULL, NULL);
+        expect_everywhere(st, TA_ENOMEM, "out of memory", "(on one rank or more)", &t);
+    }
+    small_free(&t);
+}
+
 void test_one_rank_bad_shape_named(void **state)
 {
     (void)state;

@@ -47,6 +47,7 @@ void test_mpi_not_initialised(void **state);
 void test_deterministic_and_stats(void **state);
 void test_unsupported_option_same_error_everywhere(void **state);
 void test_one_rank_bad_shape_named(void **state);
+void test_one_rank_out_of_memory(void **state);
 void test_ranks_disagree(void **state);
 void test_scheme_requirements(void **state);
 

@@ -312,6 +312,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_deterministic_and_stats),
         cmocka_unit_test(test_unsupported_option_same_error_everywhere),
         cmocka_unit_test(test_one_rank_bad_shape_named),
+        cmocka_unit_test(test_one_rank_out_of_memory),
         cmocka_unit_test(test_ranks_disagree),
         cmocka_unit_test(test_variants_disagree_and_bad_values),
         cmocka_unit_test(test_scheme_requirements),
