@@ -347,6 +347,95 @@ static void test_workspace_overlapping_a_tensor(void **state)
     ta_tensor_free(&scores);
 }
 
+/* The arguments that are no tensors are read while the call runs, after its scratch is
+ * written: key lengths, varlen offsets, a KV cache's seqlens and block table inside the
+ * workspace are refused too (before, a block table there was overwritten by the scratch
+ * and read as block indices: a segfault; key lengths gave a wrong O with TA_OK). */
+static void test_workspace_overlapping_an_array(void **state)
+{
+    (void)state;
+    const int64_t s[4] = {2, 2, 24, 8}, n = 1 << 16;
+    ta_tensor block, q, k, v, o;
+    TA_CHECK_OK(ta_tensor_zeros(&block, 1, &n));
+    TA_CHECK_OK(ta_tensor_empty(&q, 4, s));
+    TA_CHECK_OK(ta_randn(&q, 1));
+    TA_CHECK_OK(ta_tensor_empty(&k, 4, s));
+    TA_CHECK_OK(ta_randn(&k, 2));
+    TA_CHECK_OK(ta_tensor_empty(&v, 4, s));
+    TA_CHECK_OK(ta_randn(&v, 3));
+    TA_CHECK_OK(ta_tensor_full(&o, 4, s, 7.0f));
+    const ta_workspace ws = {block.data, (size_t)n * sizeof(float)};
+    unsigned char *at = (unsigned char *)block.data + 64;
+    /* key lengths */
+    int64_t *kl = (int64_t *)(void *)at;
+    kl[0] = 5;
+    kl[1] = 9;
+    ta_sdpa_opts opts = {.workspace = ws, .key_lengths = kl};
+    TA_CHECK_ERR(ta_sdpa(&o, &q, &k, &v, &opts), TA_EINVAL,
+                 "the workspace overlaps opts->key_lengths");
+    for (int64_t i = 0; i < ta_tensor_numel(&o); i++) assert_true(((float *)o.data)[i] == 7.0f);
+    ta_tensor dq, dk, dv, lse;
+    const int64_t ls[3] = {2, 2, 24};
+    TA_CHECK_OK(ta_tensor_empty(&dq, 4, s));
+    TA_CHECK_OK(ta_tensor_empty(&dk, 4, s));
+    TA_CHECK_OK(ta_tensor_empty(&dv, 4, s));
+    TA_CHECK_OK(ta_tensor_zeros(&lse, 3, ls));
+    TA_CHECK_ERR(ta_sdpa_backward(&dq, &dk, &dv, &o, &q, &k, &v, &o, &lse, &opts), TA_EINVAL,
+                 "the workspace overlaps opts->key_lengths");
+    /* varlen offsets: two sequences of 12 rows, Q [24, 2, 8] */
+    const int64_t ps[3] = {24, 2, 8};
+    ta_tensor pq, pk, pv, po;
+    TA_CHECK_OK(ta_tensor_from_buffer(&pq, q.data, 3, ps, NULL));
+    TA_CHECK_OK(ta_tensor_from_buffer(&pk, k.data, 3, ps, NULL));
+    TA_CHECK_OK(ta_tensor_from_buffer(&pv, v.data, 3, ps, NULL));
+    TA_CHECK_OK(ta_tensor_from_buffer(&po, o.data, 3, ps, NULL));
+    int32_t *cu = (int32_t *)(void *)at;
+    cu[0] = 0;
+    cu[1] = 12;
+    cu[2] = 24;
+    const int32_t cu_ok[3] = {0, 12, 24};
+    ta_sdpa_opts vo = {.workspace = ws, .cu_seqlens_q = cu, .cu_seqlens_k = cu_ok, .num_seqs = 2};
+    TA_CHECK_ERR(ta_sdpa(&po, &pq, &pk, &pv, &vo), TA_EINVAL,
+                 "the workspace overlaps opts->cu_seqlens_q");
+    vo.cu_seqlens_q = cu_ok;
+    vo.cu_seqlens_k = cu;
+    TA_CHECK_ERR(ta_sdpa(&po, &pq, &pk, &pv, &vo), TA_EINVAL,
+                 "the workspace overlaps opts->cu_seqlens_k");
+    for (int64_t i = 0; i < ta_tensor_numel(&o); i++) assert_true(((float *)o.data)[i] == 7.0f);
+    /* a paged KV cache: seqlens, then the block table inside the workspace */
+    const int64_t qs[4] = {2, 1, 2, 8}, cs[4] = {4, 16, 2, 8};
+    ta_tensor q1, o1, kc, vc;
+    TA_CHECK_OK(ta_tensor_empty(&q1, 4, qs));
+    TA_CHECK_OK(ta_randn(&q1, 4));
+    TA_CHECK_OK(ta_tensor_full(&o1, 4, qs, 7.0f));
+    TA_CHECK_OK(ta_tensor_empty(&kc, 4, cs));
+    TA_CHECK_OK(ta_randn(&kc, 5));
+    TA_CHECK_OK(ta_tensor_empty(&vc, 4, cs));
+    TA_CHECK_OK(ta_randn(&vc, 6));
+    const int32_t table_ok[4] = {3, 1, 0, 2}, seqlens_ok[2] = {20, 12};
+    int32_t *table = (int32_t *)(void *)at, *seqlens = (int32_t *)(void *)(at + 64);
+    memcpy(table, table_ok, sizeof table_ok);
+    memcpy(seqlens, seqlens_ok, sizeof seqlens_ok);
+    ta_kv_cache cache = {.k = &kc, .v = &vc, .seqlens = seqlens, .block_table = table_ok,
+                         .max_blocks = 2};
+    ta_sdpa_opts ko = {.workspace = ws};
+    TA_CHECK_ERR(ta_sdpa_kvcache(&o1, &q1, &cache, NULL, NULL, &ko), TA_EINVAL,
+                 "the workspace overlaps cache->seqlens");
+    cache.seqlens = seqlens_ok;
+    cache.block_table = table;
+    TA_CHECK_ERR(ta_sdpa_kvcache(&o1, &q1, &cache, NULL, NULL, &ko), TA_EINVAL,
+                 "the workspace overlaps cache->block_table");
+    for (int64_t i = 0; i < ta_tensor_numel(&o1); i++) assert_true(((float *)o1.data)[i] == 7.0f);
+    /* apart from the workspace, the same calls run */
+    cache.block_table = table_ok;
+    TA_CHECK_OK(ta_sdpa_kvcache(&o1, &q1, &cache, NULL, NULL, &ko));
+    vo.cu_seqlens_k = cu_ok;
+    TA_CHECK_OK(ta_sdpa(&po, &pq, &pk, &pv, &vo));
+    ta_tensor *all[12] = {&block, &q, &k, &v, &o, &dq, &dk, &dv, &lse, &q1, &o1, &kc};
+    for (int i = 0; i < 12; i++) ta_tensor_free(all[i]);
+    ta_tensor_free(&vc);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -362,6 +451,7 @@ int main(void)
         cmocka_unit_test(test_size_follows_threads),
         cmocka_unit_test(test_scratch_that_cannot_fit),
         cmocka_unit_test(test_workspace_overlapping_a_tensor),
+        cmocka_unit_test(test_workspace_overlapping_an_array),
     };
     return cmocka_run_group_tests_name("workspace", tests, setup, NULL);
 }

@@ -125,6 +125,19 @@ ta_status ta_workspace_check(const char *fn, const ta_workspace *ws, int n,
     return TA_OK;
 }
 
+ta_status ta_workspace_check_bytes(const char *fn, const ta_workspace *ws, const void *p,
+                                   size_t bytes, const char *name)
+{
+    if (!ws || !ws->data || ws->size == 0 || !p || bytes == 0) return TA_OK;
+    const uintptr_t lo = (uintptr_t)p, hi = lo + bytes;
+    const uintptr_t wlo = (uintptr_t)ws->data, whi = wlo + ws->size;
+    if (lo < whi && wlo < hi)
+        return ta_error(TA_EINVAL, "%s: the workspace overlaps %s; it must not share memory "
+                        "with the call's arguments (the call writes its scratch there)", fn,
+                        name);
+    return TA_OK;
+}
+
 ta_status ta_scratch_acquire(ta_scratch *s, const char *fn, const ta_workspace *ws,
                              size_t bytes)
 {

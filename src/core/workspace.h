@@ -74,6 +74,12 @@ size_t ta_workspace_bytes(size_t needed);
 ta_status ta_workspace_check(const char *fn, const ta_workspace *ws, int n,
                              const ta_tensor *const *t, const char *const *names);
 
+/* The same for an argument that is no tensor (key lengths, offsets, a block table):
+ * `bytes` bytes from p (NULL or 0 bytes: nothing to check). The call reads these while
+ * it runs, after its scratch is written: a workspace over them changes what it reads. */
+ta_status ta_workspace_check_bytes(const char *fn, const ta_workspace *ws, const void *p,
+                                   size_t bytes, const char *name);
+
 /* The block one call runs in. */
 typedef struct ta_scratch {
     void *base;      /* 64-byte aligned */

@@ -193,6 +193,10 @@ ta_status ta_sdpa_prepare(ta_sdpa_problem *p, const char *fn, ta_tensor *O, cons
                                     "opts->mask", "opts->alibi_slopes", "opts->sinks"};
         if (opts && (st = ta_workspace_check(fn, &opts->workspace, 9, all, all_names)))
             return st;
+        if (opts && (st = ta_workspace_check_bytes(fn, &opts->workspace, opts->key_lengths,
+                                                   (size_t)q.B * sizeof(int64_t),
+                                                   "opts->key_lengths")))
+            return st;
     }
     *p = q;
     return TA_OK;
@@ -237,6 +241,10 @@ ta_status ta_sdpa_prepare_backward(ta_sdpa_problem *p, const char *fn, ta_tensor
                                      "dO", "lse", "opts->mask", "opts->alibi_slopes",
                                      "opts->sinks"};
         if (opts && (st = ta_workspace_check(fn, &opts->workspace, 13, all, all_names)))
+            return st;
+        if (opts && (st = ta_workspace_check_bytes(fn, &opts->workspace, opts->key_lengths,
+                                                   (size_t)q.B * sizeof(int64_t),
+                                                   "opts->key_lengths")))
             return st;
     }
     q.backward = true;

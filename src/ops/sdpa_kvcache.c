@@ -248,7 +248,14 @@ static ta_status validate(kv_call *k, const char *fn, ta_tensor *O, const ta_ten
     const ta_tensor *all[9] = {k->O, k->lse, k->q, k->kc, k->vc, k->kn, k->vn, k->alibi, k->sinks};
     const char *names[9] = {"O", "opts->lse", "q", "cache->k", "cache->v", "k_new", "v_new",
                             "opts->alibi_slopes", "opts->sinks"};
-    return ta_workspace_check(fn, &opts->workspace, 9, all, names);
+    if ((st = ta_workspace_check(fn, &opts->workspace, 9, all, names))) return st;
+    /* read while the call runs (append_rows, the sequences' problems, the pages) */
+    if ((st = ta_workspace_check_bytes(fn, &opts->workspace, k->seqlens,
+                                       (size_t)k->B * sizeof(int32_t), "cache->seqlens")))
+        return st;
+    return ta_workspace_check_bytes(fn, &opts->workspace, k->table,
+                                    (size_t)(k->B * k->max_blocks) * sizeof(int32_t),
+                                    "cache->block_table");
 }
 
 /* ------------------------------------------------------- sequence problems */

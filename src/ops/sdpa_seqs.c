@@ -340,6 +340,17 @@ static ta_status run(size_t *bytes, seqs_call *c)
     ta_status st = alibi_rows(c);
     if (!st) st = prepare(&whole, c, &c->whole, -1);
     if (st) return st;
+    /* what the sequences read after the scratch is written: the offsets, every ALiBi
+     * row (the whole's prepare saw row 0) */
+    const ta_workspace *w = &c->opts.workspace;
+    const size_t offs = (size_t)(c->n + 1) * sizeof(int32_t);
+    if ((st = ta_workspace_check_bytes(c->fn, w, c->cq, offs, "opts->cu_seqlens_q")) ||
+        (st = ta_workspace_check_bytes(c->fn, w, c->ck, offs, "opts->cu_seqlens_k")))
+        return st;
+    if (c->alibi_bh) {
+        const char *name = "opts->alibi_slopes";
+        if ((st = ta_workspace_check(c->fn, w, 1, &c->alibi_bh, &name))) return st;
+    }
     /* together: the whole's bound for a sequence alone (no pass over the sequences to
      * size them, which with many tiny ones cost as much as their attention) */
     const bool joint = c->backward ? ta_sdpa_backward_fused_together(&whole, c->n)
