@@ -180,7 +180,14 @@ float ta_sdpa_lse_split(const ta_sdpa_problem *p, int64_t b, int64_t h, int64_t 
     /* online log-sum-exp in double over the sink and the keys' float scores */
     const float sigma = ta_sdpa_sink(&p->var, h);
     double m = sigma, sum = sigma == -INFINITY ? 0.0 : 1.0;
-    for (int64_t j = 0; j < p->Lk; j++) {
+    /* only the keys the row may see (its causal end, key length and window: what
+     * ta_sdpa_variant_score blocks before any product), so that a causal row of a
+     * left-padded batch costs its own keys' products, not Lk of them */
+    int64_t j0, j1;
+    ta_sdpa_window_keys(&p->var, p->var.delta, p->Lk, i, &j0, &j1);
+    j0 = TA_MAX(j0, 0);
+    j1 = TA_MIN(TA_MIN(j1, p->Lk), ta_mask_row_end(&p->mask, b, i));
+    for (int64_t j = j0; j < j1; j++) {
         const float s = (float)ta_sdpa_variant_score(p, b, h, i, j, raw_product(p, b, h, i, j), NULL);
         if (s == -INFINITY) continue;
         if (!isfinite(s)) return lse; /* NaN or +inf: the row is NaN whatever is done */
