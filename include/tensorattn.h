@@ -870,8 +870,10 @@ ta_status ta_attention_grad(ta_tensor *view, const ta_attention *layer, const ch
  * State (momentum, moments) is kept per position: the i-th tensor of every step must be
  * the same parameter; the first step fixes n and each position's element count, and a
  * later step with a different n or count fails (TA_EINVAL / TA_ESHAPE). Any strides;
- * params[i] and grads[i] have the same shape and must not overlap. Elementwise, so
- * bitwise identical for any thread count. Release with ta_optimizer_free. */
+ * params[i] and grads[i] have the same shape. A parameter must not share memory with any
+ * gradient or another parameter (TA_EINVAL "params[1] overlaps grads[0]", nothing updated:
+ * the update would read values it had already written). Elementwise, so bitwise identical
+ * for any thread count. Release with ta_optimizer_free. */
 typedef struct ta_optimizer ta_optimizer;
 
 /* torch.optim.SGD(lr, momentum, dampening, weight_decay, nesterov): per element

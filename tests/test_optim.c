@@ -183,6 +183,46 @@ static void test_optimizer_errors(void **state)
     ta_tensor_free(&p); ta_tensor_free(&g); ta_tensor_free(&p4);
 }
 
+/* A parameter sharing memory with a gradient or another parameter is refused before
+ * anything is updated: element by element, p = buf[1..8] with g = buf[0..7] read the
+ * gradient after writing it (SGD lr 1 gave p 1 2 2 3 3 4 4 5 instead of all 1, TA_OK). */
+static void test_overlapping_params_refused(void **state)
+{
+    (void)state;
+    float buf[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, other[8] = {0};
+    const int64_t n8 = 8;
+    ta_tensor p, g, q, h;
+    TA_CHECK_OK(ta_tensor_from_buffer(&p, buf + 1, 1, &n8, NULL));
+    TA_CHECK_OK(ta_tensor_from_buffer(&g, buf, 1, &n8, NULL));
+    TA_CHECK_OK(ta_tensor_from_buffer(&h, other, 1, &n8, NULL));
+    ta_optimizer *o;
+    TA_CHECK_OK(ta_optimizer_sgd(&o, &(ta_sgd_opts){.lr = 1.0}));
+    ta_tensor *pp[2] = {&p, &q};
+    const ta_tensor *gp[2] = {&g, &h};
+    TA_CHECK_ERR(ta_optimizer_step(o, 1, pp, gp), TA_EINVAL, "params[0] overlaps grads[0]");
+    /* another position's gradient, and two parameters on one buffer */
+    TA_CHECK_OK(ta_tensor_from_buffer(&q, other, 1, &n8, NULL));
+    TA_CHECK_OK(ta_tensor_from_buffer(&h, buf + 1, 1, &n8, NULL));
+    gp[0] = &h;
+    gp[1] = &g;
+    TA_CHECK_ERR(ta_optimizer_step(o, 2, pp, gp), TA_EINVAL, "overlaps grads[");
+    float gbuf[16] = {0};
+    ta_tensor g1, g2;
+    TA_CHECK_OK(ta_tensor_from_buffer(&g1, gbuf, 1, &n8, NULL));
+    TA_CHECK_OK(ta_tensor_from_buffer(&g2, gbuf + 8, 1, &n8, NULL));
+    TA_CHECK_OK(ta_tensor_from_buffer(&q, buf, 1, &n8, NULL));
+    gp[0] = &g1;
+    gp[1] = &g2;
+    TA_CHECK_ERR(ta_optimizer_step(o, 2, pp, gp), TA_EINVAL, "params[1] overlaps params[0]");
+    for (int e = 0; e < 9; e++) assert_true(buf[e] == (float)(e + 1));
+    assert_int_equal(ta_optimizer_steps(o), 0);
+    /* apart, the same call runs (the gradients may share memory: they are only read) */
+    TA_CHECK_OK(ta_tensor_from_buffer(&q, other, 1, &n8, NULL));
+    gp[1] = &g1;
+    TA_CHECK_OK(ta_optimizer_step(o, 2, pp, gp));
+    ta_optimizer_free(o);
+}
+
 /* PyTorch trajectories: records p0 (initial), grads [T, ...] and params [T, ...]
  * (after each step), hyperparameters in the case metadata. */
 static double meta_f(const char *meta, const char *key)
@@ -247,6 +287,7 @@ int main(void)
         cmocka_unit_test(test_adamw_matches_formula),
         cmocka_unit_test(test_strided_parameters),
         cmocka_unit_test(test_optimizer_errors),
+        cmocka_unit_test(test_overlapping_params_refused),
         cmocka_unit_test(test_optimizers_match_pytorch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -261,6 +261,16 @@ ta_status ta_optimizer_step(ta_optimizer *opt, int n, ta_tensor *const *params,
                             "first step (the i-th tensor of every step is the same parameter)",
                             fn, i, (long long)ta_tensor_numel(params[i]), (long long)opt->numel[i]);
     }
+    /* updates run tensor by tensor, element by element: a parameter that shares memory
+     * with a gradient (its own or another's) or with another parameter would read values
+     * already updated (torch refuses such in-place ops too) */
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            if (ta_tensors_overlap(params[i], grads[j]))
+                return ta_error(TA_EINVAL, "%s: params[%d] overlaps grads[%d]", fn, i, j);
+            if (j < i && ta_tensors_overlap(params[i], params[j]))
+                return ta_error(TA_EINVAL, "%s: params[%d] overlaps params[%d]", fn, i, j);
+        }
     if (opt->steps == 0) {
         free_state(opt);
         ta_status st = alloc_state(opt, n, params);
