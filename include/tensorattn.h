@@ -359,7 +359,8 @@ ta_status ta_softmax(ta_tensor *out, const ta_tensor *x, int dim);
  *   t: any shape and strides; mask: broadcastable to t (numpy rules: trailing dims
  *   aligned, each mask extent equal to t's or 1, missing leading dims broadcast); mask
  *   must not overlap t. Masks are float32 (1/0) tensors.
- * Errors: TA_EINVAL (NULL), TA_ESHAPE (mask does not broadcast to t). */
+ * Errors: TA_EINVAL (NULL, mask overlapping t, t with stride 0 over an extent > 1),
+ * TA_ESHAPE (mask does not broadcast to t). */
 ta_status ta_masked_fill(ta_tensor *t, const ta_tensor *mask, float value);
 
 /* Causal mask in the keep convention (1 = may attend, 0 = blocked), for
@@ -369,13 +370,15 @@ ta_status ta_masked_fill(ta_tensor *t, const ta_tensor *mask, float value);
  *   (TA_CAUSAL_BOTTOM_RIGHT) or always (TA_CAUSAL_NONE).
  * The seed's block mask torch.triu(ones(L, L), diagonal=1) is ta_tensor_fill(m, 1) then
  * ta_tensor_triu(m, 1), for TA_MASK_BLOCK. ta_sdpa's opts.causal needs no tensor.
- * Errors: TA_EINVAL (NULL, bad align), TA_ESHAPE (rank < 2). */
+ * Errors: TA_EINVAL (NULL, bad align, mask with stride 0 over an extent > 1), TA_ESHAPE
+ * (rank < 2). */
 ta_status ta_causal_mask(ta_tensor *mask, ta_causal align);
 
 /* Padding mask in the keep convention: mask [B, ..., Lk] (rank >= 2) gets 1 at
  * (b, ..., j) when j < lengths[b], else 0. lengths: B values in [0, Lk]. For a mask
  * broadcastable in ta_sdpa use shape [B, 1, 1, Lk] (or pass opts.key_lengths directly).
- * Errors: TA_EINVAL (NULL, a length out of range), TA_ESHAPE (rank < 2). */
+ * Errors: TA_EINVAL (NULL, a length out of range, mask with stride 0 over an extent > 1),
+ * TA_ESHAPE (rank < 2). */
 ta_status ta_padding_mask(ta_tensor *mask, const int64_t *lengths);
 
 /* ------------------------------------------------ scaled dot-product attention */

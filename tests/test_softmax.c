@@ -386,6 +386,39 @@ static void test_padding_mask(void **state)
     ta_tensor_free(&m);
 }
 
+/* Outputs that alias themselves or the mask are refused, nothing written: a [3, 3] mask
+ * whose rows all sat on one row (row stride 0) came back TA_OK holding the last row's
+ * values; masked_fill into t = buf[1..5] with the mask buf[0..4] read mask elements it
+ * had already filled (1 1 1 1 1 1 for 1 1 1 1 0 1). torch refuses both in-place writes. */
+static void test_mask_outputs_must_not_alias(void **state)
+{
+    (void)state;
+    float buf[9] = {5, 5, 5, 5, 5, 5, 5, 5, 5};
+    ta_tensor m, v;
+    TA_CHECK_OK(ta_tensor_from_buffer(&m, buf, 2, (int64_t[]){3, 3}, (int64_t[]){0, 1}));
+    TA_CHECK_ERR(ta_causal_mask(&m, TA_CAUSAL_TOP_LEFT), TA_EINVAL,
+                 "ta_causal_mask: mask has stride 0 in dim 0");
+    TA_CHECK_ERR(ta_padding_mask(&m, (int64_t[]){1, 2, 3}), TA_EINVAL,
+                 "ta_padding_mask: mask has stride 0 in dim 0");
+    float ones[3] = {1, 1, 1};
+    TA_CHECK_OK(ta_tensor_from_buffer(&v, ones, 1, (int64_t[]){3}, NULL));
+    TA_CHECK_ERR(ta_masked_fill(&m, &v, 0.0f), TA_EINVAL, "ta_masked_fill: t has stride 0 in dim 0");
+    for (int e = 0; e < 9; e++) assert_true(buf[e] == 5.0f);
+    float t[6] = {1, 0, 1, 0, 1, 0};
+    TA_CHECK_OK(ta_tensor_from_buffer(&v, t + 1, 1, (int64_t[]){5}, NULL));
+    TA_CHECK_OK(ta_tensor_from_buffer(&m, t, 1, (int64_t[]){5}, NULL));
+    TA_CHECK_ERR(ta_masked_fill(&v, &m, 1.0f), TA_EINVAL, "ta_masked_fill: mask overlaps t");
+    for (int e = 0; e < 6; e++) assert_true(t[e] == (float)(e % 2 == 0));
+    /* a broadcast (stride 0) mask is fine: it is only read; an empty t has nothing to alias */
+    TA_CHECK_OK(ta_tensor_from_buffer(&m, ones, 2, (int64_t[]){2, 3}, (int64_t[]){0, 1}));
+    float out[6] = {0};
+    TA_CHECK_OK(ta_tensor_from_buffer(&v, out, 2, (int64_t[]){2, 3}, NULL));
+    TA_CHECK_OK(ta_masked_fill(&v, &m, 4.0f));
+    for (int e = 0; e < 6; e++) assert_true(out[e] == 4.0f);
+    TA_CHECK_OK(ta_tensor_from_buffer(&v, out, 2, (int64_t[]){0, 3}, (int64_t[]){0, 0}));
+    TA_CHECK_OK(ta_causal_mask(&v, TA_CAUSAL_TOP_LEFT));
+}
+
 /* ------------------------------------------------------------ the mask plan */
 
 /* The plan's pair answers and its tile fills agree with rules written out here, for
@@ -454,6 +487,7 @@ int main(void)
         cmocka_unit_test(test_masked_fill_errors),
         cmocka_unit_test(test_causal_mask_matches_tril),
         cmocka_unit_test(test_padding_mask),
+        cmocka_unit_test(test_mask_outputs_must_not_alias),
         cmocka_unit_test(test_mask_plan_matches_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
