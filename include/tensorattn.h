@@ -740,7 +740,8 @@ ta_status ta_attention_create(ta_attention **layer, ta_layout layout, int64_t em
  * converted). E is taken from the file (fc_out.weight / out_proj.weight); every
  * tensor's shape is checked ("ta_attention_load: W.safetensors: fc_out.weight has shape
  * [8, 4], expected [8, 8]"); a missing tensor is TA_EFORMAT ("...has no tensor
- * 'fc_out.bias' (seed layout)"). */
+ * 'fc_out.bias' (seed layout)"). A torch-layout file holding bias_k / bias_v
+ * (MultiheadAttention(add_bias_kv=True): another layer) is TA_EUNSUPPORTED. */
 ta_status ta_attention_load(ta_attention **layer, const char *path, ta_layout layout,
                             int64_t heads);
 /* Writes the layer's parameters to path (the output first, as in ta_npy_save) as F32

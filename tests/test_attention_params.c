@@ -201,6 +201,21 @@ static void test_load_errors(void **state)
     TA_CHECK_OK(ta_attention_load(&l, p4, TA_LAYOUT_SEED, 2));
     ta_attention_free(l);
     TA_CHECK_ERR(ta_attention_save(p4, NULL), TA_EINVAL, "layer is NULL");
+    /* nn.MultiheadAttention(add_bias_kv=True)'s state_dict: bias_k / bias_v [1, 1, E] would
+     * be ignored (the output was 0.27 off torch's for E 8, TA_OK); refused instead */
+    const char *tnames[6] = {"in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias",
+                             "bias_k", "bias_v"};
+    int64_t tshapes[6][2] = {{24, 8}, {24, 0}, {8, 8}, {8, 0}, {1, 8}, {1, 8}};
+    int tnd[6] = {2, 1, 2, 1, 2, 2};
+    const char *p5 = ta_test_path("bias_kv.safetensors");
+    write_file(p5, 6, tnames, tshapes, tnd);
+    l = sentinel;
+    TA_CHECK_ERR(ta_attention_load(&l, p5, TA_LAYOUT_TORCH, 2), TA_EUNSUPPORTED,
+                 "holds 'bias_k' (nn.MultiheadAttention with add_bias_kv=True)");
+    assert_ptr_equal(l, sentinel);
+    write_file(p5, 4, tnames, tshapes, tnd);
+    TA_CHECK_OK(ta_attention_load(&l, p5, TA_LAYOUT_TORCH, 2));
+    ta_attention_free(l);
 }
 
 static void test_create_and_param_errors(void **state)

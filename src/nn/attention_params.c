@@ -173,6 +173,17 @@ ta_status ta_attention_load(ta_attention **layer, const char *path, ta_layout la
                           layout_name(layout));
             goto done;
         }
+    /* MultiheadAttention(add_bias_kv=True) appends a learned key and value to every
+     * sequence: a file holding them is another layer, which ignoring them would run
+     * silently wrong. */
+    static const char *const kv_bias[2] = {"bias_k", "bias_v"};
+    for (int i = 0; layout == TA_LAYOUT_TORCH && i < 2; i++)
+        if (ta_safetensors_find(sf, kv_bias[i]) >= 0) {
+            st = ta_error(TA_EUNSUPPORTED, "%s: %s holds '%s' (nn.MultiheadAttention with "
+                          "add_bias_kv=True), which the torch layout does not support", fn, path,
+                          kv_bias[i]);
+            goto done;
+        }
     for (int i = 0; i < n && !st; i++) st = ta_safetensors_get(&t[i], sf, names[i]);
     if (st) goto done;
     /* E comes from the output projection's rows: the one [E, E] in both layouts. */
