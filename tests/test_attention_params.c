@@ -216,6 +216,14 @@ static void test_load_errors(void **state)
     write_file(p5, 4, tnames, tshapes, tnd);
     TA_CHECK_OK(ta_attention_load(&l, p5, TA_LAYOUT_TORCH, 2));
     ta_attention_free(l);
+    /* a non-square out_proj.weight is named itself (E was taken from its rows, and the
+     * error blamed in_proj_weight: "[24, 8], expected [12, 4]") */
+    tshapes[2][0] = 4;
+    write_file(p5, 4, tnames, tshapes, tnd);
+    l = sentinel;
+    TA_CHECK_ERR(ta_attention_load(&l, p5, TA_LAYOUT_TORCH, 2), TA_ESHAPE,
+                 "out_proj.weight has shape [4, 8], expected [4, 4]");
+    assert_ptr_equal(l, sentinel);
 }
 
 static void test_create_and_param_errors(void **state)

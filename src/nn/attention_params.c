@@ -192,6 +192,12 @@ ta_status ta_attention_load(ta_attention **layer, const char *path, ta_layout la
                       names[out_w], ta_shape_str(s1, sizeof s1, t[out_w].ndim, t[out_w].shape));
         goto done;
     }
+    if (t[out_w].shape[1] != t[out_w].shape[0]) { /* named here, not through in_proj's E */
+        st = ta_error(TA_ESHAPE, "%s: %s: %s has shape %s, expected [%lld, %lld]", fn, path,
+                      names[out_w], ta_shape_str(s1, sizeof s1, 2, t[out_w].shape),
+                      (long long)t[out_w].shape[0], (long long)t[out_w].shape[0]);
+        goto done;
+    }
     int64_t E = t[out_w].shape[0];
     if ((st = check_dims(fn, layout, E, heads))) goto done;
     for (int i = 0; i < n; i++) {
