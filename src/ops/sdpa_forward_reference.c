@@ -75,8 +75,10 @@ ta_status ta_sdpa_product_run(const ta_sdpa_problem *p, const ta_sdpa_product *p
 static double sink_factor(const float *w, int64_t ws, int64_t n, float m, float sigma)
 {
     if (sigma == INFINITY) return NAN; /* a +inf logit: the row is NaN, as the fused path's */
-    double wmax = 0.0;
-    for (int64_t j = 0; j < n; j++) wmax = fmax(wmax, (double)w[j * ws]);
+    double wmax = 0.0; /* a NaN weight is passed over, as fmax would (a compare: gcc 12's
+                          aarch64 vectoriser crashed on this fmax reduction) */
+    for (int64_t j = 0; j < n; j++)
+        if ((double)w[j * ws] > wmax) wmax = (double)w[j * ws];
     return 1.0 / (1.0 + exp((double)sigma - (double)m) * wmax);
 }
 
@@ -99,7 +101,8 @@ static void softmax_rows(const ta_sdpa_problem *p, ta_tensor *S, float *lse)
             ta_mask_apply(&p->mask, b, h, i, 0, Lk, p->scale, s, S->stride[3]);
         float m = -INFINITY; /* the row's largest score, for the sink */
         if (p->var.sinks)
-            for (int64_t j = 0; j < Lk; j++) m = fmaxf(m, s[j * S->stride[3]]);
+            for (int64_t j = 0; j < Lk; j++)
+                if (s[j * S->stride[3]] > m) m = s[j * S->stride[3]]; /* NaN passed over */
         lse[r] = ta_softmax_row(s, S->stride[3], s, S->stride[3], Lk);
         if (p->var.sinks && isfinite(lse[r])) {
             double f = sink_factor(s, S->stride[3], Lk, m, ta_sdpa_sink(&p->var, h));
