@@ -11,6 +11,7 @@
 
 #include "features.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,9 +94,14 @@ void ta_py_attn_args_release(ta_py_attn_args *a)
     memset(a, 0, sizeof *a);
 }
 
+/* An int argument; one beyond a C long saturates (LONG_MAX: an unbounded window side, no
+ * max_seqlen limit; LONG_MIN: refused by the range checks as ValueError) rather than
+ * raising OverflowError, which the contract's ValueError / TypeError do not cover. */
 static int get_long(PyObject *o, long *v)
 {
-    *v = PyLong_AsLong(o);
+    int overflow = 0;
+    *v = PyLong_AsLongAndOverflow(o, &overflow);
+    if (overflow) *v = overflow > 0 ? LONG_MAX : LONG_MIN;
     return *v == -1 && PyErr_Occurred() ? -1 : 0;
 }
 

@@ -40,10 +40,12 @@ static int get_seqlens(kv_arrays *k, PyObject *o, int64_t B, int64_t capacity)
         return -1;
     }
     if (o == Py_None || PyLong_Check(o)) {
-        long v = o == Py_None ? (long)capacity : PyLong_AsLong(o);
+        int overflow = 0;
+        long v = o == Py_None ? (long)capacity : PyLong_AsLongAndOverflow(o, &overflow);
         if (v == -1 && PyErr_Occurred()) return -1;
-        if (v < INT32_MIN || v > INT32_MAX) {
-            PyErr_Format(PyExc_ValueError, "cache_seqlens = %ld does not fit int32", v);
+        if (overflow || v < INT32_MIN || v > INT32_MAX) {
+            if (overflow) PyErr_Format(PyExc_ValueError, "cache_seqlens = %R does not fit int32", o);
+            else PyErr_Format(PyExc_ValueError, "cache_seqlens = %ld does not fit int32", v);
             return -1;
         }
         for (int64_t b = 0; b < B; b++) k->seqlens[b] = (int32_t)v;

@@ -233,6 +233,29 @@ def test_windows_wider_than_any_sequence(kind):
             assert max_err(out, ref) <= FWD_TOL, (causal, win)
 
 
+def test_ints_beyond_a_c_long():
+    """window_size bounds and max_seqlen beyond a C long are unbounded, and such a
+    cache_seqlens is a ValueError (each raised OverflowError, outside the contract's
+    ValueError / TypeError, until session 34)."""
+    q, k, v = randn(1, 4, 1, 8, seed=1), randn(1, 6, 1, 8, seed=2), randn(1, 6, 1, 8, seed=3)
+    huge = 2 ** 64
+    if F["window"]:
+        for win, same in (((huge, huge), (-1, -1)), ((huge, 0), (100, 0))):
+            out = ta.flash_attn_func(q, k, v, window_size=win)
+            assert max_err(out, ta.flash_attn_func(q, k, v, window_size=same)) <= FWD_TOL
+        with pytest.raises(ValueError, match="window_size"):
+            ta.flash_attn_func(q, k, v, window_size=(-huge, 0))
+    if F["varlen"]:
+        cu_q, cu_k = torch.tensor([0, 4]), torch.tensor([0, 6])
+        out = ta.flash_attn_varlen_func(q[0], k[0], v[0], cu_q, cu_k, huge, huge)
+        assert max_err(out, ta.flash_attn_varlen_func(q[0], k[0], v[0], cu_q, cu_k, 4, 6)) \
+            <= FWD_TOL
+    if F["kvcache"]:
+        for bad in (huge, -huge):
+            with pytest.raises(ValueError, match="cache_seqlens"):
+                ta.flash_attn_with_kvcache(q, k, v, cache_seqlens=bad)
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_variants_autograd(variant):
     """Gradients through the variants (softcap's 1 - tanh^2 in dQ and dK; ALiBi slopes
