@@ -203,7 +203,9 @@ ta_status ta_tensor_slice(ta_tensor *view, const ta_tensor *t, int dim, int64_t 
  * dtype). */
 ta_status ta_tensor_contiguous(ta_tensor *out, const ta_tensor *t);
 /* copy values between tensors of equal shape (any strides; must not overlap), converting
- * when the dtypes differ (any of f32, f16, bf16, f64; rounding as in ta_convert). */
+ * when the dtypes differ (any of f32, f16, bf16, f64; rounding as in ta_convert).
+ * TA_EINVAL when dst has a stride 0 over an extent > 1 or its byte range meets src's
+ * (conservative, as ta_sdpa's overlap checks; the very same view is a no-op). */
 ta_status ta_tensor_copy(ta_tensor *dst, const ta_tensor *src);
 /* fill every element with value (rounded to t's dtype). */
 ta_status ta_tensor_fill(ta_tensor *t, float value);

@@ -192,6 +192,25 @@ static void test_copy_fill(void **state)
     TA_CHECK_ERR(ta_tensor_copy(&b, &huge), TA_EINVAL, "src's strides");
     TA_CHECK_OK(ta_tensor_fill(&at, -1.0f));
     for (int i = 0; i < 15; i++) assert_true(((float *)a.data)[i] == -1.0f);
+    /* dst must not alias itself or src (session 34: both were copied with TA_OK; torch's
+     * copy_ refuses them): a stride-0 dst kept only src's last row, and an overlapping
+     * dst may read elements it has already written (an in-place transpose, a.copy_(a.t()),
+     * is the classic case); the header always said they must not overlap */
+    fill_iota(&a);
+    ta_tensor row0, rows0, lo, hi;
+    TA_CHECK_OK(ta_tensor_from_buffer(&rows0, a.data, 2, (int64_t[]){3, 5}, (int64_t[]){0, 1}));
+    TA_CHECK_ERR(ta_tensor_copy(&rows0, &a), TA_EINVAL,
+                 "dst has stride 0 in dim 0, so its elements alias");
+    TA_CHECK_OK(ta_tensor_from_buffer(&lo, a.data, 1, (int64_t[]){4}, (int64_t[]){1}));
+    TA_CHECK_OK(ta_tensor_from_buffer(&hi, (float *)a.data + 1, 1, (int64_t[]){4}, (int64_t[]){1}));
+    TA_CHECK_ERR(ta_tensor_copy(&hi, &lo), TA_EINVAL, "dst overlaps src");
+    for (int i = 0; i < 15; i++) assert_true(((float *)a.data)[i] == (float)i); /* untouched */
+    TA_CHECK_OK(ta_tensor_copy(&a, &a)); /* the same view: nothing to do */
+    TA_CHECK_OK(ta_tensor_from_buffer(&rows0, a.data, 2, (int64_t[]){3, 3}, (int64_t[]){3, 1}));
+    TA_CHECK_OK(ta_tensor_transpose(&lo, &rows0, 0, 1));
+    TA_CHECK_ERR(ta_tensor_copy(&rows0, &lo), TA_EINVAL, "dst overlaps src");
+    TA_CHECK_OK(ta_tensor_from_buffer(&row0, a.data, 2, (int64_t[]){1, 5}, (int64_t[]){0, 1}));
+    TA_CHECK_OK(ta_tensor_copy(&row0, &row0)); /* size-1 dim, stride 0 */
     ta_tensor_free(&a);
     ta_tensor_free(&b);
 }
