@@ -30,16 +30,19 @@ static inline int64_t ta_round_up(int64_t x, int64_t m) { return (x + m - 1) / m
 #define TA_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define TA_MAX(a, b) ((a) > (b) ? (a) : (b))
 
-/* Allocation through the hook. ta_alloc returns 64-byte aligned memory (2 MiB aligned
- * and huge-page advised from 2 MiB up), or NULL with a TA_ENOMEM message recorded.
- * ta_alloc_zeroed also clears it. ta_free(NULL) is fine. */
-#ifndef TA_DIST_EXPORT /* also in ops/sdpa_variants.h: exported for libtensorattn_mpi */
+/* The library is built with hidden visibility (only include/tensorattn.h is exported from
+ * libtensorattn.so); the internal functions that libtensorattn_mpi (src/dist, a separate
+ * static library, installed) calls are exported too, so that it links against the shared
+ * library as well as the static one. */
 #if defined(__GNUC__)
 #define TA_DIST_EXPORT __attribute__((visibility("default")))
 #else
 #define TA_DIST_EXPORT
 #endif
-#endif
+
+/* Allocation through the hook. ta_alloc returns 64-byte aligned memory (2 MiB aligned
+ * and huge-page advised from 2 MiB up), or NULL with a TA_ENOMEM message recorded.
+ * ta_alloc_zeroed also clears it. ta_free(NULL) is fine. */
 TA_DIST_EXPORT void *ta_alloc(size_t bytes);
 TA_DIST_EXPORT void *ta_alloc_zeroed(size_t bytes);
 TA_DIST_EXPORT void ta_free(void *ptr);

@@ -17,21 +17,11 @@
 
 #include "tensorattn.h"
 
+#include "core/core.h" /* TA_DIST_EXPORT */
+
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
-
-/* The library is built with hidden visibility (only include/tensorattn.h is exported from
- * libtensorattn.so); the internal functions that libtensorattn_mpi (src/dist, a separate
- * static library, installed) calls are exported too, so that it links against the shared
- * library as well as the static one. */
-#ifndef TA_DIST_EXPORT /* also in core/core.h */
-#if defined(__GNUC__)
-#define TA_DIST_EXPORT __attribute__((visibility("default")))
-#else
-#define TA_DIST_EXPORT
-#endif
-#endif
 
 struct ta_sdpa_problem;
 
