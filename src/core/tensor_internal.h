@@ -55,26 +55,32 @@ void ta_index_next(int ndim, const int64_t *shape, int64_t *idx);
  * parallel over rows when there are many elements. */
 void ta_tensor_copy_rows(ta_tensor *dst, const ta_tensor *src);
 
+/* The bytes [*lo, *hi) between t's first and last elements, in its dtype's size; false
+ * when t has no element (before any product of an extent a checked layout need not
+ * bound). Integers: comparing unrelated pointers is undefined. */
+static inline bool ta_tensor_byte_span(const ta_tensor *t, uintptr_t *lo, uintptr_t *hi)
+{
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] == 0) return false;
+    int64_t neg = 0, pos = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        int64_t span = (t->shape[d] - 1) * t->stride[d];
+        if (span < 0) neg += span; else pos += span;
+    }
+    const uintptr_t base = (uintptr_t)t->data, size = ta_elem_size(t->dtype);
+    *lo = base - (uintptr_t)(-neg) * size;
+    *hi = base + (uintptr_t)(pos + 1) * size;
+    return true;
+}
+
 /* Whether the byte ranges of a's and b's elements intersect, each in its own dtype's
  * size (conservative: two interleaved views that share no element still count as
  * overlapping). */
 static inline bool ta_tensors_overlap(const ta_tensor *a, const ta_tensor *b)
 {
-    uintptr_t lo[2], hi[2]; /* integers: comparing unrelated pointers is undefined */
-    const ta_tensor *t[2] = {a, b};
-    for (int k = 0; k < 2; k++) {
-        int64_t neg = 0, pos = 0;
-        for (int d = 0; d < t[k]->ndim; d++)
-            if (t[k]->shape[d] == 0) return false; /* no element (before any product of an
-                                                      extent a checked layout need not bound) */
-        for (int d = 0; d < t[k]->ndim; d++) {
-            int64_t span = (t[k]->shape[d] - 1) * t[k]->stride[d];
-            if (span < 0) neg += span; else pos += span;
-        }
-        uintptr_t base = (uintptr_t)t[k]->data, size = ta_elem_size(t[k]->dtype);
-        lo[k] = base - (uintptr_t)(-neg) * size;
-        hi[k] = base + (uintptr_t)(pos + 1) * size;
-    }
+    uintptr_t lo[2], hi[2];
+    if (!ta_tensor_byte_span(a, &lo[0], &hi[0]) || !ta_tensor_byte_span(b, &lo[1], &hi[1]))
+        return false;
     return lo[0] < hi[1] && lo[1] < hi[0];
 }
 

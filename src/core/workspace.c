@@ -2,7 +2,7 @@
 #include "core/workspace.h"
 
 #include "core/core.h"
-#include "core/dtype.h"
+#include "core/tensor_internal.h" /* ta_tensor_byte_span */
 
 #include <pthread.h>
 
@@ -99,28 +99,27 @@ static void kept_give(void *p, size_t bytes)
 
 /* ------------------------------------------------------------- scratch */
 
+/* Whether the bytes [lo, hi) meet the workspace's (an error naming what, one of the
+ * call's `kind`, if they do). */
+static ta_status ws_apart(const char *fn, const ta_workspace *ws, uintptr_t lo, uintptr_t hi,
+                          const char *what, const char *kind)
+{
+    const uintptr_t wlo = (uintptr_t)ws->data, whi = wlo + ws->size;
+    if (lo < whi && wlo < hi)
+        return ta_error(TA_EINVAL, "%s: the workspace overlaps %s; it must not share memory "
+                        "with the call's %s (the call writes its scratch there)", fn, what, kind);
+    return TA_OK;
+}
+
 ta_status ta_workspace_check(const char *fn, const ta_workspace *ws, int n,
                              const ta_tensor *const *t, const char *const *names)
 {
     if (!ws || !ws->data || ws->size == 0) return TA_OK;
     for (int i = 0; i < n; i++) {
-        if (!t[i] || !t[i]->data) continue;
-        /* the tensor's byte range, as ta_tensors_overlap takes it */
-        bool empty = false;
-        for (int d = 0; d < t[i]->ndim; d++) empty |= t[i]->shape[d] == 0;
-        if (empty) continue;
-        int64_t neg = 0, pos = 0;
-        for (int d = 0; d < t[i]->ndim; d++) {
-            int64_t span = (t[i]->shape[d] - 1) * t[i]->stride[d];
-            if (span < 0) neg += span; else pos += span;
-        }
-        const uintptr_t size = ta_elem_size(t[i]->dtype), base = (uintptr_t)t[i]->data;
-        const uintptr_t lo = base - (uintptr_t)(-neg) * size, hi = base + (uintptr_t)(pos + 1) * size;
-        const uintptr_t wlo = (uintptr_t)ws->data, whi = wlo + ws->size;
-        if (lo < whi && wlo < hi)
-            return ta_error(TA_EINVAL, "%s: the workspace overlaps %s; it must not share memory "
-                            "with the call's tensors (the call writes its scratch there)", fn,
-                            names[i]);
+        uintptr_t lo, hi;
+        if (!t[i] || !t[i]->data || !ta_tensor_byte_span(t[i], &lo, &hi)) continue;
+        ta_status st = ws_apart(fn, ws, lo, hi, names[i], "tensors");
+        if (st) return st;
     }
     return TA_OK;
 }
@@ -129,13 +128,7 @@ ta_status ta_workspace_check_bytes(const char *fn, const ta_workspace *ws, const
                                    size_t bytes, const char *name)
 {
     if (!ws || !ws->data || ws->size == 0 || !p || bytes == 0) return TA_OK;
-    const uintptr_t lo = (uintptr_t)p, hi = lo + bytes;
-    const uintptr_t wlo = (uintptr_t)ws->data, whi = wlo + ws->size;
-    if (lo < whi && wlo < hi)
-        return ta_error(TA_EINVAL, "%s: the workspace overlaps %s; it must not share memory "
-                        "with the call's arguments (the call writes its scratch there)", fn,
-                        name);
-    return TA_OK;
+    return ws_apart(fn, ws, (uintptr_t)p, (uintptr_t)p + bytes, name, "arguments");
 }
 
 ta_status ta_scratch_acquire(ta_scratch *s, const char *fn, const ta_workspace *ws,

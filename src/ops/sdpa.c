@@ -85,6 +85,23 @@ static ta_status check_overlaps(const char *fn, int nout, ta_tensor *const *outs
     return TA_OK;
 }
 
+/* A caller's workspace apart from every tensor of the call (outputs, then inputs) and from
+ * the key lengths the kernels read while it holds their scratch. */
+static ta_status check_workspace(const char *fn, const ta_sdpa_opts *opts, int64_t B,
+                                 int nout, ta_tensor *const *outs, const char *const *out_names,
+                                 int nin, const ta_tensor *const *ins,
+                                 const char *const *in_names)
+{
+    if (!opts) return TA_OK;
+    const ta_workspace *w = &opts->workspace;
+    ta_status st = ta_workspace_check(fn, w, nout, (const ta_tensor *const *)outs, out_names);
+    if (!st) st = ta_workspace_check(fn, w, nin, ins, in_names);
+    if (!st)
+        st = ta_workspace_check_bytes(fn, w, opts->key_lengths, (size_t)B * sizeof(int64_t),
+                                      "opts->key_lengths");
+    return st;
+}
+
 ta_status ta_sdpa_check_rank4(const char *fn, const char *name, const ta_tensor *t,
                               const char *dims)
 {
@@ -187,15 +204,8 @@ ta_status ta_sdpa_prepare(ta_sdpa_problem *p, const char *fn, ta_tensor *O, cons
                                    opts ? opts->alibi_slopes : NULL, opts ? opts->sinks : NULL};
         const char *in_names[6] = {"Q", "K", "V", "opts->mask", "opts->alibi_slopes",
                                    "opts->sinks"};
-        if ((st = check_overlaps(fn, 3, outs, out_names, 6, ins, in_names))) return st;
-        const ta_tensor *all[9] = {O, q.weights, q.lse, Q, K, V, ins[3], ins[4], ins[5]};
-        const char *all_names[9] = {"O", "opts->weights", "opts->lse", "Q", "K", "V",
-                                    "opts->mask", "opts->alibi_slopes", "opts->sinks"};
-        if (opts && (st = ta_workspace_check(fn, &opts->workspace, 9, all, all_names)))
-            return st;
-        if (opts && (st = ta_workspace_check_bytes(fn, &opts->workspace, opts->key_lengths,
-                                                   (size_t)q.B * sizeof(int64_t),
-                                                   "opts->key_lengths")))
+        if ((st = check_overlaps(fn, 3, outs, out_names, 6, ins, in_names)) ||
+            (st = check_workspace(fn, opts, q.B, 3, outs, out_names, 6, ins, in_names)))
             return st;
     }
     *p = q;
@@ -234,17 +244,8 @@ ta_status ta_sdpa_prepare_backward(ta_sdpa_problem *p, const char *fn, ta_tensor
                                    opts ? opts->alibi_slopes : NULL, opts ? opts->sinks : NULL};
         const char *in_names[9] = {"Q", "K", "V", "O", "dO", "lse", "opts->mask",
                                    "opts->alibi_slopes", "opts->sinks"};
-        if ((st = check_overlaps(fn, 4, outs, out_names, 9, ins, in_names))) return st;
-        const ta_tensor *all[13] = {dQ, dK, dV, q.var.dsinks, Q, K, V, O, dO, lse,
-                                    ins[6], ins[7], ins[8]};
-        const char *all_names[13] = {"dQ", "dK", "dV", "opts->dsinks", "Q", "K", "V", "O",
-                                     "dO", "lse", "opts->mask", "opts->alibi_slopes",
-                                     "opts->sinks"};
-        if (opts && (st = ta_workspace_check(fn, &opts->workspace, 13, all, all_names)))
-            return st;
-        if (opts && (st = ta_workspace_check_bytes(fn, &opts->workspace, opts->key_lengths,
-                                                   (size_t)q.B * sizeof(int64_t),
-                                                   "opts->key_lengths")))
+        if ((st = check_overlaps(fn, 4, outs, out_names, 9, ins, in_names)) ||
+            (st = check_workspace(fn, opts, q.B, 4, outs, out_names, 9, ins, in_names)))
             return st;
     }
     q.backward = true;
