@@ -259,11 +259,16 @@ ta_status ta_tensor_check_shape(const char *fn, const char *name, const ta_tenso
                         ta_shape_str(s1, sizeof s1, t->ndim, t->shape), dims,
                         ta_shape_str(s2, sizeof s2, ndim, shape));
     }
+    return output ? ta_tensor_check_unaliased(fn, name, t) : TA_OK;
+}
+
+ta_status ta_tensor_check_unaliased(const char *fn, const char *name, const ta_tensor *t)
+{
     /* an output is written element by element: distinct indices need distinct addresses
      * (an empty one has none: NumPy gives [2, 2, 0, 4] the strides [0, 0, 4, 1]) */
-    bool empty = false;
-    for (int d = 0; d < ndim; d++) empty |= t->shape[d] == 0;
-    for (int d = 0; output && !empty && d < ndim; d++)
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] == 0) return TA_OK; /* before any product of extents */
+    for (int d = 0; d < t->ndim; d++)
         if (t->stride[d] == 0 && t->shape[d] > 1)
             return ta_error(TA_EINVAL, "%s: %s has stride 0 in dim %d, so its elements alias",
                             fn, name, d);

@@ -77,12 +77,8 @@ ta_status ta_tensor_copy(ta_tensor *dst, const ta_tensor *src)
                         ta_shape_str(s2, sizeof s2, src->ndim, src->shape));
     /* dst is written element by element: no two of its elements at one address, none
      * where src is still to be read (torch's copy_ refuses both; the very same view is
-     * a copy onto itself: nothing to do). An empty dst has no element. */
-    if (ta_tensor_numel(dst) == 0) return TA_OK;
-    for (int d = 0; d < dst->ndim; d++)
-        if (dst->stride[d] == 0 && dst->shape[d] > 1)
-            return ta_error(TA_EINVAL, "%s: dst has stride 0 in dim %d, so its elements alias",
-                            fn, d);
+     * a copy onto itself: nothing to do). An empty dst has no element to alias. */
+    if ((st = ta_tensor_check_unaliased(fn, "dst", dst))) return st;
     if (ta_tensors_overlap(dst, src)) {
         bool same_view = dst->data == src->data && dst->dtype == src->dtype;
         for (int d = 0; same_view && d < dst->ndim; d++)

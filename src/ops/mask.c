@@ -128,26 +128,13 @@ float ta_mask_bias(const ta_mask_plan *p, int64_t b, int64_t h, int64_t i, int64
 
 /* ------------------------------------------------------------- public ops */
 
-/* An output whose stride is 0 over an extent > 1 would write several elements to one
- * place (the last write wins, as if the others had not been asked for); an empty one
- * has no element to alias. */
-static ta_status check_written(const char *fn, const char *name, const ta_tensor *t)
-{
-    if (ta_tensor_numel(t) == 0) return TA_OK;
-    for (int d = 0; d < t->ndim; d++)
-        if (t->stride[d] == 0 && t->shape[d] > 1)
-            return ta_error(TA_EINVAL, "%s: %s has stride 0 in dim %d (aliased elements)", fn,
-                            name, d);
-    return TA_OK;
-}
-
 /* t: any shape; mask: broadcastable to t (trailing alignment). */
 ta_status ta_masked_fill(ta_tensor *t, const ta_tensor *mask, float value)
 {
     const char *fn = "ta_masked_fill";
     ta_status st = ta_tensor_check(fn, "t", t);
     if (!st) st = ta_tensor_check(fn, "mask", mask);
-    if (!st) st = check_written(fn, "t", t);
+    if (!st) st = ta_tensor_check_unaliased(fn, "t", t);
     if (st) return st;
     /* t is written element by element: a mask sharing its memory would be read after
      * some of it was filled */
@@ -187,7 +174,7 @@ ta_status ta_causal_mask(ta_tensor *mask, ta_causal align)
 {
     const char *fn = "ta_causal_mask";
     ta_status st = ta_tensor_check(fn, "mask", mask);
-    if (!st) st = check_written(fn, "mask", mask);
+    if (!st) st = ta_tensor_check_unaliased(fn, "mask", mask);
     if (st) return st;
     if (mask->ndim < 2)
         return ta_error(TA_ESHAPE, "%s: mask must have at least 2 dims [..., Lq, Lk], got %d",
@@ -213,7 +200,7 @@ ta_status ta_padding_mask(ta_tensor *mask, const int64_t *lengths)
 {
     const char *fn = "ta_padding_mask";
     ta_status st = ta_tensor_check(fn, "mask", mask);
-    if (!st) st = check_written(fn, "mask", mask);
+    if (!st) st = ta_tensor_check_unaliased(fn, "mask", mask);
     if (st) return st;
     if (mask->ndim < 2)
         return ta_error(TA_ESHAPE, "%s: mask must have at least 2 dims [B, ..., Lk], got %d",
