@@ -142,12 +142,7 @@ bool ta_sdpa_bf16_dot_exact(const ta_tensor *x, int64_t cols, float factor)
     const int nd = x->ndim;
     const int64_t n = x->shape[nd - 1], s = x->stride[nd - 1];
     const int64_t rows = ta_tensor_numel(x) / n;
-    bool flat = s == 1; /* the rows one run of rows * n elements */
-    for (int d = nd - 2; d >= 0 && flat; d--) {
-        int64_t inner = n;
-        for (int e = d + 1; e < nd - 1; e++) inner *= x->shape[e];
-        flat = x->shape[d] == 1 || x->stride[d] == inner;
-    }
+    const bool flat = ta_tensor_is_contiguous(x); /* the rows one run of rows * n elements */
     uint16_t most = 0, sub = 0;
     const int nt = ta_threads();
 #pragma omp parallel num_threads(nt) reduction(max : most) reduction(| : sub) \
@@ -168,7 +163,7 @@ bool ta_sdpa_bf16_dot_exact(const ta_tensor *x, int64_t cols, float factor)
                 const uint16_t *row = base;
                 for (int d = 0; d < nd - 1; d++) row += idx[d] * x->stride[d];
                 ta_bf16_scan(row, n, s, &most, &sub);
-                for (int d = nd - 2; d >= 0 && ++idx[d] == x->shape[d]; d--) idx[d] = 0;
+                ta_index_next(nd - 1, x->shape, idx);
             }
         }
     }
