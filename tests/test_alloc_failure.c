@@ -409,6 +409,22 @@ static ta_status op_sdpa_dtypes(void)
  * dsinks) watched. */
 static ta_sdpa_path bwd_path = TA_SDPA_FUSED;
 
+/* The backward of t with the forward's options o (its LSE as the argument; variant set v
+ * adds dsinks), every gradient watched. */
+static ta_status backward_watched(dense *t, ta_sdpa_opts o, int v, const char *what)
+{
+    o.lse = NULL;
+    if (v) o.dsinks = &DSINKS;
+    ta_scratch_cache_release();
+    watch_output("dQ", &t->dq);
+    watch_output("dK", &t->dk);
+    watch_output("dV", &t->dv);
+    watch_output("opts->dsinks", o.dsinks);
+    return watched_untouched(ta_sdpa_backward(&t->dq, &t->dk, &t->dv, &t->dout, &t->q, &t->k,
+                                              &t->v, &t->o, &t->lse, &o),
+                             what);
+}
+
 static ta_status op_sdpa_backward_dtypes(void)
 {
     ta_status st = TA_OK;
@@ -416,16 +432,7 @@ static ta_status op_sdpa_backward_dtypes(void)
         ta_sdpa_opts o = variant_opts(v, bwd_path, &dn.lse, &SLOPES_BH);
         st = ta_sdpa(&dn.o, &dn.q, &dn.k, &dn.v, &o);
         if (st) break;
-        o.lse = NULL;
-        if (v) o.dsinks = &DSINKS;
-        ta_scratch_cache_release();
-        watch_output("dQ", &dn.dq);
-        watch_output("dK", &dn.dk);
-        watch_output("dV", &dn.dv);
-        watch_output("opts->dsinks", o.dsinks);
-        st = ta_sdpa_backward(&dn.dq, &dn.dk, &dn.dv, &dn.dout, &dn.q, &dn.k, &dn.v, &dn.o,
-                              &dn.lse, &o);
-        st = watched_untouched(st, "ta_sdpa_backward");
+        st = backward_watched(&dn, o, v, "ta_sdpa_backward");
     }
     return st;
 }
@@ -522,16 +529,7 @@ static ta_status op_sdpa_varlen(void)
         watch_output("opts->lse", &pk.lse);
         st = watched_untouched(ta_sdpa(&pk.o, &pk.q, &pk.k, &pk.v, &o), "ta_sdpa varlen");
         if (st) break;
-        o.lse = NULL;
-        if (v) o.dsinks = &DSINKS;
-        ta_scratch_cache_release();
-        watch_output("dQ", &pk.dq);
-        watch_output("dK", &pk.dk);
-        watch_output("dV", &pk.dv);
-        watch_output("opts->dsinks", o.dsinks);
-        st = ta_sdpa_backward(&pk.dq, &pk.dk, &pk.dv, &pk.dout, &pk.q, &pk.k, &pk.v, &pk.o,
-                              &pk.lse, &o);
-        st = watched_untouched(st, "ta_sdpa_backward varlen");
+        st = backward_watched(&pk, o, v, "ta_sdpa_backward varlen");
     }
     return st;
 }

@@ -72,21 +72,34 @@ static void check(const char *what, const float *got, const double *ref, int64_t
             fail_msg("%s[%lld] = %.9g, oracle %.9g", what, (long long)x, (double)got[x], ref[x]);
 }
 
+/* The views of p's inputs with the output buffers o and lse, and the options of path. */
+typedef struct views {
+    ta_tensor Q, K, V, O, L, M, S;
+    ta_sdpa_opts opts;
+} views;
+
+static const int64_t sq[4] = {1, H, LQ, D}, sk[4] = {1, H, LK, D}, sv[4] = {1, H, LK, DV};
+static const int64_t so[4] = {1, H, LQ, DV}, sl[3] = {1, H, LQ}, sm[2] = {LQ, LK}, sh[1] = {H};
+
+static void views_of(views *w, const huge *p, ta_sdpa_path path, float *o, float *lse)
+{
+    ta_tensor_from_buffer(&w->Q, (float *)p->q, 4, sq, NULL);
+    ta_tensor_from_buffer(&w->K, (float *)p->k, 4, sk, NULL);
+    ta_tensor_from_buffer(&w->V, (float *)p->v, 4, sv, NULL);
+    ta_tensor_from_buffer(&w->O, o, 4, so, NULL);
+    ta_tensor_from_buffer(&w->L, lse, 3, sl, NULL);
+    ta_tensor_from_buffer(&w->M, (float *)p->mask, 2, sm, NULL);
+    ta_tensor_from_buffer(&w->S, (float *)p->sinks, 1, sh, NULL);
+    w->opts = (ta_sdpa_opts){.path = path, .mask = &w->M, .mask_mode = TA_MASK_ADDITIVE,
+                             .sinks = p->with_sinks ? &w->S : NULL};
+}
+
 static void forward(const huge *p, ta_sdpa_path path, float *o, float *lse)
 {
-    const int64_t sq[4] = {1, H, LQ, D}, sk[4] = {1, H, LK, D}, sv[4] = {1, H, LK, DV};
-    const int64_t so[4] = {1, H, LQ, DV}, sl[3] = {1, H, LQ}, sm[2] = {LQ, LK}, sh[1] = {H};
-    ta_tensor Q, K, V, O, L, M, S;
-    ta_tensor_from_buffer(&Q, (float *)p->q, 4, sq, NULL);
-    ta_tensor_from_buffer(&K, (float *)p->k, 4, sk, NULL);
-    ta_tensor_from_buffer(&V, (float *)p->v, 4, sv, NULL);
-    ta_tensor_from_buffer(&O, o, 4, so, NULL);
-    ta_tensor_from_buffer(&L, lse, 3, sl, NULL);
-    ta_tensor_from_buffer(&M, (float *)p->mask, 2, sm, NULL);
-    ta_tensor_from_buffer(&S, (float *)p->sinks, 1, sh, NULL);
-    ta_sdpa_opts opts = {.path = path, .lse = &L, .mask = &M, .mask_mode = TA_MASK_ADDITIVE,
-                         .sinks = p->with_sinks ? &S : NULL};
-    TA_CHECK_OK(ta_sdpa(&O, &Q, &K, &V, &opts));
+    views w;
+    views_of(&w, p, path, o, lse);
+    w.opts.lse = &w.L;
+    TA_CHECK_OK(ta_sdpa(&w.O, &w.Q, &w.K, &w.V, &w.opts));
 }
 
 static void check_forward(bool with_sinks)
@@ -124,24 +137,16 @@ static void backward(const huge *p, ta_sdpa_path path, const float *dout, float 
 {
     float o[H * LQ * DV], lse[H * LQ];
     forward(p, path, o, lse);
-    const int64_t sq[4] = {1, H, LQ, D}, sk[4] = {1, H, LK, D}, sv[4] = {1, H, LK, DV};
-    const int64_t so[4] = {1, H, LQ, DV}, sl[3] = {1, H, LQ}, sm[2] = {LQ, LK}, sh[1] = {H};
-    ta_tensor Q, K, V, O, L, M, S, dO, dQ, dK, dV, dS;
-    ta_tensor_from_buffer(&Q, (float *)p->q, 4, sq, NULL);
-    ta_tensor_from_buffer(&K, (float *)p->k, 4, sk, NULL);
-    ta_tensor_from_buffer(&V, (float *)p->v, 4, sv, NULL);
-    ta_tensor_from_buffer(&O, o, 4, so, NULL);
-    ta_tensor_from_buffer(&L, lse, 3, sl, NULL);
-    ta_tensor_from_buffer(&M, (float *)p->mask, 2, sm, NULL);
-    ta_tensor_from_buffer(&S, (float *)p->sinks, 1, sh, NULL);
+    views w;
+    views_of(&w, p, path, o, lse);
+    ta_tensor dO, dQ, dK, dV, dS;
     ta_tensor_from_buffer(&dO, (float *)dout, 4, so, NULL);
     ta_tensor_from_buffer(&dQ, dq, 4, sq, NULL);
     ta_tensor_from_buffer(&dK, dk, 4, sk, NULL);
     ta_tensor_from_buffer(&dV, dv, 4, sv, NULL);
     ta_tensor_from_buffer(&dS, dsinks, 1, sh, NULL);
-    ta_sdpa_opts opts = {.path = path, .mask = &M, .mask_mode = TA_MASK_ADDITIVE,
-                         .sinks = p->with_sinks ? &S : NULL, .dsinks = p->with_sinks ? &dS : NULL};
-    TA_CHECK_OK(ta_sdpa_backward(&dQ, &dK, &dV, &dO, &Q, &K, &V, &O, &L, &opts));
+    w.opts.dsinks = p->with_sinks ? &dS : NULL;
+    TA_CHECK_OK(ta_sdpa_backward(&dQ, &dK, &dV, &dO, &w.Q, &w.K, &w.V, &w.O, &w.L, &w.opts));
 }
 
 static void check_backward(bool with_sinks)
