@@ -504,6 +504,11 @@ static void test_backward_errors_name_the_argument(void **state)
                  "d_keys has shape [2, 4, 8] but keys has [2, 5, 8]");
     TA_CHECK_ERR(ta_attention_backward(NULL, NULL, NULL, l, NULL, &x, &x, &x, NULL), TA_EINVAL,
                  "d_out");
+    ta_tensor bcast; /* a non-empty gradient whose elements alias is still refused */
+    const int64_t bstride[3] = {0, 8, 1};
+    TA_CHECK_OK(ta_tensor_from_buffer(&bcast, G.data, 3, s, bstride));
+    TA_CHECK_ERR(ta_attention_backward(&bcast, NULL, NULL, l, &G, &x, &x, &x, NULL), TA_EINVAL,
+                 "d_queries has stride 0 in dim 0");
     ta_tensor g;
     TA_CHECK_ERR(ta_attention_grad(&g, l, "fc_out.bias"), TA_EINVAL, "no parameter 'fc_out.bias'");
     TA_CHECK_ERR(ta_attention_zero_grad(NULL), TA_EINVAL, "layer is NULL");
@@ -511,6 +516,59 @@ static void test_backward_errors_name_the_argument(void **state)
     TA_CHECK_OK(ta_attention_grad(&g, l, "out_proj.bias"));
     for (int i = 0; i < 8; i++) assert_true(((float *)g.data)[i] == 0.0f);
     ta_tensor_free(&x); ta_tensor_free(&G); ta_tensor_free(&Gbad); ta_tensor_free(&dbad);
+    ta_attention_free(l);
+}
+
+/* Empty inputs whose gradient views have NumPy's strides for a zero-size array (all 0:
+ * np.zeros((2, 0, 8)).strides == (0, 0, 0)): such a view has no element to alias, so
+ * the backward takes it, as the forward takes such an out. With no keys the attention
+ * output is 0 and the layer's output is out_proj.bias: out_proj.bias gets the sum of
+ * d_out over (n, q) and nothing else gets a gradient. With no queries nothing does. */
+static void test_empty_gradients_with_zero_strides(void **state)
+{
+    (void)state;
+    ta_attention *l;
+    TA_CHECK_OK(ta_attention_create(&l, TA_LAYOUT_TORCH, 8, 2, 5));
+    const int64_t zs[3] = {0, 0, 0};
+    float cell = 0.0f;
+    for (int no_queries = 0; no_queries < 2; no_queries++) {
+        const int64_t qs[3] = {2, no_queries ? 0 : 5, 8}, ks[3] = {2, no_queries ? 3 : 0, 8};
+        ta_tensor q, k, G, dq, dk, dv, x0, out0;
+        TA_CHECK_OK(ta_tensor_empty(&q, 3, qs)); TA_CHECK_OK(ta_randn(&q, 31));
+        TA_CHECK_OK(ta_tensor_empty(&k, 3, ks)); TA_CHECK_OK(ta_randn(&k, 32));
+        TA_CHECK_OK(ta_tensor_empty(&G, 3, qs)); TA_CHECK_OK(ta_randn(&G, 33));
+        TA_CHECK_OK(ta_tensor_zeros(&dq, 3, qs));
+        TA_CHECK_OK(ta_tensor_zeros(&dk, 3, ks));
+        TA_CHECK_OK(ta_tensor_zeros(&dv, 3, ks));
+        /* the empty one of each pair as NumPy lays it out */
+        TA_CHECK_OK(ta_tensor_from_buffer(&x0, &cell, 3, no_queries ? qs : ks, zs));
+        TA_CHECK_OK(ta_tensor_from_buffer(&out0, &cell, 3, qs, zs));
+        if (no_queries) TA_CHECK_OK(ta_attention_forward(&out0, l, &x0, &k, &k, NULL));
+        TA_CHECK_OK(ta_attention_zero_grad(l));
+        if (no_queries)
+            TA_CHECK_OK(ta_attention_backward(&x0, &dk, &dv, l, &x0, &x0, &k, &k, NULL));
+        else
+            TA_CHECK_OK(ta_attention_backward(&dq, &x0, &x0, l, &G, &q, &x0, &x0, NULL));
+        for (int i = 0; i < ta_attention_param_count(l); i++) {
+            const char *name = ta_attention_param_name(l, i);
+            ta_tensor g;
+            TA_CHECK_OK(ta_attention_grad(&g, l, name));
+            const float *gp = g.data;
+            for (int64_t j = 0; j < ta_tensor_numel(&g); j++) {
+                double want = 0.0;
+                if (!no_queries && !strcmp(name, "out_proj.bias"))
+                    for (int64_t r = 0; r < qs[0] * qs[1]; r++)
+                        want += ((const float *)G.data)[r * 8 + j];
+                assert_true(fabs(gp[j] - want) <= 1e-5);
+            }
+        }
+        const ta_tensor *grads[3] = {&dq, &dk, &dv};
+        for (int t = 0; t < 3; t++)
+            for (int64_t j = 0; j < ta_tensor_numel(grads[t]); j++)
+                assert_true(((const float *)grads[t]->data)[j] == 0.0f);
+        ta_tensor *all[] = {&q, &k, &G, &dq, &dk, &dv};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ta_tensor_free(all[i]);
+    }
     ta_attention_free(l);
 }
 
@@ -522,6 +580,7 @@ int main(void)
         cmocka_unit_test(test_backward_accumulates_like_pytorch_grad),
         cmocka_unit_test(test_strided_and_thread_independent),
         cmocka_unit_test(test_backward_errors_name_the_argument),
+        cmocka_unit_test(test_empty_gradients_with_zero_strides),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

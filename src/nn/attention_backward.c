@@ -111,11 +111,7 @@ static ta_status check_grad(const char *fn, const char *name, const ta_tensor *g
         return ta_error(TA_ESHAPE, "%s: %s has shape %s but %s has %s (they must match)", fn, name,
                         ta_shape_str(s1, sizeof s1, g->ndim, g->shape), xname,
                         ta_shape_str(s2, sizeof s2, x->ndim, x->shape));
-    for (int d = 0; d < g->ndim; d++)
-        if (g->shape[d] > 1 && g->stride[d] == 0)
-            return ta_error(TA_EINVAL, "%s: %s has stride 0 in dimension %d: its elements overlap",
-                            fn, name, d);
-    return TA_OK;
+    return ta_tensor_check_unaliased(fn, name, g); /* an empty one has nothing to alias */
 }
 /* --------------------------------------------------------------- validate */
 
