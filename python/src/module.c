@@ -152,9 +152,16 @@ static PyObject *einsum(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "einsum(spec, a[, b])");
         return NULL;
     }
-    const char *spec = PyUnicode_Check(args[0]) ? PyUnicode_AsUTF8AndSize(args[0], NULL) : NULL;
+    Py_ssize_t len = 0;
+    const char *spec = PyUnicode_Check(args[0]) ? PyUnicode_AsUTF8AndSize(args[0], &len) : NULL;
     if (!spec) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "einsum: spec must be a str");
+        return NULL;
+    }
+    /* the library reads a C string: a NUL would end the spec early and run what precedes it */
+    if ((Py_ssize_t)strlen(spec) != len) {
+        PyErr_Format(PyExc_ValueError, "einsum: spec has an invalid character (code 0) at "
+                     "position %zd; indices must be letters a-z or A-Z", (Py_ssize_t)strlen(spec));
         return NULL;
     }
     static const char *const names[2] = {"einsum operand 0", "einsum operand 1"};

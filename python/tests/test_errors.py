@@ -193,6 +193,11 @@ def test_einsum_errors(kind):
         ta.einsum("ij,jk,kl->il", a, a.T, a)
     with pytest.raises(TypeError):
         ta.einsum(3, a)
+    # a NUL in the str ends the C string: "ij\x00,jk" ran as "ij" (a copy of a) and
+    # "ij->ji\x00" as a transpose, where torch.einsum rejects both
+    for spec in ("ij\x00,jk", "ij->ji\x00", "\x00"):
+        with pytest.raises(ValueError, match="code 0"):
+            ta.einsum(spec, a)
 
 
 def test_internal_calls_check_their_arrays():
