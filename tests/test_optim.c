@@ -223,6 +223,38 @@ static void test_overlapping_params_refused(void **state)
     ta_optimizer_free(o);
 }
 
+/* A parameter with a stride-0 dim of more than one element aliases its elements (each
+ * update would read the previous one's result): refused. An empty parameter has no
+ * elements to alias, whatever its strides (NumPy gives a [2, 0, 3] array the strides
+ * [0, 0, 0]): taken, and the step updates the others as SGD's formula says. */
+static void test_stride0_params(void **state)
+{
+    (void)state;
+    float pb[4] = {1, 2, 3, 4}, gb[4] = {0.5f, -1, 2, 0.25f}, eb[1] = {0};
+    const int64_t n4 = 4, s3[3] = {2, 0, 3}, z3[3] = {0, 0, 0}, s2 = 2, z1 = 0;
+    ta_tensor p, g, pe, ge, pa;
+    TA_CHECK_OK(ta_tensor_from_buffer(&p, pb, 1, &n4, NULL));
+    TA_CHECK_OK(ta_tensor_from_buffer(&g, gb, 1, &n4, NULL));
+    TA_CHECK_OK(ta_tensor_from_buffer(&pe, eb, 3, s3, z3));
+    TA_CHECK_OK(ta_tensor_from_buffer(&ge, eb, 3, s3, z3));
+    ta_optimizer *o;
+    TA_CHECK_OK(ta_optimizer_sgd(&o, &(ta_sgd_opts){.lr = 0.5}));
+    ta_tensor *pp[2] = {&pe, &p};
+    const ta_tensor *gp[2] = {&ge, &g};
+    TA_CHECK_OK(ta_optimizer_step(o, 2, pp, gp));
+    for (int e = 0; e < 4; e++) assert_true(pb[e] == (float)((e + 1) - 0.5 * gb[e]));
+    ta_optimizer_free(o);
+    /* two elements on one address */
+    TA_CHECK_OK(ta_tensor_from_buffer(&pa, pb, 1, &s2, &z1));
+    TA_CHECK_OK(ta_tensor_from_buffer(&g, gb, 1, &s2, NULL));
+    TA_CHECK_OK(ta_optimizer_sgd(&o, &(ta_sgd_opts){.lr = 0.5}));
+    ta_tensor *pa1 = &pa;
+    const ta_tensor *g1 = &g;
+    TA_CHECK_ERR(ta_optimizer_step(o, 1, &pa1, &g1), TA_EINVAL,
+                 "params[0] has stride 0 in dim 0, so its elements alias");
+    ta_optimizer_free(o);
+}
+
 /* PyTorch trajectories: records p0 (initial), grads [T, ...] and params [T, ...]
  * (after each step), hyperparameters in the case metadata. */
 static double meta_f(const char *meta, const char *key)
@@ -288,6 +320,7 @@ int main(void)
         cmocka_unit_test(test_strided_parameters),
         cmocka_unit_test(test_optimizer_errors),
         cmocka_unit_test(test_overlapping_params_refused),
+        cmocka_unit_test(test_stride0_params),
         cmocka_unit_test(test_optimizers_match_pytorch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -252,10 +252,7 @@ ta_status ta_optimizer_step(ta_optimizer *opt, int n, ta_tensor *const *params,
             return ta_error(TA_ESHAPE, "%s: params[%d] has shape %s but grads[%d] has %s", fn, i,
                             ta_shape_str(s1, sizeof s1, params[i]->ndim, params[i]->shape), i,
                             ta_shape_str(s2, sizeof s2, grads[i]->ndim, grads[i]->shape));
-        for (int d = 0; d < params[i]->ndim; d++)
-            if (params[i]->shape[d] > 1 && params[i]->stride[d] == 0)
-                return ta_error(TA_EINVAL, "%s: params[%d] has stride 0 in dimension %d: its "
-                                "elements overlap", fn, i, d);
+        if ((st = ta_tensor_check_unaliased(fn, pn, params[i]))) return st;
         if (opt->steps > 0 && ta_tensor_numel(params[i]) != opt->numel[i])
             return ta_error(TA_ESHAPE, "%s: params[%d] has %lld elements, but had %lld at the "
                             "first step (the i-th tensor of every step is the same parameter)",
