@@ -59,9 +59,11 @@
  * Deterministic: the same bits for the same P, shapes and data, whatever the thread
  *   count and timing. Not bitwise equal to ta_sdpa: the merges round differently.
  * The communicator is duplicated for the call (its own tags), so it may carry other
- * traffic. MPI must be initialised; only the calling thread makes MPI calls
+ * traffic; it must be an intracommunicator (an intercommunicator is TA_EINVAL on every
+ * process of it). MPI must be initialised; only the calling thread makes MPI calls
  * (MPI_THREAD_FUNNELED is enough) while OpenMP threads compute.
- * Errors: TA_EINVAL (NULL, MPI not initialised, a bad scheme, ranks that disagree --
+ * Errors: TA_EINVAL (NULL, MPI not initialised, an intercommunicator, a bad scheme, ranks
+ *   that disagree --
  *   options, key lengths, the variants and their slopes' and sinks' values --, key
  *   lengths outside [0, L], a variant's bad value as ta_sdpa gives it),
  *   TA_ESHAPE (shapes, Lq != Lk, a shard that does not fit the scheme, H or Hkv not

@@ -96,6 +96,14 @@ ta_status cp_begin(cp_ctx *ctx, MPI_Comm comm, ta_cp_scheme scheme, int op)
                         fin ? "finalised" : "not initialised");
     ctx->t_start = cp_now();
     if (comm == MPI_COMM_NULL) return cp_error(ctx, TA_EINVAL, "comm is MPI_COMM_NULL");
+    /* an intercommunicator's collectives and ranks address the other group: the ring would
+     * pair one group's queries with the other's keys. Every process of it sees the flag, so
+     * every one returns here, none waiting in a collective. */
+    int inter = 0;
+    if (!cp_mpi_ok(ctx, MPI_Comm_test_inter(comm, &inter), "MPI_Comm_test_inter")) return TA_EIO;
+    if (inter)
+        return cp_error(ctx, TA_EINVAL, "comm is an intercommunicator: context parallelism "
+                        "needs an intracommunicator (MPI_Intercomm_merge makes one)");
     /* the scheme is checked in the agreement, so that every rank hears of a bad one */
     if (!cp_mpi_ok(ctx, MPI_Comm_dup(comm, &ctx->comm), "MPI_Comm_dup")) return TA_EIO;
     if (!cp_mpi_ok(ctx, MPI_Comm_set_errhandler(ctx->comm, MPI_ERRORS_RETURN),

@@ -316,6 +316,40 @@ void test_scheme_requirements(void **state)
     small_free(&t);
 }
 
+/* An intercommunicator (the even world ranks one group, the odd ones the other): its
+ * collectives and ranks address the other group, so the ring paired one group's queries
+ * with the other's keys and returned TA_OK with wrong rows (1.4 off, for groups of two).
+ * Every process now gets TA_EINVAL, the outputs untouched. */
+void test_intercommunicator_refused(void **state)
+{
+    (void)state;
+    if (P == 1) skip(); /* one process: no second group */
+    MPI_Comm group, inter;
+    MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &group);
+    MPI_Intercomm_create(group, 0, MPI_COMM_WORLD, 1 - rank % 2, 77, &inter);
+    small t;
+    small_make(&t, 1, 2, 2, 8, 4, 4);
+    ta_sdpa_opts opts = {.lse = &t.lse};
+    for (int s = 0; s < 3; s++) {
+        ta_status st = ta_sdpa_context_parallel(inter, (ta_cp_scheme)s, &t.o, &t.q, &t.k, &t.v,
+                                                &opts, NULL);
+        expect_everywhere(st, TA_EINVAL, "intercommunicator", "MPI_Intercomm_merge", &t);
+    }
+    ta_tensor g[3];
+    for (int i = 0; i < 3; i++) TA_CHECK_OK(ta_tensor_full(&g[i], 4, t.q.shape, 7.0f));
+    ta_status st = ta_sdpa_context_parallel_backward(inter, TA_CP_ZIGZAG, &g[0], &g[1], &g[2],
+                                                     &t.q, &t.q, &t.k, &t.v, &t.q, &t.lse, NULL,
+                                                     NULL);
+    expect_everywhere(st, TA_EINVAL, "intercommunicator", "backward", NULL);
+    for (int i = 0; i < 3; i++) {
+        assert_true(untouched(&g[i]));
+        ta_tensor_free(&g[i]);
+    }
+    small_free(&t);
+    MPI_Comm_free(&inter);
+    MPI_Comm_free(&group);
+}
+
 /* The variants: bad values on every rank (the library's own message, the same
  * everywhere), bad values on one rank (named), and ranks that disagree on a window, the
  * softcap, the slopes' or sinks' values or whether they are given -- each the same clean

@@ -50,5 +50,6 @@ void test_one_rank_bad_shape_named(void **state);
 void test_one_rank_out_of_memory(void **state);
 void test_ranks_disagree(void **state);
 void test_scheme_requirements(void **state);
+void test_intercommunicator_refused(void **state);
 
 #endif

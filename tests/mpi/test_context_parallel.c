@@ -316,6 +316,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_ranks_disagree),
         cmocka_unit_test(test_variants_disagree_and_bad_values),
         cmocka_unit_test(test_scheme_requirements),
+        cmocka_unit_test(test_intercommunicator_refused),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     MPI_Finalize();
