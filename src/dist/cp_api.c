@@ -1,6 +1,7 @@
 /* ta_sdpa_context_parallel and its backward: local validation (what ta_sdpa would say of
  * this rank's shard), the agreement between ranks, then the scheme. */
 #include "dist/cp_internal.h"
+#include "core/core.h"
 
 #include <string.h>
 
@@ -106,12 +107,22 @@ ta_status ta_sdpa_context_parallel_backward(MPI_Comm comm, ta_cp_scheme scheme, 
         ta_sdpa_opts o = local_opts(opts);
         st = ta_sdpa_backward_workspace_size(&bytes, dQ, dK, dV, dO, Q, K, V, O, lse, &o);
     }
+    /* the sinks' sums are allocated before anything is written: a failure later would
+     * leave the gradients written */
+    double *sink_sums = NULL;
+    if (!st && opts->dsinks) {
+        sink_sums = ta_alloc(sizeof(double) * 2 * (size_t)Q->shape[1]);
+        if (!sink_sums)
+            st = ta_set_error(TA_ENOMEM, "out of memory for the sums of %lld sinks",
+                              (long long)Q->shape[1]);
+    }
     c.block_opts = block_opts(opts);
     st = cp_agree_shapes(&c, st, Q, K, V, opts, true);
     if (!st)
         st = scheme == TA_CP_ULYSSES ? cp_ulysses_backward(&c, dQ, dK, dV, dO, Q, K, V, O, lse)
                                      : cp_ring_backward(&c, dQ, dK, dV, dO, Q, K, V, O, lse);
-    if (!st) st = cp_sinks_grad(&c, dO, O, lse); /* summed over every rank's rows */
+    if (!st) st = cp_sinks_grad(&c, dO, O, lse, sink_sums); /* summed over every rank's rows */
+    ta_free(sink_sums);
     cp_end(&c, stats);
     return st;
 }

@@ -105,9 +105,10 @@ void cp_variants_set(cp_ctx *ctx, const ta_sdpa_opts *opts);
  * the merge: LSE sigma_h, output 0. Nothing without sinks. */
 void cp_sinks_merge(const cp_ctx *ctx, float *o, float *lse, int64_t Lr);
 /* dsinks (when asked for) summed over every rank's rows: a collective, on every rank
- * after a successful backward. */
+ * after a successful backward; part: 2 H doubles (allocated before the backward wrote
+ * anything). */
 ta_status cp_sinks_grad(cp_ctx *ctx, const ta_tensor *dO, const ta_tensor *O,
-                        const ta_tensor *lse);
+                        const ta_tensor *lse, double *part);
 
 /* ---- cp_buffer.c */
 /* The call's float32 buffer of n elements (one per call; the process's kept buffer when

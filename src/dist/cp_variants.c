@@ -82,9 +82,11 @@ void cp_sinks_merge(const cp_ctx *ctx, float *o, float *lse, int64_t Lr)
         const int64_t h = r / Lr % ctx->H;
         const float sigma = ((const float *)s->data)[h * s->stride[0]];
         const float l = lse[r], with = ta_sdpa_lse_with_sink(l, sigma);
-        /* the keys' part weighs exp(l - with); a row that saw no key keeps O = 0 */
-        if (isfinite(l) && isfinite(with)) {
-            const float w = (float)exp((double)l - (double)with);
+        /* the keys' part weighs exp(l - with); a row that saw no key keeps O = 0; a +inf
+         * sink beside the row's keys makes the row NaN (inf - inf), as the single process
+         * does (with is NaN then) */
+        if (isfinite(l)) {
+            const float w = isnan(with) ? NAN : (float)exp((double)l - (double)with);
             for (int64_t d = 0; d < Dv; d++) o[r * Dv + d] *= w;
         }
         lse[r] = with;
@@ -92,17 +94,11 @@ void cp_sinks_merge(const cp_ctx *ctx, float *o, float *lse, int64_t Lr)
 }
 
 ta_status cp_sinks_grad(cp_ctx *ctx, const ta_tensor *dO, const ta_tensor *O,
-                        const ta_tensor *lse)
+                        const ta_tensor *lse, double *part)
 {
     if (!ctx->dsinks) return TA_OK;
     const int64_t H = ctx->H;
-    double *part = ta_alloc(sizeof(double) * 2 * (size_t)H);
-    ta_status st = part ? TA_OK : cp_error(ctx, TA_ENOMEM, "out of memory for %lld sinks",
-                                           (long long)H);
-    if ((st = cp_agree_status(ctx, st))) {
-        ta_free(part);
-        return st;
-    }
+    ta_status st = TA_OK;
     const ta_tensor *s = ctx->sinks;
     double t = cp_now();
     for (int64_t h = 0; h < H; h++)
@@ -117,6 +113,5 @@ ta_status cp_sinks_grad(cp_ctx *ctx, const ta_tensor *dO, const ta_tensor *O,
             ((float *)ctx->dsinks->data)[h * ctx->dsinks->stride[0]] = (float)part[H + h];
     else
         st = TA_EIO;
-    ta_free(part);
     return st;
 }

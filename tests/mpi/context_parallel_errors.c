@@ -219,6 +219,72 @@ void test_one_rank_out_of_memory(void **state)
     small_free(&t);
 }
 
+/* An allocator that fails its n-th request (n counts down), and only that one. */
+static void *nth_alloc(size_t bytes, size_t alignment, void *user)
+{
+    int *n = user;
+    if ((*n)-- == 0) return NULL;
+    void *p = NULL;
+    if (alignment < sizeof(void *)) alignment = sizeof(void *);
+    return posix_memalign(&p, alignment, bytes ? bytes : 1) ? NULL : p;
+}
+
+/* The backward with sinks and their gradient, its n-th allocation failing on the last
+ * rank, for n = 0, 1, ... until the call succeeds: every failure reaches every rank as
+ * TA_ENOMEM and leaves dQ, dK, dV and dsinks untouched (until session 35 the sinks' sums
+ * were allocated after the gradients had been written). */
+void test_backward_out_of_memory_writes_nothing(void **state)
+{
+    (void)state;
+    small t;
+    small_make(&t, 1, 2 * P, P, 4 * P, 4, -1);
+    const int64_t H = 2 * P;
+    ta_tensor sinks, dsinks, dout, g[3];
+    TA_CHECK_OK(ta_tensor_full(&sinks, 1, &H, 0.5f));
+    TA_CHECK_OK(ta_tensor_empty(&dsinks, 1, &H));
+    TA_CHECK_OK(ta_tensor_empty(&dout, 4, t.o.shape));
+    TA_CHECK_OK(ta_randn(&dout, 300 + (uint64_t)rank));
+    const ta_tensor *like[3] = {&t.q, &t.k, &t.v};
+    for (int i = 0; i < 3; i++) TA_CHECK_OK(ta_tensor_empty(&g[i], 4, like[i]->shape));
+    for (int s = 0; s < 3; s++) {
+        ta_sdpa_opts opts = {.causal = TA_CAUSAL_TOP_LEFT, .sinks = &sinks, .lse = &t.lse};
+        TA_CHECK_OK(ta_sdpa_context_parallel(MPI_COMM_WORLD, (ta_cp_scheme)s, &t.o, &t.q, &t.k,
+                                             &t.v, &opts, NULL));
+        opts.lse = NULL;
+        opts.dsinks = &dsinks;
+        for (int n = 0;; n++) {
+            assert_true(n < 100);
+            for (int i = 0; i < 3; i++) TA_CHECK_OK(ta_tensor_fill(&g[i], 7.0f));
+            TA_CHECK_OK(ta_tensor_fill(&dsinks, 7.0f));
+            ta_cp_release(); /* every try makes the same allocations */
+            int left = n;
+            if (rank == P - 1) ta_set_allocator(nth_alloc, plain_free, &left);
+            ta_status st = ta_sdpa_context_parallel_backward(
+                MPI_COMM_WORLD, (ta_cp_scheme)s, &g[0], &g[1], &g[2], &dout, &t.q, &t.k, &t.v,
+                &t.o, &t.lse, &opts, NULL);
+            if (rank == P - 1) ta_set_allocator(NULL, NULL, NULL);
+            int ok = st == TA_OK, all_ok;
+            MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+            if (all_ok) break;
+            /* the function named once: "<fn> (<scheme>): ..." */
+            const char *msg = ta_last_error(), *fn = strstr(msg, "_backward (");
+            int fine = st == TA_ENOMEM && fn &&
+                       !strstr(fn + 1, "_backward (") && untouched(&g[0]) &&
+                       untouched(&g[1]) && untouched(&g[2]) && untouched(&dsinks), all_fine;
+            MPI_Allreduce(&fine, &all_fine, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+            if (!all_fine)
+                fail_msg("rank %d, %s, allocation %d failing: %s '%s'%s", rank,
+                         ta_cp_scheme_name((ta_cp_scheme)s), n, ta_status_name(st), msg,
+                         fine ? " (on another rank)" : " (or an output written)");
+        }
+    }
+    for (int i = 0; i < 3; i++) ta_tensor_free(&g[i]);
+    ta_tensor_free(&sinks);
+    ta_tensor_free(&dsinks);
+    ta_tensor_free(&dout);
+    small_free(&t);
+}
+
 void test_one_rank_bad_shape_named(void **state)
 {
     (void)state;

@@ -27,6 +27,7 @@ typedef struct cp_case {
     float softcap;
     int alibi;
     bool sinks;
+    bool sink_inf;    /* head 0's sink +inf: its rows are NaN (docs/reliability.md) */
 } cp_case;
 
 /* One scheme on one case: forward (O, LSE) and backward (dQ, dK, dV, dsinks) against the
@@ -48,6 +49,7 @@ void test_deterministic_and_stats(void **state);
 void test_unsupported_option_same_error_everywhere(void **state);
 void test_one_rank_bad_shape_named(void **state);
 void test_one_rank_out_of_memory(void **state);
+void test_backward_out_of_memory_writes_nothing(void **state);
 void test_ranks_disagree(void **state);
 void test_scheme_requirements(void **state);
 void test_intercommunicator_refused(void **state);

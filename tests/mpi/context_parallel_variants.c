@@ -36,6 +36,10 @@ void test_variants_match_single_process(void **state)
         {.B = 2, .H = 2 * p, .Hkv = p, .L = 9 * p, .D = 8, .Dv = 4, .alibi = 1},
         {.B = 3, .H = p, .Hkv = p, .L = 6 * p + 3, .D = 4, .Dv = 8, .alibi = 2},
         {.B = 2, .H = 4 * p, .Hkv = p, .L = 6 * p + 1, .D = 8, .Dv = 8, .sinks = true},
+        /* a sink of +inf beside attended keys: the single process's rows are NaN (inf -
+         * inf), O and LSE alike; until session 35 the merge kept the keys' O there */
+        {.B = 1, .H = 2 * p, .Hkv = p, .L = 5 * p + 2, .D = 8, .Dv = 8, .sinks = true,
+         .sink_inf = true},
         /* everything at once */
         {.B = 2, .H = 2 * p, .Hkv = p, .L = 12 * p + 5, .D = 8, .Dv = 12, .scale = 0.6f,
          .window = true, .wl = 5, .wr = 2, .softcap = 2.5f, .alibi = 2, .sinks = true},
