@@ -582,7 +582,8 @@ typedef struct ta_kv_cache {
  * Errors (before anything is written, the cache included): shapes that do not fit, a
  * seqlens[b] < 0, a sequence whose seqlens[b] + Lnew exceeds its capacity, a block index
  * outside [0, num_blocks) among the blocks a sequence uses, outputs that overlap the
- * inputs or the cache. */
+ * inputs or the cache, a cache with a stride 0 over an extent > 1 when k_new is appended
+ * (a cache broadcast over the batch is read-only: pass no k_new). */
 ta_status ta_sdpa_kvcache(ta_tensor *O, const ta_tensor *q, const ta_kv_cache *cache,
                           const ta_tensor *k_new, const ta_tensor *v_new,
                           const ta_sdpa_opts *opts);

@@ -1,10 +1,11 @@
 /* ta_sdpa_kvcache's hostile inputs (DESIGN.md, "KV cache"): bad lengths, a block index
  * out of range among the blocks a sequence uses, a sequence longer than its cache, k_new
  * without v_new, wrong shapes and dtypes, options that do not combine with a cache,
- * overlapping outputs, a workspace too small. Each must fail with its own error code and
- * a message naming the argument, and leave O, the LSE and both caches byte for byte as
- * they were (nothing is written before every check passed, the append included). Also:
- * block-table entries past the blocks a sequence uses are never read. */
+ * overlapping outputs, a cache the append would write through a stride 0, a workspace too
+ * small. Each must fail with its own error code and a message naming the argument, and
+ * leave O, the LSE and both caches byte for byte as they were (nothing is written before
+ * every check passed, the append included). Also: block-table entries past the blocks a
+ * sequence uses are never read. */
 #include "ta_test.h"
 
 #include "fixture_cases.h"
@@ -149,6 +150,18 @@ static void k_new_in_cache(ta_test_kv *t, ta_sdpa_opts *o)
     (void)o;
     t->kn.data = (float *)t->vc_s.data + 16; /* read while the cache is written */
 }
+/* caches the append writes with a stride 0 (every sequence's blocks or rows in one place:
+ * each sequence's new keys overwrite the keys another sequence reads) */
+static void k_cache_broadcast(ta_test_kv *t, ta_sdpa_opts *o)
+{
+    (void)o;
+    t->kc.stride[0] = 0;
+}
+static void v_blocks_broadcast(ta_test_kv *t, ta_sdpa_opts *o)
+{
+    (void)o;
+    t->vc.stride[0] = 0;
+}
 static void tiny_workspace(ta_test_kv *t, ta_sdpa_opts *o)
 {
     size_t n;
@@ -197,6 +210,8 @@ static void test_refused(void **state)
         {"kv000", o_in_cache, TA_EINVAL, "O overlaps cache->k"},
         {"kv000", lse_in_q, TA_EINVAL, "opts->lse overlaps q"},
         {"kv004", k_new_in_cache, TA_EINVAL, "cache->v overlaps k_new"},
+        {"kv000", k_cache_broadcast, TA_EINVAL, "cache->k has stride 0 in dim 0"},
+        {"kv004", v_blocks_broadcast, TA_EINVAL, "cache->v has stride 0 in dim 0"},
         {"kv004", tiny_workspace, TA_EINVAL, "workspace"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)

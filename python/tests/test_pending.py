@@ -171,6 +171,20 @@ def test_kvcache_full_caches_and_errors(kind):
             ta.flash_attn_with_kvcache(q.numpy(), odd, cache_args[1], k=kn.numpy(), v=vn.numpy(),
                                        cache_seqlens=seqlens.numpy())
         assert np.array_equal(np.asarray(cache_args[1]), vbefore)
+    if kind == "torch":
+        # a cache broadcast over the batch (stride 0, writable to torch) is read but never
+        # appended to: every sequence's new keys would land in the one shared cache, where
+        # the others read them (a silently wrong output until session 35)
+        shared = cache_args[0][:1].expand(cache_args[0].shape)
+        vbefore = cache_args[1].clone()
+        with pytest.raises(ValueError, match="stride 0"):
+            ta.flash_attn_with_kvcache(q, shared, cache_args[1], k=kn, v=vn,
+                                       cache_seqlens=seqlens)
+        assert torch.equal(cache_args[1], vbefore)
+        out = ta.flash_attn_with_kvcache(q, shared, cache_args[1], cache_seqlens=5, causal=True)
+        ref = ref_attention(q.transpose(1, 2), kc[:1, :5].expand(3, 5, -1, -1).transpose(1, 2),
+                            vc[:, :5].transpose(1, 2), causal="bottom_right")[0]
+        assert max_err(out, ref.transpose(1, 2)) <= FWD_TOL
     # cache_seqlens neither an int nor an array: a TypeError (a double free until session 33)
     for bad in ([3, 3], 3.0):
         with pytest.raises(TypeError):

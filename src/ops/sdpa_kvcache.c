@@ -155,6 +155,10 @@ static ta_status check_new_and_outputs(kv_call *k, const ta_tensor *kn, const ta
         const int64_t ks[4] = {k->B, k->Lnew, k->Hkv, k->D}, vs[4] = {k->B, k->Lnew, k->Hkv, k->Dv};
         st = ta_tensor_check_shape(fn, "k_new", kn, 4, ks, "[B, Lnew, Hkv, D]", TA_CHECK_STORAGE);
         if (!st) st = ta_tensor_check_shape(fn, "v_new", vn, 4, vs, "[B, Lnew, Hkv, Dv]", TA_CHECK_STORAGE);
+        /* the append writes the caches: an output's rule (a cache broadcast over the batch
+         * would take every sequence's new keys in one row) */
+        if (!st) st = ta_tensor_check_unaliased(fn, "cache->k", k->kc);
+        if (!st) st = ta_tensor_check_unaliased(fn, "cache->v", k->vc);
         if (st) return st;
     }
     const int64_t os[4] = {k->B, k->Lq, k->H, k->Dv}, ls[3] = {k->B, k->H, k->Lq};
