@@ -230,7 +230,7 @@ ta_status ta_randint(int64_t *out, size_t n, int64_t low, int64_t high, uint64_t
 
 /* --------------------------------------------------------------- threads */
 
-/* Threads used by every operation (default: all cores). n >= 1. */
+/* Threads used by every operation (default: all cores). 1 <= n <= 4096 (else TA_EINVAL). */
 ta_status ta_set_num_threads(int n);
 int ta_get_num_threads(void);
 

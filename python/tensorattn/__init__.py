@@ -236,11 +236,12 @@ def einsum(spec, *operands):
 
 
 def set_num_threads(n):
-    """Sets the number of threads every tensorattn call uses (n >= 1). The default is the
-    number of CPUs this process may run on (or OMP_NUM_THREADS), independent of torch's
-    own setting.
+    """Sets the number of threads every tensorattn call uses (1 <= n <= 4096). The
+    default is the number of CPUs this process may run on (or OMP_NUM_THREADS),
+    independent of torch's own setting.
 
-    Waits for calls running in other Python threads to finish first. ValueError for n < 1.
+    Waits for calls running in other Python threads to finish first. ValueError for n < 1
+    or n > 4096.
     """
     _C.set_num_threads(n)
 
