@@ -10,18 +10,19 @@ swap the import:
     out = tensorattn.flash_attn_func(q, k, v, causal=True)                  # like flash_attn
 
 Arrays: NumPy arrays (through the buffer protocol) and PyTorch CPU tensors (through
-__dlpack__), float32. Inputs are read in place, views included (no copy for any strided
-float32 array the library can address); results are new arrays of the caller's kind:
+__dlpack__), float32, float16 or bfloat16 (bfloat16 through DLPack) for the attention
+calls, float32 for einsum. Inputs are read in place, views included (no copy for any
+strided array the library can address); results are new arrays of the caller's kind:
 NumPy in -> NumPy out, torch in -> torch out. The GIL is released while the library
 runs, so Python threads can run calls in parallel. With torch tensors that require grad,
 scaled_dot_product_attention and flash_attn_func record a torch.autograd.Function whose
 backward is tensorattn's (FlashAttention-2 style, from the saved output and log-sum-exp).
 
 Errors: ValueError (shapes, options, a non-CPU tensor) and TypeError (dtypes: float64 is
-refused, convert it first) carry the library's message; features the library does not
-have yet (float16/bfloat16, variable-length batches, the KV cache, sliding windows,
-softcap, ALiBi: tensorattn.features says which) raise NotImplementedError, and
-dropout_p > 0 raises ValueError.
+refused, convert it first) carry the library's message; dropout_p > 0 raises ValueError.
+tensorattn.features says which optional features this build has (float16/bfloat16,
+variable-length batches, the KV cache, sliding windows, softcap, ALiBi; all of them
+unless python/src/features.h switched one off): one it lacks raises NotImplementedError.
 """
 
 import os
