@@ -144,6 +144,9 @@ static void test_npy_errors_name_the_file_and_the_problem(void **state)
         {"missing_key.npy", TA_EFORMAT, "header lacks the key 'shape'"},
         {"unknown_key.npy", TA_EFORMAT, "unexpected key 'extra'"},
         {"duplicate_key.npy", TA_EFORMAT, "key 'descr' appears twice"},
+        /* a NUL inside a string: read as a C string it was '<f4' and 'descr' (TA_OK) */
+        {"nul_in_descr.npy", TA_EFORMAT, "(expected a quoted dtype string after 'descr')"},
+        {"nul_in_key.npy", TA_EFORMAT, "(expected a quoted key or '}')"},
         {"negative_dim.npy", TA_EFORMAT, "shape has a negative dimension"},
         {"dim_too_big.npy", TA_EFORMAT, "shape dimension 0 does not fit in int64"},
         {"shape_overflow.npy", TA_EFORMAT,

@@ -268,6 +268,12 @@ def gen_npy():
                                      "'extra': 1, }", good.tobytes()))
     write("duplicate_key.npy", npy_raw("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, "
                                        "'shape': (2, 3), }", good.tobytes()))
+    # A NUL byte inside a string of the header: read as a C string, '<f4\0x' was '<f4'
+    # (and a key 'descr\0x' was 'descr'); numpy refuses both.
+    write("nul_in_descr.npy", npy_raw("{'descr': '<f4\0x', 'fortran_order': False, 'shape': (2, 3), }",
+                                      good.tobytes()))
+    write("nul_in_key.npy", npy_raw("{'descr\0x': '<f4', 'fortran_order': False, 'shape': (2, 3), }",
+                                    good.tobytes()))
     write("negative_dim.npy", npy_raw("{'descr': '<f4', 'fortran_order': False, 'shape': (-1, 3), }"))
     write("dim_too_big.npy", npy_raw("{'descr': '<f4', 'fortran_order': False, "
                                      "'shape': (99999999999999999999,), }"))

@@ -110,7 +110,8 @@ static bool eat_word(cursor *c, const char *word)
     return false;
 }
 
-/* A Python string literal without escapes ('<f4' or "<f4"). */
+/* A Python string literal without escapes ('<f4' or "<f4"). A NUL byte is refused: it
+ * would end the C string, so '<f4\0junk' would read as '<f4' (numpy refuses it too). */
 static bool parse_str(cursor *c, char *out, size_t cap)
 {
     skip_ws(c);
@@ -118,7 +119,7 @@ static bool parse_str(cursor *c, char *out, size_t cap)
     char quote = *c->p++;
     size_t n = 0;
     while (c->p < c->end && *c->p != quote) {
-        if (*c->p == '\\' || *c->p == '\n' || n + 1 >= cap) return false;
+        if (*c->p == '\\' || *c->p == '\n' || *c->p == '\0' || n + 1 >= cap) return false;
         out[n++] = *c->p++;
     }
     if (c->p >= c->end) return false;
