@@ -11,9 +11,12 @@
 #include "io/io_internal.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static int setup(void **state)
 {
@@ -154,6 +157,33 @@ static void test_safetensors_errors_name_the_file_and_the_problem(void **state)
     ta_safetensors_free(st);
 }
 
+static void on_alarm(int sig) { (void)sig; }
+
+/* A FIFO that no process writes is refused at once, like a directory (until session 35
+ * open() waited for a writer, forever; here the alarm interrupts such a wait, so the old
+ * code fails with "Interrupted system call" instead of hanging the test). */
+static void test_safetensors_fifo_is_refused_without_waiting(void **state)
+{
+    (void)state;
+    const char *path = ta_test_path("st_fifo.safetensors");
+    unlink(path);
+    assert_int_equal(mkfifo(path, 0644), 0);
+    struct sigaction sa = {.sa_handler = on_alarm}, old; /* no SA_RESTART */
+    sigemptyset(&sa.sa_mask);
+    assert_int_equal(sigaction(SIGALRM, &sa, &old), 0);
+    alarm(5);
+    ta_safetensors *st = NULL;
+    const ta_status status = ta_safetensors_open(&st, path);
+    alarm(0);
+    assert_int_equal(sigaction(SIGALRM, &old, NULL), 0);
+    TA_CHECK_ERR(status, TA_EIO, "not a regular file");
+    assert_null(st);
+    ta_attention *layer = NULL;
+    TA_CHECK_ERR(ta_attention_load(&layer, path, TA_LAYOUT_TORCH, 2), TA_EIO, "not a regular file");
+    assert_null(layer);
+    unlink(path);
+}
+
 /* A file whose header is the JSON text `header` and whose data area is one float32
  * 1.5, in the test's directory. */
 static const char *file_with_header(const char *name, const char *header)
@@ -286,6 +316,7 @@ int main(void)
         cmocka_unit_test(test_safetensors_reads_and_converts_every_float_dtype),
         cmocka_unit_test(test_safetensors_reads_the_official_writer),
         cmocka_unit_test(test_safetensors_errors_name_the_file_and_the_problem),
+        cmocka_unit_test(test_safetensors_fifo_is_refused_without_waiting),
         cmocka_unit_test(test_safetensors_escaped_nul_is_refused),
         cmocka_unit_test(test_safetensors_roundtrip_keeps_names_values_and_layout),
         cmocka_unit_test(test_safetensors_save_argument_errors_write_nothing),

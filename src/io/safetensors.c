@@ -338,7 +338,9 @@ ta_status ta_safetensors_open(ta_safetensors **st, const char *path)
     memcpy(s->path, path, len + 1);
     ta_status status;
     struct stat sb;
-    s->fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO that no process writes would otherwise wait forever
+     * for a file refused below anyway (it changes nothing for a regular file) */
+    s->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (s->fd < 0)
         status = st_fail(fn, path, TA_EIO, "cannot open: %s", strerror(errno));
     else if (fstat(s->fd, &sb) != 0)
