@@ -4,6 +4,7 @@
 #include "bench.h"
 #include "cli.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,7 +24,7 @@ static const char usage[] =
     "\n"
     "  tensorattn --version | --help ; tensorattn <command> --help\n";
 
-int main(int argc, char **argv)
+static int run_command(int argc, char **argv)
 {
     if (argc < 2) return cli_error(CLI_USAGE, "missing command (see tensorattn --help)");
     const char *cmd = argv[1];
@@ -45,4 +46,17 @@ int main(int argc, char **argv)
         return cli_context_parallel_requested(argc, argv) ? cmd_bench_context_parallel(argc, argv)
                                                           : ta_bench_main(argc - 1, argv + 1);
     return cli_error(CLI_USAGE, "unknown command '%s' (see tensorattn --help)", cmd);
+}
+
+int main(int argc, char **argv)
+{
+    int rc = run_command(argc, argv);
+    /* What a command printed (help, the demo's and the bench's results) must have reached
+     * stdout: a full disk or /dev/full is a failed run, not a success with nothing shown. */
+    errno = 0;
+    const bool flushed = fflush(stdout) == 0;
+    if (rc == CLI_OK && (!flushed || ferror(stdout)))
+        rc = cli_error(CLI_FAIL, "writing the standard output failed%s%s", errno ? ": " : "",
+                       errno ? strerror(errno) : "");
+    return rc;
 }

@@ -269,6 +269,28 @@ static void test_help_and_version(void **state)
     assert_non_null(strstr(ta_cli_out, TA_VERSION_STRING));
 }
 
+/* Output that never reached stdout (/dev/full) is a failure: exit 1 and the error line
+ * (until session 35 the help and the demo exited 0 with their text lost). */
+static void test_stdout_write_error_fails(void **state)
+{
+    (void)state;
+    static const char *const cmds[] = {
+        "\"$0\" --help >/dev/full",
+        "\"$0\" sdpa --help >/dev/full",
+        "\"$0\" --version >/dev/full",
+        "\"$0\" demo --batch 1 --heads 1 --seq 8 --dim 4 >/dev/full",
+    };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        const int rc = ta_cli_run_program("/bin/sh", (const char *[]){"sh", "-c", cmds[i], TA_CLI_PATH, NULL});
+        if (rc != 1) fail_msg("%s: exit %d, expected 1 (stderr: %s)", cmds[i], rc, ta_cli_err);
+        assert_non_null(strstr(ta_cli_err, "tensorattn: error: writing the standard output failed"));
+        assert_non_null(strchr(ta_cli_err, '\n'));
+        assert_null(strchr(strchr(ta_cli_err, '\n') + 1, '\n')); /* one line */
+    }
+    /* the same commands with a working stdout still succeed */
+    assert_int_equal(ta_cli_run_program("/bin/sh", (const char *[]){"sh", "-c", "\"$0\" --help >/dev/null", TA_CLI_PATH, NULL}), 0);
+}
+
 static void test_demo_small(void **state)
 {
     (void)state;
@@ -290,6 +312,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help_and_version), cmocka_unit_test(test_errors),
         cmocka_unit_test(test_demo_small),       cmocka_unit_test(test_einsum_fixtures),
+        cmocka_unit_test(test_stdout_write_error_fails),
         cmocka_unit_test(test_sdpa_fixtures),    cmocka_unit_test(test_mha_fixtures),
     };
     return cmocka_run_group_tests_name("cli", tests, setup, ta_test_teardown_dir);
