@@ -16,12 +16,27 @@
 
 int cli_error(int code, const char *fmt, ...)
 {
-    va_list ap;
+    va_list ap, again;
     va_start(ap, fmt);
-    fputs("tensorattn: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    va_copy(again, ap);
+    char small[1024], *big = NULL; /* out of memory: the message cut at 1023 bytes */
+    const int n = vsnprintf(small, sizeof small, fmt, ap);
+    if (n < 0) small[0] = '\0';
+    if (n >= (int)sizeof small && (big = malloc((size_t)n + 1)))
+        vsnprintf(big, (size_t)n + 1, fmt, again);
+    const char *msg = big ? big : small;
+    va_end(again);
     va_end(ap);
+    /* one line whatever the message quotes: a file name or an argument may hold a
+     * newline or another control character, written here as \n or \xHH */
+    fputs("tensorattn: error: ", stderr);
+    for (const unsigned char *c = (const unsigned char *)msg; *c; c++) {
+        if (*c == '\n') fputs("\\n", stderr);
+        else if (*c < 0x20 || *c == 0x7f) fprintf(stderr, "\\x%02x", *c);
+        else fputc(*c, stderr);
+    }
+    fputc('\n', stderr);
+    free(big);
     return code;
 }
 

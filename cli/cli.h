@@ -10,7 +10,8 @@
 /* Exit codes of the CLI contract. */
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
-/* Prints "tensorattn: error: <message>" on stderr; returns code. */
+/* Prints "tensorattn: error: <message>" on stderr, one line (a newline or another
+ * control character in the message is written as \n or \xHH); returns code. */
 int cli_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Reports a failed library call: "tensorattn: error: <what>: <ta_last_error()>". */
 int cli_fail(ta_status st, const char *what);

@@ -261,6 +261,32 @@ static void test_usage_errors(void **s)
     FAIL(2, "frobnicate");
 }
 
+/* The error stays one line whatever it quotes: a control character in a file name or an
+ * argument is written escaped (until session 35 a newline in a path split the line), and
+ * a message longer than any buffer is written whole. */
+static void test_error_is_one_line(void **s)
+{
+    (void)s;
+    FAIL(1, "sdpa", "--q", P("no\nsuch.npy"), "--k", P("k.npy"), "--v", P("v.npy"), "-o",
+         P("new.npy"));
+    assert_non_null(strstr(ta_cli_err, "no\\nsuch.npy: cannot open"));
+    FAIL(2, "sdpa", "--q", P("q.npy"), "--k", P("k.npy"), "--v", P("v.npy"), "-o", P("new.npy"),
+         "--causal", "top\n\tleft\x7f");
+    assert_non_null(strstr(ta_cli_err, "got 'top\\n\\x09left\\x7f'"));
+    FAIL(2, "mha", "--weights", P("w.safetensors"), "--layout", "seed\r", "--heads", "2",
+         "--input", P("x.npy"), "-o", P("new.npy"));
+    assert_non_null(strstr(ta_cli_err, "got 'seed\\x0d'"));
+    /* a 3000-byte value with a newline at its end: quoted whole, in one line */
+    char value[3002];
+    memset(value, 'x', 3000);
+    strcpy(value + 3000, "\n");
+    FAIL(2, "sdpa", "--q", P("q.npy"), "--k", P("k.npy"), "--v", P("v.npy"), "-o", P("new.npy"),
+         "--causal", value);
+    value[3000] = '\0';
+    assert_non_null(strstr(ta_cli_err, value));
+    assert_non_null(strstr(ta_cli_err, "x\\n'\n"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -270,6 +296,7 @@ int main(void)
         cmocka_unit_test(test_outputs_all_or_none),
         cmocka_unit_test(test_outputs_apart),
         cmocka_unit_test(test_usage_errors),
+        cmocka_unit_test(test_error_is_one_line),
     };
     return cmocka_run_group_tests(tests, setup, ta_test_teardown_dir);
 }

@@ -104,8 +104,8 @@ int cli_mpi_sync(cli_mpi *m)
     for (int s = 0; s < m->P && !code; s++)
         if (all[s].code) {
             code = all[s].code;
-            if (m->rank == 0 && s == 0) fprintf(stderr, "tensorattn: error: %s\n", all[s].msg);
-            else if (m->rank == 0) fprintf(stderr, "tensorattn: error: rank %d: %s\n", s, all[s].msg);
+            if (m->rank == 0 && s == 0) cli_error(code, "%s", all[s].msg);
+            else if (m->rank == 0) cli_error(code, "rank %d: %s", s, all[s].msg);
         }
     free(all);
     m->code = code;
@@ -114,7 +114,7 @@ int cli_mpi_sync(cli_mpi *m)
 
 int cli_mpi_lib_fail(const cli_mpi *m, const char *what)
 {
-    if (m->rank == 0) fprintf(stderr, "tensorattn: error: %s: %s\n", what, ta_last_error());
+    if (m->rank == 0) cli_error(CLI_FAIL, "%s: %s", what, ta_last_error());
     return CLI_FAIL;
 }
 
