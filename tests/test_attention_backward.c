@@ -244,7 +244,7 @@ static double check_fd(const char *cname, const char *what, const ta_tensor *g, 
         double want = fd(o, x, e, q64, k64, v64, G64);
         double got = ((const float *)g->data)[e];
         double err = fabs(got - want);
-        if (err > worst) worst = err;
+        worst = ta_test_worse(worst, err);
         if (!(err <= TOL * (1.0 + fabs(want))))
             fail_msg("%s: d %s[%lld] = %.8g, finite differences %.8g", cname, what, (long long)e,
                      got, want);
@@ -293,13 +293,13 @@ static void run_gradcheck(const gcase *c)
         ta_tensor g;
         const char *name = ta_attention_param_name(l, i);
         TA_CHECK_OK(ta_attention_grad(&g, l, name));
-        worst = fmax(worst, check_fd(c->name, name, &g, &o, o.p[i], q64, k64, v64, G64));
+        worst = ta_test_worse(worst, check_fd(c->name, name, &g, &o, o.p[i], q64, k64, v64, G64));
     }
     struct { const char *name; double *x; const ta_tensor *g; } ins[3] = {
         {"queries", q64, &dq}, {"keys", k64, &dk}, {"values", v64, &dv}};
     /* self attention: the one input's total derivative, through one buffer */
     for (int t = 0; t < (c->self ? 1 : 3); t++)
-        worst = fmax(worst, check_fd(c->name, ins[t].name, ins[t].g, &o, ins[t].x, q64, k64, v64, G64));
+        worst = ta_test_worse(worst, check_fd(c->name, ins[t].name, ins[t].g, &o, ins[t].x, q64, k64, v64, G64));
     print_message("%-28s max |grad - fd| %.2e\n", c->name, worst);
     for (int i = 0; i < o.np; i++) free(o.p[i]);
     free(q64);

@@ -94,9 +94,9 @@ static void forward_case(const ta_fixture_file *f, const char *c, void *ctx)
         ew = ta_fixture_expect_close(c, "weights (vs float64 torch)", &w, ta_fixture_need(f, c, "weights64"), 0.0, FORWARD_TOL);
         ta_fixture_expect_close(c, "weights (vs float32 torch)", &w, ta_fixture_need(f, c, "weights"), 0.0, FORWARD_TOL);
     }
-    if (e64 > worst[0]) worst[0] = e64;
-    if (e32 > worst[1]) worst[1] = e32;
-    if (ew > worst[2]) worst[2] = ew;
+    worst[0] = ta_test_worse(worst[0], e64);
+    worst[1] = ta_test_worse(worst[1], e32);
+    worst[2] = ta_test_worse(worst[2], ew);
     ta_tensor_free(&out);
     ta_tensor_free(&w);
     ta_test_layer_case_free(&lc);
@@ -148,14 +148,14 @@ static void backward_case(const ta_fixture_file *f, const char *c, void *ctx)
         snprintf(role, sizeof role, "g.%s", name);
         TA_CHECK_OK(ta_attention_grad(&g, l, name));
         double e = ta_fixture_expect_close(c, role, &g, ta_fixture_need(f, c, role), 0.0, BACKWARD_TOL);
-        if (e > worst[0]) worst[0] = e;
+        worst[0] = ta_test_worse(worst[0], e);
     }
     double e = ta_fixture_expect_close(c, "d_queries", &dq, ta_fixture_need(f, c, "d_queries"), 0.0, BACKWARD_TOL);
     if (!lc.self) {
-        e = fmax(e, ta_fixture_expect_close(c, "d_keys", &dk, ta_fixture_need(f, c, "d_keys"), 0.0, BACKWARD_TOL));
-        e = fmax(e, ta_fixture_expect_close(c, "d_values", &dv, ta_fixture_need(f, c, "d_values"), 0.0, BACKWARD_TOL));
+        e = ta_test_worse(e, ta_fixture_expect_close(c, "d_keys", &dk, ta_fixture_need(f, c, "d_keys"), 0.0, BACKWARD_TOL));
+        e = ta_test_worse(e, ta_fixture_expect_close(c, "d_values", &dv, ta_fixture_need(f, c, "d_values"), 0.0, BACKWARD_TOL));
     }
-    if (e > worst[1]) worst[1] = e;
+    worst[1] = ta_test_worse(worst[1], e);
     ta_tensor *all[] = {&dout, &dq, &dk, &dv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ta_tensor_free(all[i]);
     ta_test_layer_case_free(&lc);

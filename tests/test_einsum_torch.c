@@ -256,7 +256,7 @@ static int run_variant(const case_data *c, enum variant v, double *worst_ratio)
     }
     int64_t at;
     double r = compare(c, out, &at);
-    if (r > *worst_ratio) *worst_ratio = r;
+    *worst_ratio = ta_test_worse(*worst_ratio, r);
     if (!(r <= 1.0)) {
         print_message("FAIL %s '%s' [%s] %s: element %lld off by %.3g x the bound "
                       "(want %.9g)\n", c->name, c->spec, c->tags, variant_names[v],

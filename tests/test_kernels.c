@@ -1035,7 +1035,7 @@ static void test_attn_row_dot(void **state)
                 e += (long double)x[off + c] * (long double)y[off + c];
                 mag += fabsl((long double)x[off + c] * (long double)y[off + c]);
             }
-            if (fabsl((long double)got - e) > (long double)(n + 1) * 0x1p-53L * mag)
+            if (!(fabsl((long double)got - e) <= (long double)(n + 1) * 0x1p-53L * mag))
                 fail_msg("%s: %.17g, the sum %.17Lg", where, got, e);
         }
     free(x);

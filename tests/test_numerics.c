@@ -223,7 +223,7 @@ static void large_logits(ta_sdpa_path path, const char *name)
         for (int64_t i = 0; i < 5; i++) {
             double lse = oracle_row(&p, i, o);
             assert_true(isfinite(p.lse[i]));
-            if (fabs(p.lse[i] - lse) > 1e-5 * fabs(lse)) fail_msg("%s: LSE %g vs %g", what, (double)p.lse[i], lse);
+            if (!(fabs(p.lse[i] - lse) <= 1e-5 * fabs(lse))) fail_msg("%s: LSE %g vs %g", what, (double)p.lse[i], lse);
             for (int d = 0; d < 4; d++)
                 if (!(fabs(p.o[i * 4 + d] - o[d]) < 1e-3)) fail_msg("%s: O %g vs %g", what, (double)p.o[i * 4 + d], o[d]);
         }
@@ -324,7 +324,7 @@ static void denormals(ta_sdpa_path path, const char *name)
         for (int d = 0; d < 3; d++) {
             float got = p.o[i * 3 + d];
             if (got == 0.0f) fail_msg("%s: a denormal output was flushed to zero", name);
-            if (fabs(got - o[d]) > 1e-44 * 16 + 1e-5 * o[d])
+            if (!(fabs(got - o[d]) <= 1e-44 * 16 + 1e-5 * o[d]))
                 fail_msg("%s: denormal O %g vs %g", name, (double)got, o[d]);
         }
     }

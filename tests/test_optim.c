@@ -77,7 +77,7 @@ static void run_formula_case(const hyper *h, const char *name)
                 }
                 ref[i][e] = x;
                 double got = ((float *)p[i].data)[e], err = fabs(got - x) / (1.0 + fabs(x));
-                if (err > worst) worst = err;
+                worst = ta_test_worse(worst, err);
                 if (!(err <= 2e-6))
                     fail_msg("%s: step %d, param %d[%d] = %.9g, formula %.9g", name, t, i, e, got, x);
             }
@@ -297,7 +297,7 @@ static void test_optimizers_match_pytorch(void **state)
             for (int64_t e = 0; e < n; e++) {
                 double want = ((float *)pall.data)[t * n + e], got = ((float *)p.data)[e];
                 double err = fabs(got - want);
-                if (err > worst) worst = err;
+                worst = ta_test_worse(worst, err);
                 if (!(err <= 1e-5 * (1.0 + fabs(want))))
                     fail_msg("%s: step %lld element %lld: %.9g, torch %.9g", c, (long long)t + 1,
                              (long long)e, got, want);

@@ -58,7 +58,7 @@ static double rel_err(const double *got, const double *want, int64_t n)
 {
     double worst = 0, mag = 1;
     for (int64_t e = 0; e < n; e++) mag = fmax(mag, fabs(want[e]));
-    for (int64_t e = 0; e < n; e++) worst = fmax(worst, fabs(got[e] - want[e]) / mag);
+    for (int64_t e = 0; e < n; e++) worst = ta_test_worse(worst, fabs(got[e] - want[e]) / mag);
     return worst;
 }
 
@@ -89,12 +89,14 @@ static void test_finite_differences(void **state)
         double *aq = malloc(sizeof(double) * (size_t)(nq + 1)), *ak = malloc(sizeof(double) * (size_t)(nk + 1)),
                *av = malloc(sizeof(double) * (size_t)(nv + 1));
         ta_test_grad_backward64(&p, o, aq, ak, av);
-        double e64 = fmax(rel_err(aq, fq, nq), fmax(rel_err(ak, fk, nk), rel_err(av, fv, nv)));
+        double e64 = ta_test_worse(ta_test_worse(rel_err(aq, fq, nq), rel_err(ak, fk, nk)),
+                                   rel_err(av, fv, nv));
         if (!(e64 < 1e-7)) fail_msg("%s: float64 analytic backward vs differences %.3g", c->name, e64);
         /* the C reference backward */
         TA_CHECK_OK(ta_test_grad_run(&p, TA_SDPA_REFERENCE));
         double *gq = ta_test_to_f64(&p.dQ), *gk = ta_test_to_f64(&p.dK), *gv = ta_test_to_f64(&p.dV);
-        double e = fmax(rel_err(gq, fq, nq), fmax(rel_err(gk, fk, nk), rel_err(gv, fv, nv)));
+        double e = ta_test_worse(ta_test_worse(rel_err(gq, fq, nq), rel_err(gk, fk, nk)),
+                                 rel_err(gv, fv, nv));
         if (!(e < 1e-4)) fail_msg("%s: reference backward vs differences %.3g", c->name, e);
         free(gq); free(gk); free(gv); free(aq); free(ak); free(av); free(o); free(l);
         free(fq); free(fk); free(fv);

@@ -34,6 +34,11 @@ char *ta_test_path(const char *name)
     return p;
 }
 
+double ta_test_worse(double worst, double e)
+{
+    return e <= worst ? worst : isnan(e) ? INFINITY : e;
+}
+
 void ta_test_next_index(int ndim, const int64_t *shape, int64_t *idx)
 {
     for (int d = ndim - 1; d >= 0; d--) {
@@ -53,7 +58,7 @@ double ta_test_max_err(const ta_tensor *t, const double *ref, double rel, double
         if (isnan(a) || isnan(b)) d = isnan(a) && isnan(b) ? 0 : INFINITY;
         else if (isinf(a) || isinf(b)) d = a == b ? 0 : INFINITY;
         else d = fabs(a - b) / fmax(1.0, rel * fabs(b));
-        if (d > worst) worst = d;
+        worst = ta_test_worse(worst, d);
         if (first_bad && *first_bad < 0 && !(d <= tol)) *first_bad = e;
         ta_test_next_index(t->ndim, t->shape, idx);
     }

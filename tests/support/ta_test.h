@@ -42,6 +42,12 @@ int ta_test_teardown_dir(void **state);
 /* "<ta_test_dir>/<name>" from a ring of 32 buffers (enough for one command line). */
 char *ta_test_path(const char *name);
 
+/* The running worst error after one more error e: e when it is larger, +inf when it is
+ * NaN (a NaN output, an inf - inf), which then stays (NaN is worse than anything). Where
+ * fmax(worst, e) and `if (e > worst) worst = e` drop a NaN, and a later `worst > tol`
+ * cannot fail on one, this folds it in. */
+double ta_test_worse(double worst, double e);
+
 /* Advances idx over shape in C order (the last index fastest; wraps to all zeros). */
 void ta_test_next_index(int ndim, const int64_t *shape, int64_t *idx);
 /* Max over the elements of t (any strides, visited in C order) against C-order doubles
