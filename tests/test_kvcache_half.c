@@ -81,6 +81,10 @@ static void run(const ta_fixture_file *f, const char *c, ta_dtype dt, bool half_
     oh.path = orr.path = path;
     TA_CHECK_OK(ta_sdpa_kvcache(ho, hq, &hc, hkn, hvn, &oh));
     TA_CHECK_OK(ta_sdpa_kvcache(&r.o, &r.q, &rc, rkn, rvn, &orr));
+    for (int64_t i = 0; i < ta_tensor_numel(&r.o); i++) /* max_diff lets NaN meet NaN */
+        if (!isfinite(((const float *)r.o.data)[i]))
+            fail_msg("%s (%s): the float32 run's O[%lld] is %g", c, ta_dtype_name(dt), (long long)i,
+                     (double)((const float *)r.o.data)[i]);
     double ek = max_diff(&kc, &kr), ev = max_diff(&vc, &vr);
     if (ek != 0.0 || ev != 0.0)
         fail_msg("%s (%s): the caches after the append differ from the rounded float32 run's "

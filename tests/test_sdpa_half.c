@@ -357,7 +357,11 @@ static double expect_grad(const ta_tensor *g, const ta_tensor *g32, bool dot, co
     const int64_t n = ta_tensor_numel(&got);
     const double u = g->dtype == TA_BF16 ? 0x1p-8 : g->dtype == TA_F16 ? 0x1p-11 : 0.0;
     double m = 1.0, e = 0.0;
-    for (int64_t j = 0; j < n; j++) m = fmax(m, fabs((double)w[j]));
+    for (int64_t j = 0; j < n; j++) {
+        if (!isfinite(w[j])) /* else a NaN in both runs (the same bits) would pass */
+            fail_msg("%s[%lld]: the float32 run's gradient is %g", ctx, (long long)j, (double)w[j]);
+        m = fmax(m, fabs((double)w[j]));
+    }
     for (int64_t j = 0; j < n; j++) {
         if (!dot) {
             if (memcmp(&a[j], &b[j], sizeof(float)) != 0)
