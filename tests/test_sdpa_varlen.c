@@ -400,6 +400,74 @@ static void test_varlen_backward_bitwise_as_each_sequence_alone(void **state)
     TA_CHECK_OK(ta_set_num_threads(saved));
 }
 
+/* A batch without a query row (every Lq_b 0, or no heads) on the fused path, in a
+ * workspace of exactly the queried size: nothing to compute, and the backward's dK, dV
+ * those of the float64 oracle (zeros). Until session 35 the forward (and, without heads,
+ * the backward) ran the joint region's setup anyway, which the size query had given no
+ * bytes: TA_EINTERNAL "scratch smaller than planned" (in the library's own scratch too,
+ * on a first call). */
+static void test_varlen_without_query_rows_in_exact_workspace(void **state)
+{
+    (void)state;
+    static const ta_test_varlen_spec specs[] = {
+        {"no query anywhere", 3, {0, 0, 0}, {3, 0, 5}, 2, 2, 8, 8, TA_CAUSAL_NONE, 0.0f,
+         TA_VARLEN_PACKED},
+        {"two sequences of no query", 2, {0, 0}, {10, 7}, 4, 1, 16, 8,
+         TA_CAUSAL_BOTTOM_RIGHT, 0.0f, TA_VARLEN_PACKED},
+        {"no heads", 2, {3, 4}, {5, 2}, 0, 0, 8, 8, TA_CAUSAL_NONE, 0.0f, TA_VARLEN_PACKED},
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof *specs; i++)
+        for (int path = 0; path < 2; path++) {
+            const ta_test_varlen_spec *s = &specs[i];
+            ta_test_varlen_batch b;
+            ta_test_varlen_make(&b, s, 60 + i);
+            ta_sdpa_opts o = b.opts;
+            o.path = path ? TA_SDPA_FUSED : TA_SDPA_AUTO;
+            size_t n = 0;
+            TA_CHECK_OK(ta_sdpa_workspace_size(&n, &b.o, &b.q, &b.k, &b.v, &o));
+            void *ws = malloc(n + 1);
+            assert_non_null(ws);
+            o.workspace = (ta_workspace){ws, n};
+            if (ta_sdpa(&b.o, &b.q, &b.k, &b.v, &o))
+                fail_msg("%s (%s): forward: %s", s->name, path ? "fused" : "auto", ta_last_error());
+            o.lse = NULL;
+            TA_CHECK_OK(ta_sdpa_backward_workspace_size(&n, &b.dq, &b.dk, &b.dv, &b.dout, &b.q,
+                                                        &b.k, &b.v, &b.o, &b.lse, &o));
+            free(ws);
+            ws = malloc(n + 1);
+            assert_non_null(ws);
+            o.workspace = (ta_workspace){ws, n};
+            if (ta_sdpa_backward(&b.dq, &b.dk, &b.dv, &b.dout, &b.q, &b.k, &b.v, &b.o, &b.lse,
+                                 &o))
+                fail_msg("%s (%s): backward: %s", s->name, path ? "fused" : "auto", ta_last_error());
+            free(ws);
+            if (s->Hkv == 0) { /* every gradient is empty (and the oracle divides by Hkv) */
+                ta_test_varlen_free(&b);
+                continue;
+            }
+            double *q = ta_test_to_f64(&b.q), *k = ta_test_to_f64(&b.k);
+            double *v = ta_test_to_f64(&b.v), *dout = ta_test_to_f64(&b.dout);
+            double *oo = ta_test_to_f64(&b.o);
+            const size_t nq = (size_t)(b.Tq * s->H + 1), nk = (size_t)(b.Tk * s->Hkv + 1);
+            double *wq = malloc(sizeof(double) * nq * (size_t)s->D);
+            double *wk = malloc(sizeof(double) * nk * (size_t)s->D);
+            double *wv = malloc(sizeof(double) * nk * (size_t)s->Dv);
+            ta_test_varlen_backward64(&b.oracle, q, k, v, oo, dout, wq, wk, wv);
+            const ta_tensor *got[3] = {&b.dq, &b.dk, &b.dv};
+            const double *want[3] = {wq, wk, wv};
+            for (int t = 0; t < 3; t++) {
+                int64_t bad;
+                const double e = ta_test_max_err(got[t], want[t], 0, TOL_GRAD, &bad);
+                if (!(e <= TOL_GRAD))
+                    fail_msg("%s (%s): gradient %d differs by %.3g (element %lld)", s->name,
+                             path ? "fused" : "auto", t, e, (long long)bad);
+            }
+            double *all[] = {q, k, v, dout, oo, wq, wk, wv};
+            for (size_t a = 0; a < sizeof all / sizeof *all; a++) free(all[a]);
+            ta_test_varlen_free(&b);
+        }
+}
+
 /* -------------------------------------------------------- determinism */
 
 static void test_varlen_bitwise_for_any_thread_count(void **state)
@@ -444,6 +512,7 @@ int main(void)
         cmocka_unit_test(test_varlen_without_lse),
         cmocka_unit_test(test_varlen_bitwise_for_any_thread_count),
         cmocka_unit_test(test_varlen_bitwise_as_each_sequence_alone),
+        cmocka_unit_test(test_varlen_without_query_rows_in_exact_workspace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
