@@ -553,7 +553,9 @@ ta_status ta_sdpa_backward_workspace_size(size_t *bytes, const ta_tensor *dQ,
  *               block_table[b * max_blocks + p / block_size], row p % block_size;
  * of dtype TA_F32, TA_F16 or TA_BF16 (k and v alike), any strides (a paged cache's
  * blocks need not be in order; entries of block_table past the blocks a sequence uses
- * are never read and may hold anything, e.g. -1). seqlens[b] is the number of keys
+ * are never read and may hold anything, e.g. -1; sequences may share the blocks they
+ * only read, as vLLM's prefix sharing does, but a block a call appends to must belong to
+ * that one sequence, at one place in its table). seqlens[b] is the number of keys
  * already in sequence b's cache. The capacity of a sequence is Lmax (contiguous) or
  * max_blocks * block_size (paged). */
 typedef struct ta_kv_cache {
@@ -583,7 +585,8 @@ typedef struct ta_kv_cache {
  * seqlens[b] < 0, a sequence whose seqlens[b] + Lnew exceeds its capacity, a block index
  * outside [0, num_blocks) among the blocks a sequence uses, outputs that overlap the
  * inputs or the cache, a cache with a stride 0 over an extent > 1 when k_new is appended
- * (a cache broadcast over the batch is read-only: pass no k_new). */
+ * (a cache broadcast over the batch is read-only: pass no k_new), a block appended to
+ * that another sequence uses or that its own table lists twice (paged). */
 ta_status ta_sdpa_kvcache(ta_tensor *O, const ta_tensor *q, const ta_kv_cache *cache,
                           const ta_tensor *k_new, const ta_tensor *v_new,
                           const ta_sdpa_opts *opts);

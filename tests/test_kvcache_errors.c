@@ -1,8 +1,8 @@
 /* ta_sdpa_kvcache's hostile inputs (DESIGN.md, "KV cache"): bad lengths, a block index
  * out of range among the blocks a sequence uses, a sequence longer than its cache, k_new
  * without v_new, wrong shapes and dtypes, options that do not combine with a cache,
- * overlapping outputs, a cache the append would write through a stride 0, a workspace too
- * small. Each must fail with its own error code and a message naming the argument, and
+ * overlapping outputs, a cache the append would write through a stride 0, a block the
+ * append writes that another sequence (or another slot) reads, a workspace too small. Each must fail with its own error code and a message naming the argument, and
  * leave O, the LSE and both caches byte for byte as they were (nothing is written before
  * every check passed, the append included). Also: block-table entries past the blocks a
  * sequence uses are never read. */
@@ -162,6 +162,23 @@ static void v_blocks_broadcast(ta_test_kv *t, ta_sdpa_opts *o)
     (void)o;
     t->vc.stride[0] = 0;
 }
+/* blocks appended to that another sequence (or the same one elsewhere) uses: seq 0
+ * appends into slot 0, seq 1 into slot 2, seq 2 into slot 4 */
+static void shared_appended_block(ta_test_kv *t, ta_sdpa_opts *o)
+{
+    (void)o;
+    t->table[0] = t->table[5 + 2];
+}
+static void reads_appended_block(ta_test_kv *t, ta_sdpa_opts *o)
+{
+    (void)o;
+    t->table[5 + 0] = t->table[2 * 5 + 4];
+}
+static void appended_block_listed_twice(ta_test_kv *t, ta_sdpa_opts *o)
+{
+    (void)o;
+    t->table[2 * 5 + 1] = t->table[2 * 5 + 4];
+}
 static void tiny_workspace(ta_test_kv *t, ta_sdpa_opts *o)
 {
     size_t n;
@@ -212,6 +229,9 @@ static void test_refused(void **state)
         {"kv004", k_new_in_cache, TA_EINVAL, "cache->v overlaps k_new"},
         {"kv000", k_cache_broadcast, TA_EINVAL, "cache->k has stride 0 in dim 0"},
         {"kv004", v_blocks_broadcast, TA_EINVAL, "cache->v has stride 0 in dim 0"},
+        {"kv004", shared_appended_block, TA_EINVAL, "is appended to by sequence 0 and by sequence 1"},
+        {"kv004", reads_appended_block, TA_EINVAL, "which sequence 1 reads too (cache->block_table[1][0])"},
+        {"kv004", appended_block_listed_twice, TA_EINVAL, "reads it at cache->block_table[2][1] too"},
         {"kv004", tiny_workspace, TA_EINVAL, "workspace"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
@@ -252,6 +272,44 @@ static void test_unused_entries_not_read(void **state)
     ta_fixture_expect_close("kv004", "O", &t.o, ta_fixture_need(fx, "kv004", "out"), 0.0, 1e-5);
     ta_fixture_expect_close("kv004", "k cache", &t.kc, ta_fixture_need(fx, "kv004", "k_cache_out"), 0, 0);
     ta_test_kv_free(&t);
+}
+
+/* A block that sequences only read may be shared (vLLM's prefix sharing): sequence 2's
+ * first block replaced by sequence 1's, the contents made equal first, reads what a
+ * table without the sharing reads (the same O, LSE and caches, bit for bit). Until
+ * session 35 nothing told this from sharing a block that the call appends to. */
+static void test_read_only_blocks_may_be_shared(void **state)
+{
+    (void)state;
+    ta_test_kv t[2];
+    for (int shared = 0; shared < 2; shared++) {
+        ta_test_kv *u = &t[shared];
+        ta_test_kv_load(u, fx, "kv004", TA_TEST_BHLD);
+        const int64_t x = u->table[5 + 0], y = u->table[2 * 5 + 0]; /* seq 1's, seq 2's slot 0 */
+        ta_tensor *cache[2] = {&u->kc, &u->vc};
+        for (int c = 0; c < 2; c++) {
+            ta_tensor from, to;
+            TA_CHECK_OK(ta_tensor_slice(&from, cache[c], 0, x, x + 1, 1));
+            TA_CHECK_OK(ta_tensor_slice(&to, cache[c], 0, y, y + 1, 1));
+            TA_CHECK_OK(ta_tensor_copy(&to, &from));
+        }
+        if (shared) u->table[2 * 5 + 0] = (int32_t)x;
+        TA_CHECK_OK(call(u, &u->opts));
+    }
+    ta_tensor *a[4] = {&t[0].o, &t[0].lse, &t[0].kc, &t[0].vc};
+    ta_tensor *b[4] = {&t[1].o, &t[1].lse, &t[1].kc, &t[1].vc};
+    for (int i = 0; i < 4; i++)
+        for (int64_t e = 0; e < ta_tensor_numel(a[i]); e++) {
+            int64_t idx[4];
+            int64_t r = e;
+            for (int d = a[i]->ndim - 1; d >= 0; d--) {
+                idx[d] = r % a[i]->shape[d];
+                r /= a[i]->shape[d];
+            }
+            assert_memory_equal(ta_tensor_at(a[i], idx), ta_tensor_at(b[i], idx), sizeof(float));
+        }
+    ta_test_kv_free(&t[0]);
+    ta_test_kv_free(&t[1]);
 }
 
 /* Empty caches (Hkv 0) of extents near 2^62: nothing to read or write, so the call
@@ -296,6 +354,7 @@ int main(void)
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_null_arguments),
         cmocka_unit_test(test_unused_entries_not_read),
+        cmocka_unit_test(test_read_only_blocks_may_be_shared),
         cmocka_unit_test(test_empty_caches_of_huge_extents),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

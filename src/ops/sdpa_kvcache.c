@@ -29,6 +29,7 @@
 #include "core/dtype.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 /* One validated call. */
 typedef struct kv_call {
@@ -396,9 +397,83 @@ static ta_status append_rows(const kv_call *k)
     return TA_OK;
 }
 
+/* ------------------------------------------------- blocks appended to */
+
+/* A block a paged call appends to, and the sequence appending. */
+typedef struct kv_blk {
+    int64_t seq;
+    int32_t block;
+} kv_blk;
+
+static int blk_order(const void *pa, const void *pb)
+{
+    const kv_blk *a = pa, *b = pb;
+    if (a->block != b->block) return a->block < b->block ? -1 : 1;
+    return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+/* A paged call appends row t of sequence b into the block at its slot (seqlens[b] + t) /
+ * block_size; every key is read through the block table too. A block that one sequence
+ * appends to and another reads (vLLM's prefix sharing without its copy-on-write), that
+ * two sequences append to, or that one sequence's table lists twice would have a
+ * sequence read another's new keys or its own at the wrong position: refused before
+ * anything is written. written: room for min(B * max_blocks, num_blocks) entries (more
+ * blocks appended to than the cache has means one is appended to twice). */
+static ta_status check_appended_blocks(const kv_call *k, kv_blk *written, int64_t room)
+{
+    const char *fn = k->fn;
+    const int64_t bs = k->block_size, mb = k->max_blocks;
+    int64_t n = 0;
+    for (int64_t b = 0; b < k->B; b++)
+        for (int64_t u = k->seqlens[b] / bs; u <= (k->seqlens[b] + k->Lnew - 1) / bs; u++) {
+            if (n == room)
+                return ta_error(TA_EINVAL, "%s: the sequences append to more blocks than the "
+                                "cache has (%lld): some block is appended to twice", fn,
+                                (long long)k->nblocks);
+            written[n++] = (kv_blk){.seq = b, .block = k->table[b * mb + u]};
+        }
+    qsort(written, (size_t)n, sizeof *written, blk_order);
+    for (int64_t i = 1; i < n; i++)
+        if (written[i].block == written[i - 1].block)
+            return ta_error(TA_EINVAL, "%s: block %d is appended to by sequence %lld and by "
+                            "sequence %lld (a block a call appends to must belong to one "
+                            "sequence, at one place in its table)", fn, (int)written[i].block,
+                            (long long)written[i - 1].seq, (long long)written[i].seq);
+    for (int64_t b = 0; b < k->B; b++) {
+        const int64_t len = k->seqlens[b] + k->Lnew, used = len / bs + (len % bs != 0);
+        const int64_t first = k->seqlens[b] / bs;
+        for (int64_t u = 0; u < used; u++) {
+            const kv_blk key = {.seq = -1, .block = k->table[b * mb + u]};
+            /* the block's entry, if appended to: the first of its (one) entries */
+            int64_t lo = 0, hi = n;
+            while (lo < hi) {
+                const int64_t mid = lo + (hi - lo) / 2;
+                if (blk_order(&written[mid], &key) < 0) lo = mid + 1;
+                else hi = mid;
+            }
+            if (lo == n || written[lo].block != key.block) continue;
+            if (written[lo].seq != b)
+                return ta_error(TA_EINVAL, "%s: sequence %lld appends to block %d, which "
+                                "sequence %lld reads too (cache->block_table[%lld][%lld]): a "
+                                "block a call appends to must belong to one sequence", fn,
+                                (long long)written[lo].seq, (int)key.block, (long long)b,
+                                (long long)b, (long long)u);
+            if (u < first)
+                return ta_error(TA_EINVAL, "%s: sequence %lld appends to block %d and reads "
+                                "it at cache->block_table[%lld][%lld] too (a block listed "
+                                "twice in its table)", fn, (long long)b, (int)key.block,
+                                (long long)b, (long long)u);
+        }
+    }
+    return TA_OK;
+}
+
 /* ------------------------------------------------------------ the scratch */
 
 typedef struct kv_mem {
+    kv_blk *written;  /* check_appended_blocks's room (a paged cache appended to) */
+    int64_t written_room;
+    bool check_blocks;
     float *kg, *vg;  /* the reference path's gathered K and V */
     kv_seq *seqs;    /* together (below): every sequence's views and problem */
     ta_sdpa_problem *probs;
@@ -409,6 +484,12 @@ typedef struct kv_mem {
 static ta_status kv_layout(ta_arena *a, kv_mem *m, const kv_call *k)
 {
     *m = (kv_mem){0};
+    /* (sized by the capacity, not by seqlens or Lnew: one workspace for every step) */
+    if (k->table && k->kn && k->Hkv > 0 && (k->D > 0 || k->Dv > 0)) {
+        m->check_blocks = true;
+        m->written_room = k->B * k->max_blocks < k->nblocks ? k->B * k->max_blocks : k->nblocks;
+        m->written = TA_ARENA_TAKE(a, kv_blk, m->written_room);
+    }
     if (k->B * k->H * k->Lq == 0) return TA_OK; /* no attention to compute */
     if (k->path == TA_SDPA_REFERENCE) {
         m->kg = TA_ARENA_TAKE2(a, float, k->Hkv * k->cap, k->D);
@@ -479,6 +560,8 @@ ta_status ta_sdpa_kvcache(ta_tensor *O, const ta_tensor *q, const ta_kv_cache *c
     st = kv_layout(&a, &m, &k);
     if (!st && (a.overflow || m.sdpa.overflow))
         st = ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", k.fn);
+    if (!st && m.check_blocks && k.Lnew > 0)
+        st = check_appended_blocks(&k, m.written, m.written_room);
     if (!st) st = append_rows(&k);
     if (!st) st = attend(&k, &m);
     ta_scratch_release(&s);
