@@ -8,6 +8,8 @@
  *     calls allocate nothing and give the bits of the library's scratch; one byte less
  *     is refused before anything is written (a batch of many sequences too, which the
  *     fused forward runs together: the query covers that).
+ *   - Batches of several sequences without a query row (Tq = 0) run (TA_OK, dK = dV = 0)
+ *     from a fresh scratch block and with a workspace of exactly the queried size.
  *   - The fused paths' workspace bound of a batch (ta_sdpa_scratch_bound of the whole,
  *     shapes only) covers every sequence it may hold: swept over Lq' <= Tq and Lk' <= Tk,
  *     including the shapes where a shorter sequence needs more than the whole (the
@@ -17,6 +19,7 @@
 
 #include "alloc_hook.h"
 #include "guard.h"
+#include "core/workspace.h" /* ta_scratch_cache_release: start from no kept block */
 #include "ops/sdpa.h" /* the bound and the problems it covers */
 #include "varlen_batch.h"
 
@@ -299,6 +302,87 @@ static void test_caller_workspace(void **state)
         }
 }
 
+/* Batches of two or more sequences without a query row anywhere (Tq = 0; keys or not):
+ * nothing to attend, so ta_sdpa returns TA_OK with its outputs empty and ta_sdpa_backward
+ * gives dK = dV = 0 (keys that no query sees), on the fused paths and 1 or 2 threads, both
+ * from no kept scratch block and with a workspace of exactly the queried size (ending at a
+ * guard page, no allocation). Until session 35 the fused forward took such sequences as a
+ * batch to run together, whose head (plans, work lists) its size plan had not counted for
+ * a batch without rows: TA_EINTERNAL "ta_sdpa: scratch smaller than planned" whenever the
+ * block was exactly the planned size (a caller's workspace, the first call of a process). */
+static const ta_test_varlen_spec no_query_specs[] = {
+    {"no query, keys", 3, {0, 0, 0}, {3, 0, 5}, 4, 2, 37, 37, TA_CAUSAL_TOP_LEFT, 0.0f,
+     TA_VARLEN_PACKED},
+    {"no query, no key", 2, {0, 0}, {0, 0}, 2, 1, 16, 8, TA_CAUSAL_NONE, 0.0f, TA_VARLEN_PACKED},
+};
+
+static void expect_zeros(const ta_tensor *t, const char *what, const char *name)
+{
+    double *x = ta_test_to_f64(t);
+    for (int64_t e = 0; e < ta_tensor_numel(t); e++)
+        if (x[e] != 0.0) fail_msg("%s: %s[%lld] = %g, not 0", name, what, (long long)e, x[e]);
+    free(x);
+}
+
+static void test_batch_without_queries(void **state)
+{
+    (void)state;
+    const int saved = ta_get_num_threads();
+    for (size_t si = 0; si < sizeof no_query_specs / sizeof *no_query_specs; si++)
+        for (int nt = 1; nt <= 2; nt++)
+            for (int path = 0; path < 2; path++) {
+                const char *name = no_query_specs[si].name;
+                TA_CHECK_OK(ta_set_num_threads(nt));
+                ta_test_varlen_batch b;
+                ta_test_varlen_make(&b, &no_query_specs[si], 9);
+                assert_true(b.Tq == 0);
+                ta_sdpa_opts o = b.opts;
+                o.path = path ? TA_SDPA_FUSED : TA_SDPA_AUTO;
+                for (int ws = 0; ws < 2; ws++) {
+                    ta_guard g = {0}, g2 = {0};
+                    ta_sdpa_opts fo = o, bo = o;
+                    bo.lse = NULL;
+                    if (ws) { /* exactly the queried sizes, nothing allocated */
+                        size_t fb, bb;
+                        TA_CHECK_OK(ta_sdpa_workspace_size(&fb, &b.o, &b.q, &b.k, &b.v, &fo));
+                        TA_CHECK_OK(ta_sdpa_backward_workspace_size(&bb, &b.dq, &b.dk, &b.dv,
+                                                                    &b.dout, &b.q, &b.k, &b.v,
+                                                                    &b.o, &b.lse, &bo));
+                        fo.workspace = ta_guard_workspace(&g, fb, 0);
+                        bo.workspace = ta_guard_workspace(&g2, bb, 0);
+                        assert_non_null(fo.workspace.data);
+                        assert_non_null(bo.workspace.data);
+                        ta_test_count_allocations();
+                    } else {
+                        ta_scratch_cache_release(); /* a fresh block of the planned size */
+                    }
+                    ta_status st = ta_sdpa(&b.o, &b.q, &b.k, &b.v, &fo);
+                    if (ws) ta_test_stop_counting();
+                    if (ws && ta_test_alloc_count)
+                        fail_msg("%s: %ld allocations with a workspace", name, ta_test_alloc_count);
+                    if (st != TA_OK)
+                        fail_msg("%s, %s, %d threads%s: ta_sdpa gave %s: %s", name,
+                                 path ? "fused" : "auto", nt, ws ? ", workspace" : "",
+                                 ta_status_name(st), ta_last_error());
+                    if (!ws) ta_scratch_cache_release();
+                    TA_CHECK_OK(ta_tensor_fill(&b.dk, NAN));
+                    TA_CHECK_OK(ta_tensor_fill(&b.dv, NAN));
+                    if (ws) ta_test_count_allocations();
+                    TA_CHECK_OK(ta_sdpa_backward(&b.dq, &b.dk, &b.dv, &b.dout, &b.q, &b.k, &b.v,
+                                                 &b.o, &b.lse, &bo));
+                    if (ws) ta_test_stop_counting();
+                    if (ws && ta_test_alloc_count)
+                        fail_msg("%s: %ld allocations with a workspace", name, ta_test_alloc_count);
+                    ta_guard_release(&g);
+                    ta_guard_release(&g2);
+                    expect_zeros(&b.dk, "dK", name);
+                    expect_zeros(&b.dv, "dV", name);
+                }
+                ta_test_varlen_free(&b);
+            }
+    TA_CHECK_OK(ta_set_num_threads(saved));
+}
+
 /* ------------------------------------------------------------- bound */
 
 /* [1, Hx, T, X] strided as a packed [T, Hx, X] tensor (no data: shapes only). */
@@ -396,6 +480,7 @@ int main(void)
         cmocka_unit_test(test_hostile_arguments),
         cmocka_unit_test(test_prepare_refuses_offsets),
         cmocka_unit_test(test_caller_workspace),
+        cmocka_unit_test(test_batch_without_queries),
         cmocka_unit_test(test_bound_covers_every_sequence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -801,7 +801,10 @@ static void need_add(seqs_need *n, const fused_plan *f, bool parts)
 
 bool ta_sdpa_forward_fused_together(const ta_sdpa_problem *p, int64_t n)
 {
-    if (p->backward || p->path != TA_SDPA_FUSED || n < 2) return false;
+    /* no query row at all (a varlen batch of Tq = 0): nothing to run together, and
+     * ta_sdpa_forward_fused_seqs_bound plans no region for it */
+    if (p->backward || p->path != TA_SDPA_FUSED || n < 2 || p->B * p->H * p->Lq == 0)
+        return false;
     ta_sdpa_staging st;
     ta_sdpa_stage_plan(&st, p);
     return ta_sdpa_stage_bytes(&st) == 0;
