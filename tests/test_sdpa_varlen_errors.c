@@ -8,8 +8,9 @@
  *     calls allocate nothing and give the bits of the library's scratch; one byte less
  *     is refused before anything is written (a batch of many sequences too, which the
  *     fused forward runs together: the query covers that).
- *   - Batches of several sequences without a query row (Tq = 0) run (TA_OK, dK = dV = 0)
- *     from a fresh scratch block and with a workspace of exactly the queried size.
+ *   - Batches of several sequences without a query row (Tq = 0) or without heads run
+ *     (TA_OK, dK = dV = 0) from a fresh scratch block and with a workspace of exactly the
+ *     queried size.
  *   - The fused paths' workspace bound of a batch (ta_sdpa_scratch_bound of the whole,
  *     shapes only) covers every sequence it may hold: swept over Lq' <= Tq and Lk' <= Tk,
  *     including the shapes where a shorter sequence needs more than the whole (the
@@ -302,18 +303,21 @@ static void test_caller_workspace(void **state)
         }
 }
 
-/* Batches of two or more sequences without a query row anywhere (Tq = 0; keys or not):
- * nothing to attend, so ta_sdpa returns TA_OK with its outputs empty and ta_sdpa_backward
- * gives dK = dV = 0 (keys that no query sees), on the fused paths and 1 or 2 threads, both
- * from no kept scratch block and with a workspace of exactly the queried size (ending at a
- * guard page, no allocation). Until session 35 the fused forward took such sequences as a
- * batch to run together, whose head (plans, work lists) its size plan had not counted for
- * a batch without rows: TA_EINTERNAL "ta_sdpa: scratch smaller than planned" whenever the
- * block was exactly the planned size (a caller's workspace, the first call of a process). */
+/* Batches of two or more sequences without a query row anywhere (Tq = 0; keys or not), or
+ * without heads (H = Hkv = 0): nothing to attend, so ta_sdpa returns TA_OK with its
+ * outputs empty and ta_sdpa_backward gives dK = dV = 0 (keys that no query sees), on the
+ * fused paths and 1 or 2 threads, both from no kept scratch block and with a workspace of
+ * exactly the queried size (ending at a guard page, no allocation). Until session 35 the
+ * fused forward (Tq = 0) and the fused backward (no heads) took such sequences as a batch
+ * to run together, whose head (plans, work lists) their size plans had not counted for a
+ * batch without rows: TA_EINTERNAL "scratch smaller than planned" whenever the block was
+ * exactly the planned size (a caller's workspace, the first call of a process). */
 static const ta_test_varlen_spec no_query_specs[] = {
     {"no query, keys", 3, {0, 0, 0}, {3, 0, 5}, 4, 2, 37, 37, TA_CAUSAL_TOP_LEFT, 0.0f,
      TA_VARLEN_PACKED},
     {"no query, no key", 2, {0, 0}, {0, 0}, 2, 1, 16, 8, TA_CAUSAL_NONE, 0.0f, TA_VARLEN_PACKED},
+    {"no heads", 3, {2, 0, 3}, {3, 1, 2}, 0, 0, 8, 4, TA_CAUSAL_BOTTOM_RIGHT, 0.0f,
+     TA_VARLEN_PACKED},
 };
 
 static void expect_zeros(const ta_tensor *t, const char *what, const char *name)
@@ -324,7 +328,7 @@ static void expect_zeros(const ta_tensor *t, const char *what, const char *name)
     free(x);
 }
 
-static void test_batch_without_queries(void **state)
+static void test_batch_without_rows(void **state)
 {
     (void)state;
     const int saved = ta_get_num_threads();
@@ -335,7 +339,7 @@ static void test_batch_without_queries(void **state)
                 TA_CHECK_OK(ta_set_num_threads(nt));
                 ta_test_varlen_batch b;
                 ta_test_varlen_make(&b, &no_query_specs[si], 9);
-                assert_true(b.Tq == 0);
+                assert_true(b.Tq == 0 || no_query_specs[si].H == 0);
                 ta_sdpa_opts o = b.opts;
                 o.path = path ? TA_SDPA_FUSED : TA_SDPA_AUTO;
                 for (int ws = 0; ws < 2; ws++) {
@@ -480,7 +484,7 @@ int main(void)
         cmocka_unit_test(test_hostile_arguments),
         cmocka_unit_test(test_prepare_refuses_offsets),
         cmocka_unit_test(test_caller_workspace),
-        cmocka_unit_test(test_batch_without_queries),
+        cmocka_unit_test(test_batch_without_rows),
         cmocka_unit_test(test_bound_covers_every_sequence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

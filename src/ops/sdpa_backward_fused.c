@@ -1011,7 +1011,9 @@ static size_t seqs_bytes(int64_t n, size_t ws_bytes, int nt, int64_t rows, size_
 
 bool ta_sdpa_backward_fused_together(const ta_sdpa_problem *p, int64_t n)
 {
-    if (!p->backward || p->path != TA_SDPA_FUSED || n < 2) return false;
+    /* no kv head (H = Hkv = 0): nothing to run together, and
+     * ta_sdpa_backward_fused_seqs_bound plans no region for it */
+    if (!p->backward || p->path != TA_SDPA_FUSED || n < 2 || p->B * p->Hkv == 0) return false;
     ta_sdpa_staging st;
     ta_sdpa_stage_plan(&st, p);
     return ta_sdpa_stage_bytes(&st) == 0;
