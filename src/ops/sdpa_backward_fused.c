@@ -1060,11 +1060,6 @@ static void order_by_cost(bwd_seqs *h, int64_t joined)
 
 ta_status ta_sdpa_backward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_arena *scratch)
 {
-    /* no kv heads (Hkv, hence H, 0): every gradient is empty, and no head was planned for
-     * it (ta_sdpa_backward_fused_seqs_bound gives such a call only `alone`) */
-    bool any = false;
-    for (int64_t s = 0; s < n; s++) any |= ps[s].B * ps[s].Hkv != 0;
-    if (!any) return TA_OK;
     bwd_seqs h;
     seqs_layout(scratch, &h, n);
     if (scratch->overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", ps->fn);

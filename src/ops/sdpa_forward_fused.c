@@ -901,11 +901,6 @@ static bool seqs_build(seqs_head *h, int64_t joined, const seqs_pool *q, int nt)
 
 ta_status ta_sdpa_forward_fused_seqs(const ta_sdpa_problem *ps, int64_t n, ta_arena *scratch)
 {
-    /* no query rows at all (Tq or H 0): nothing to write, and no head was planned for it
-     * (ta_sdpa_forward_fused_seqs_bound gives such a call only `alone`) */
-    bool any = false;
-    for (int64_t s = 0; s < n; s++) any |= ps[s].B * ps[s].H * ps[s].Lq != 0;
-    if (!any) return TA_OK;
     seqs_head h;
     seqs_head_layout(scratch, &h, n);
     if (scratch->overflow) return ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", ps->fn);
