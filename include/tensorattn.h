@@ -204,8 +204,9 @@ ta_status ta_tensor_slice(ta_tensor *view, const ta_tensor *t, int dim, int64_t 
 ta_status ta_tensor_contiguous(ta_tensor *out, const ta_tensor *t);
 /* copy values between tensors of equal shape (any strides; must not overlap), converting
  * when the dtypes differ (any of f32, f16, bf16, f64; rounding as in ta_convert).
- * TA_EINVAL when dst has a stride 0 over an extent > 1 or its byte range meets src's
- * (conservative, as ta_sdpa's overlap checks; the very same view is a no-op). */
+ * TA_EINVAL when dst has a stride 0 over an extent > 1 or overlaps src (as ta_sdpa
+ * defines it: exact for views of the same strides, else by byte range; the very same view
+ * is a no-op). */
 ta_status ta_tensor_copy(ta_tensor *dst, const ta_tensor *src);
 /* fill every element with value (rounded to t's dtype). */
 ta_status ta_tensor_fill(ta_tensor *t, float value);
@@ -427,6 +428,11 @@ typedef struct ta_sdpa_opts {
  *   H % Hkv == 0 (grouped-query attention): query head h uses key/value head
  *   h / (H / Hkv), as torch.repeat_interleave(K, H / Hkv, dim=1) would give. Any
  *   strides; O (and opts->weights, opts->lse) must not overlap the inputs or each other.
+ *   Overlap, here and in every check of the library: sharing an element's bytes. Views
+ *   of the same strides that interleave without a common element (slices of one packed
+ *   buffer: O beside Q, K, V in [B, L, 4, H, D], or dQ, dK, dV of a [B, L, 3, H, D]
+ *   gradient) do not overlap; views of different layouts whose byte ranges meet are
+ *   taken as overlapping (conservative).
  *   opts: NULL means a zeroed ta_sdpa_opts (defaults).
  * Masking, in this order, all optional and combined: key j of query row i is blocked
  * when opts->causal forbids it (top_left: j > i; bottom_right: j > i + Lk - Lq), when

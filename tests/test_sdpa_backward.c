@@ -316,6 +316,65 @@ static void test_bshd_layout_bitwise(void **state)
     ta_tensor_free(&c[8]);
 }
 
+/* Packed layouts (FlashAttention's qkvpacked, GQA style): Q, K, V and O as slices of
+ * one [B, L, H + 2 Hkv + H, D] buffer, and dQ, dK, dV as slices of one
+ * [B, L, H + 2 Hkv, D] gradient: the slices interleave without a common element, so
+ * the calls take them (until session 35 "dQ overlaps dK") and give the same bits as
+ * separate tensors, on both paths and 1 and 2 threads. */
+static void test_packed_slices_bitwise(void **state)
+{
+    (void)state;
+    enum { B = 2, H = 4, HKV = 2, L = 70, D = 24, W = H + 2 * HKV };
+    const int64_t heads[9] = {H, HKV, HKV, H, H, H, HKV, HKV, H}; /* q k v o dO dq dk dv lse */
+    ta_tensor c[9], packed_in, packed_grad, view[8];
+    TA_CHECK_OK(ta_tensor_empty(&packed_in, 4, (int64_t[]){B, L, W + H, D}));
+    TA_CHECK_OK(ta_tensor_empty(&packed_grad, 4, (int64_t[]){B, L, W, D}));
+    const int64_t first[8] = {0, H, H + HKV, W, 0, 0, H, H + HKV}; /* dO: its own tensor */
+    for (int t = 0; t < 8; t++) {
+        TA_CHECK_OK(ta_tensor_empty(&c[t], 4, (int64_t[]){B, heads[t], L, D}));
+        TA_CHECK_OK(ta_randn(&c[t], 70 + (uint64_t)t));
+        if (t == 4) continue;
+        ta_tensor slice;
+        TA_CHECK_OK(ta_tensor_slice(&slice, t < 5 ? &packed_in : &packed_grad, 2, first[t],
+                                    first[t] + heads[t], 1));
+        TA_CHECK_OK(ta_tensor_permute(&view[t], &slice, (int[]){0, 2, 1, 3}));
+        if (t < 3) TA_CHECK_OK(ta_tensor_copy(&view[t], &c[t]));
+    }
+    view[4] = c[4];
+    view[4].owned = NULL;
+    TA_CHECK_OK(ta_tensor_empty(&c[8], 3, (int64_t[]){B, H, L}));
+    const int saved = ta_get_num_threads();
+    for (int path = 0; path < 2; path++)
+        for (int threads = 1; threads <= 2; threads++) {
+            TA_CHECK_OK(ta_set_num_threads(threads));
+            const ta_sdpa_path pa = path ? TA_SDPA_REFERENCE : TA_SDPA_AUTO;
+            ta_sdpa_opts fo = {.causal = TA_CAUSAL_BOTTOM_RIGHT, .lse = &c[8], .path = pa};
+            TA_CHECK_OK(ta_sdpa(&c[3], &c[0], &c[1], &c[2], &fo));
+            TA_CHECK_OK(ta_sdpa(&view[3], &view[0], &view[1], &view[2], &fo));
+            if (!same_bits(&view[3], &c[3])) fail_msg("path %d, %d threads: O differs", path, threads);
+            ta_sdpa_opts bo = {.causal = TA_CAUSAL_BOTTOM_RIGHT, .path = pa};
+            TA_CHECK_OK(ta_sdpa_backward(&c[5], &c[6], &c[7], &c[4], &c[0], &c[1], &c[2], &c[3],
+                                         &c[8], &bo));
+            TA_CHECK_OK(ta_tensor_fill(&packed_grad, NAN));
+            TA_CHECK_OK(ta_sdpa_backward(&view[5], &view[6], &view[7], &view[4], &view[0],
+                                         &view[1], &view[2], &view[3], &c[8], &bo));
+            for (int t = 5; t < 8; t++)
+                if (!same_bits(&view[t], &c[t]))
+                    fail_msg("path %d, %d threads: gradient %d differs", path, threads, t - 5);
+        }
+    /* a slice shifted into its neighbour's heads is still refused */
+    ta_tensor slice, shifted;
+    TA_CHECK_OK(ta_tensor_slice(&slice, &packed_grad, 2, 1, 1 + H, 1));
+    TA_CHECK_OK(ta_tensor_permute(&shifted, &slice, (int[]){0, 2, 1, 3}));
+    ta_sdpa_opts bo = {.causal = TA_CAUSAL_BOTTOM_RIGHT};
+    TA_CHECK_ERR(ta_sdpa_backward(&shifted, &view[6], &view[7], &view[4], &view[0], &view[1],
+                                  &view[2], &view[3], &c[8], &bo), TA_EINVAL, "dQ overlaps dK");
+    TA_CHECK_OK(ta_set_num_threads(saved));
+    for (int t = 0; t < 9; t++) ta_tensor_free(&c[t]);
+    ta_tensor_free(&packed_in);
+    ta_tensor_free(&packed_grad);
+}
+
 /* A varlen backward whose packed [T, H, D] tensors (H = 8, D = 64: rows 2 KiB apart)
  * run each sequence in plan "group" with each group's rows of Q and dO (and K, with
  * Hkv = 8) copied: Hkv = 8 and sequences of up to 130 keys (wider than a key tile), and
@@ -475,6 +534,7 @@ int main(void)
         cmocka_unit_test(test_nan_propagates),
         cmocka_unit_test(test_bitwise_across_threads),
         cmocka_unit_test(test_bshd_layout_bitwise),
+        cmocka_unit_test(test_packed_slices_bitwise),
         cmocka_unit_test(test_varlen_group_copies_bitwise),
         cmocka_unit_test(test_large_gradients_bitwise),
         cmocka_unit_test(test_empty_queries_many_keys),

@@ -281,6 +281,73 @@ static void test_overlap_counts_each_dtypes_bytes(void **state)
     assert_true(ta_tensors_overlap(&a, &b));
 }
 
+/* Views of one buffer that interleave without a common element (slices of a packed
+ * buffer) do not overlap; ta_tensors_overlap against the sets of element offsets,
+ * enumerated, for random layouts of equal strides (random shapes, signs, offsets). */
+static void element_offsets(const ta_tensor *t, int64_t base, int64_t *out, int64_t *n)
+{
+    int64_t idx[TA_MAX_DIMS] = {0};
+    const int64_t count = ta_tensor_numel(t);
+    for (int64_t e = 0; e < count; e++) {
+        int64_t off = base;
+        for (int d = 0; d < t->ndim; d++) off += idx[d] * t->stride[d];
+        out[(*n)++] = off;
+        ta_index_next(t->ndim, t->shape, idx);
+    }
+}
+
+static void test_interleaved_views_do_not_overlap(void **state)
+{
+    (void)state;
+    static float buf[4096];
+    ta_tensor q, k, v;
+    /* dQ, dK, dV of a packed [B 2, L 3, 3, H 4, D 5] gradient: strides [180, 60, 20, 5, 1] */
+    const int64_t sh[4] = {2, 3, 4, 5}, st[4] = {180, 60, 5, 1};
+    TA_CHECK_OK(ta_tensor_from_buffer(&q, buf, 4, sh, st));
+    TA_CHECK_OK(ta_tensor_from_buffer(&k, buf + 20, 4, sh, st));
+    TA_CHECK_OK(ta_tensor_from_buffer(&v, buf + 40, 4, sh, st));
+    assert_false(ta_tensors_overlap(&q, &k) || ta_tensors_overlap(&k, &v) ||
+                 ta_tensors_overlap(&v, &q) || ta_tensors_overlap(&k, &q));
+    TA_CHECK_OK(ta_tensor_from_buffer(&k, buf + 19, 4, sh, st)); /* one element back */
+    assert_true(ta_tensors_overlap(&q, &k) && ta_tensors_overlap(&k, &q));
+    /* GQA packed [B 2, L 3, H 4 + 2 Hkv 2, D 5]: q heads 0..3, k 4..5, v 6..7 */
+    const int64_t shq[4] = {2, 3, 4, 5}, shk[4] = {2, 3, 2, 5}, stg[4] = {120, 40, 5, 1};
+    TA_CHECK_OK(ta_tensor_from_buffer(&q, buf, 4, shq, stg));
+    TA_CHECK_OK(ta_tensor_from_buffer(&k, buf + 20, 4, shk, stg));
+    TA_CHECK_OK(ta_tensor_from_buffer(&v, buf + 30, 4, shk, stg));
+    assert_false(ta_tensors_overlap(&q, &k) || ta_tensors_overlap(&k, &v) ||
+                 ta_tensors_overlap(&q, &v));
+    TA_CHECK_OK(ta_tensor_from_buffer(&q, buf + 5, 4, shq, stg)); /* heads 1..4 meet k's 4 */
+    assert_true(ta_tensors_overlap(&q, &k));
+    /* random layouts of equal strides against the enumerated offsets */
+    static int64_t ea[512], eb[512];
+    uint64_t r = 12345;
+    for (int trial = 0; trial < 20000; trial++) {
+        int64_t sa[3], sb[3], str[3];
+        const int nd = 1 + (int)((r = r * 6364136223846793005ull + 1442695040888963407ull) >> 62) % 3;
+        for (int d = 0; d < nd; d++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            sa[d] = 1 + (int64_t)(r >> 33) % 4;
+            sb[d] = 1 + (int64_t)(r >> 40) % 4;
+            str[d] = ((int64_t)(r >> 47) % 13) - 6;
+        }
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        const int64_t delta = (int64_t)(r >> 35) % 61 - 30;
+        ta_tensor a, b;
+        TA_CHECK_OK(ta_tensor_from_buffer(&a, buf + 1024, nd, sa, str));
+        TA_CHECK_OK(ta_tensor_from_buffer(&b, buf + 1024 + delta, nd, sb, str));
+        int64_t na = 0, nb = 0;
+        element_offsets(&a, 0, ea, &na);
+        element_offsets(&b, delta, eb, &nb);
+        bool common = false;
+        for (int64_t i = 0; i < na && !common; i++)
+            for (int64_t j = 0; j < nb && !common; j++) common = ea[i] == eb[j];
+        if (ta_tensors_overlap(&a, &b) != common || ta_tensors_overlap(&b, &a) != common)
+            fail_msg("trial %d: ndim %d, delta %lld: overlap %d, common element %d", trial, nd,
+                     (long long)delta, (int)ta_tensors_overlap(&a, &b), (int)common);
+    }
+}
+
 /* ----------------------------------------------------------------- random */
 
 /* A uniform fill of U[lo, hi) into a half type: each element the float32 draw rounded to
@@ -406,6 +473,7 @@ int main(void)
         cmocka_unit_test(test_fill_rounds_to_the_dtype),
         cmocka_unit_test(test_views_of_half_tensors_address_two_byte_elements),
         cmocka_unit_test(test_overlap_counts_each_dtypes_bytes),
+        cmocka_unit_test(test_interleaved_views_do_not_overlap),
         cmocka_unit_test(test_random_fills_round_the_float32_draw),
         cmocka_unit_test(test_random_fills_stay_below_high),
         cmocka_unit_test(test_float32_operations_refuse_other_dtypes),

@@ -262,6 +262,72 @@ ta_status ta_tensor_check_shape(const char *fn, const char *name, const ta_tenso
     return output ? ta_tensor_check_unaliased(fn, name, t) : TA_OK;
 }
 
+/* One dim of the search below: b's element at index j of the dim lies d = i_a - j
+ * strides from a's element at i_a, d in [lo, hi] (lo = -(n_b - 1), hi = n_a - 1). */
+typedef struct overlap_dim {
+    int64_t stride, lo, hi;
+} overlap_dim;
+
+/* Whether rem = sum of d_k * dim[k].stride for some d_k in [lo_k, hi_k] (k < n), the
+ * dims in decreasing stride; below[k]: the least and greatest sum of dims k + 1 ..
+ * Bounded: past `*budget` visits the answer is "yes" (conservative). */
+static bool offset_reachable(const overlap_dim *dim, int64_t (*below)[2], int n,
+                             int64_t rem, int64_t *budget)
+{
+    if (n == 0) return rem == 0;
+    if (--*budget < 0) return true;
+    const int64_t s = dim[0].stride, lo_sum = below[0][0], hi_sum = below[0][1];
+    /* d with rem - d s in [lo_sum, hi_sum] (floor and ceiling of exact quotients) */
+    const int64_t a = rem - hi_sum, b = rem - lo_sum;
+    int64_t dmin = a / s + (a % s != 0 && a > 0), dmax = b / s - (b % s != 0 && b < 0);
+    if (dmin < dim[0].lo) dmin = dim[0].lo;
+    if (dmax > dim[0].hi) dmax = dim[0].hi;
+    for (int64_t d = dmin; d <= dmax; d++)
+        if (offset_reachable(dim + 1, below + 1, n - 1, rem - d * s, budget)) return true;
+    return false;
+}
+
+bool ta_tensors_interleave(const ta_tensor *a, const ta_tensor *b)
+{
+    /* the same dtype and strides (shapes may differ: dQ and dK of a packed GQA buffer),
+     * bases a whole number of elements apart; else no claim */
+    const int64_t size = (int64_t)ta_elem_size(a->dtype);
+    if (a->ndim != b->ndim || ta_elem_size(b->dtype) != (size_t)size) return false;
+    const intptr_t delta = (intptr_t)((uintptr_t)b->data - (uintptr_t)a->data);
+    if (delta % size != 0) return false;
+    overlap_dim dim[TA_MAX_DIMS];
+    int n = 0;
+    for (int d = 0; d < a->ndim; d++) {
+        if (a->stride[d] != b->stride[d]) return false;
+        if (a->shape[d] == 0 || b->shape[d] == 0) return true; /* empty: no element */
+        const int64_t s = a->stride[d];
+        if (s == 0 || (a->shape[d] == 1 && b->shape[d] == 1)) continue; /* adds nothing */
+        /* a negative stride: the same sums with the index differences negated */
+        dim[n++] = s > 0 ? (overlap_dim){s, -(b->shape[d] - 1), a->shape[d] - 1}
+                         : (overlap_dim){-s, -(a->shape[d] - 1), b->shape[d] - 1};
+    }
+    /* a's element at index i_a and b's at i_b are the same when
+     * sum_k (i_a,k - i_b,k) stride_k = delta / size: search the differences, largest
+     * stride first (strides and extents of checked tensors: their spans fit in int64, so
+     * these sums do, with a margin kept below) */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && dim[j].stride > dim[j - 1].stride; j--) {
+            const overlap_dim t = dim[j];
+            dim[j] = dim[j - 1], dim[j - 1] = t;
+        }
+    int64_t below[TA_MAX_DIMS][2];
+    int64_t lo_sum = 0, hi_sum = 0;
+    for (int k = n - 1; k >= 0; k--) {
+        below[k][0] = lo_sum, below[k][1] = hi_sum;
+        if (dim[k].stride > ((int64_t)1 << 60) / (dim[k].hi - dim[k].lo + 1)) return false;
+        lo_sum += dim[k].lo * dim[k].stride;
+        hi_sum += dim[k].hi * dim[k].stride;
+        if (lo_sum < -((int64_t)1 << 61) || hi_sum > ((int64_t)1 << 61)) return false;
+    }
+    int64_t budget = 1 << 12;
+    return !offset_reachable(dim, below, n, (int64_t)(delta / size), &budget);
+}
+
 ta_status ta_tensor_check_unaliased(const char *fn, const char *name, const ta_tensor *t)
 {
     /* an output is written element by element: distinct indices need distinct addresses

@@ -76,15 +76,17 @@ static inline bool ta_tensor_byte_span(const ta_tensor *t, uintptr_t *lo, uintpt
     return true;
 }
 
-/* Whether the byte ranges of a's and b's elements intersect, each in its own dtype's
- * size (conservative: two interleaved views that share no element still count as
- * overlapping). */
+/* Whether a and b may share memory: false when the byte ranges of their elements (each
+ * in its own dtype's size) do not intersect, or when they interleave without a common
+ * element (ta_tensors_interleave: the slices of one packed buffer, e.g. dQ, dK and dV of
+ * a [B, L, 3, H, D] gradient); true otherwise (conservative where the layouts differ). */
+bool ta_tensors_interleave(const ta_tensor *a, const ta_tensor *b);
 static inline bool ta_tensors_overlap(const ta_tensor *a, const ta_tensor *b)
 {
     uintptr_t lo[2], hi[2];
     if (!ta_tensor_byte_span(a, &lo[0], &hi[0]) || !ta_tensor_byte_span(b, &lo[1], &hi[1]))
         return false;
-    return lo[0] < hi[1] && lo[1] < hi[0];
+    return lo[0] < hi[1] && lo[1] < hi[0] && !ta_tensors_interleave(a, b);
 }
 
 #endif

@@ -26,7 +26,8 @@
  * when the size overflows. 0 when the call needs no scratch.
  * ta_einsum_run: ta_einsum_ext on scratch carved from *scratch (a carving arena of at
  * least the bytes above, with the same shapes, strides and thread count; NULL when they
- * are 0). Validates everything (errors name fn; out is untouched on every error) and
+ * are 0). Validates everything but overlaps, which the caller checks on its own tensors
+ * (errors name fn; out is untouched on every error) and
  * never allocates; TA_EINTERNAL if the scratch is missing or too small (a bug in the
  * caller's layout). Records its plan for ta_einsum_last_plan. */
 ta_status ta_einsum_scratch_bytes(size_t *bytes, const char *fn, const ta_tensor *out,

@@ -56,7 +56,10 @@ typedef struct ei_bind {
 /* How an entry validates its tensors. */
 typedef enum ei_check {
     EI_CHECK_ALL,    /* as ta_einsum: data set where non-empty */
-    EI_CHECK_LAYOUT  /* shapes and strides only (data may be NULL: a size query) */
+    EI_CHECK_LAYOUT, /* shapes and strides only (data may be NULL: a size query) */
+    EI_CHECK_RUN     /* as EI_CHECK_ALL but the overlaps (ta_einsum_run: its caller has
+                        compared its own tensors; the views it passes are reshapes of
+                        them, which ta_tensors_overlap could only compare by byte range) */
 } ei_check;
 
 /* Validates the spec and operands (b NULL: one operand), parses and binds: everything
