@@ -205,8 +205,8 @@ ta_status ta_tensor_contiguous(ta_tensor *out, const ta_tensor *t);
 /* copy values between tensors of equal shape (any strides; must not overlap), converting
  * when the dtypes differ (any of f32, f16, bf16, f64; rounding as in ta_convert).
  * TA_EINVAL when dst has a stride 0 over an extent > 1 or overlaps src (as ta_sdpa
- * defines it: exact for views of the same strides, else by byte range; the very same view
- * is a no-op). */
+ * defines it: element by element for views of the same strides, within a bounded search,
+ * else by byte range; the very same view is a no-op). */
 ta_status ta_tensor_copy(ta_tensor *dst, const ta_tensor *src);
 /* fill every element with value (rounded to t's dtype). */
 ta_status ta_tensor_fill(ta_tensor *t, float value);
@@ -431,8 +431,9 @@ typedef struct ta_sdpa_opts {
  *   Overlap, here and in every check of the library: sharing an element's bytes. Views
  *   of the same strides that interleave without a common element (slices of one packed
  *   buffer: O beside Q, K, V in [B, L, 4, H, D], or dQ, dK, dV of a [B, L, 3, H, D]
- *   gradient) do not overlap; views of different layouts whose byte ranges meet are
- *   taken as overlapping (conservative).
+ *   gradient) do not overlap; views of different layouts whose byte ranges meet, and
+ *   views of the same strides too intricate for a bounded search, are taken as
+ *   overlapping (conservative).
  *   opts: NULL means a zeroed ta_sdpa_opts (defaults).
  * Masking, in this order, all optional and combined: key j of query row i is blocked
  * when opts->causal forbids it (top_left: j > i; bottom_right: j > i + Lk - Lq), when

@@ -179,6 +179,13 @@ static void appended_block_listed_twice(ta_test_kv *t, ta_sdpa_opts *o)
     (void)o;
     t->table[2 * 5 + 1] = t->table[2 * 5 + 4];
 }
+/* kv006: paged, blocks of 8, max_blocks 3, seqlens 3 10, Lnew 6: sequence 0 appends
+ * into its slots 0 and 1 */
+static void appends_twice_into_one_block(ta_test_kv *t, ta_sdpa_opts *o)
+{
+    (void)o;
+    t->table[1] = t->table[0];
+}
 static void tiny_workspace(ta_test_kv *t, ta_sdpa_opts *o)
 {
     size_t n;
@@ -232,6 +239,7 @@ static void test_refused(void **state)
         {"kv004", shared_appended_block, TA_EINVAL, "is appended to by sequence 0 and by sequence 1"},
         {"kv004", reads_appended_block, TA_EINVAL, "which sequence 1 reads too (cache->block_table[1][0])"},
         {"kv004", appended_block_listed_twice, TA_EINVAL, "reads it at cache->block_table[2][1] too"},
+        {"kv006", appends_twice_into_one_block, TA_EINVAL, "sequence 0's table lists block"},
         {"kv004", tiny_workspace, TA_EINVAL, "workspace"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)

@@ -417,8 +417,9 @@ static int blk_order(const void *pa, const void *pb)
  * appends to and another reads (vLLM's prefix sharing without its copy-on-write), that
  * two sequences append to, or that one sequence's table lists twice would have a
  * sequence read another's new keys or its own at the wrong position: refused before
- * anything is written. written: room for min(B * max_blocks, num_blocks) entries (more
- * blocks appended to than the cache has means one is appended to twice). */
+ * anything is written. written: room for min(B * the blocks Lnew rows can span,
+ * num_blocks) entries (more blocks appended to than the cache has means one is appended
+ * to twice). */
 static ta_status check_appended_blocks(const kv_call *k, kv_blk *written, int64_t room)
 {
     const char *fn = k->fn;
@@ -433,12 +434,17 @@ static ta_status check_appended_blocks(const kv_call *k, kv_blk *written, int64_
             written[n++] = (kv_blk){.seq = b, .block = k->table[b * mb + u]};
         }
     qsort(written, (size_t)n, sizeof *written, blk_order);
-    for (int64_t i = 1; i < n; i++)
-        if (written[i].block == written[i - 1].block)
-            return ta_error(TA_EINVAL, "%s: block %d is appended to by sequence %lld and by "
-                            "sequence %lld (a block a call appends to must belong to one "
-                            "sequence, at one place in its table)", fn, (int)written[i].block,
-                            (long long)written[i - 1].seq, (long long)written[i].seq);
+    for (int64_t i = 1; i < n; i++) {
+        if (written[i].block != written[i - 1].block) continue;
+        if (written[i].seq == written[i - 1].seq)
+            return ta_error(TA_EINVAL, "%s: sequence %lld's table lists block %d twice among "
+                            "the blocks it appends to", fn, (long long)written[i].seq,
+                            (int)written[i].block);
+        return ta_error(TA_EINVAL, "%s: block %d is appended to by sequence %lld and by "
+                        "sequence %lld (a block a call appends to must belong to one "
+                        "sequence, at one place in its table)", fn, (int)written[i].block,
+                        (long long)written[i - 1].seq, (long long)written[i].seq);
+    }
     for (int64_t b = 0; b < k->B; b++) {
         const int64_t len = k->seqlens[b] + k->Lnew, used = len / bs + (len % bs != 0);
         const int64_t first = k->seqlens[b] / bs;
@@ -484,10 +490,13 @@ typedef struct kv_mem {
 static ta_status kv_layout(ta_arena *a, kv_mem *m, const kv_call *k)
 {
     *m = (kv_mem){0};
-    /* (sized by the capacity, not by seqlens or Lnew: one workspace for every step) */
-    if (k->table && k->kn && k->Hkv > 0 && (k->D > 0 || k->Dv > 0)) {
+    /* sized by k_new's shape and the capacity, not by seqlens: Lnew rows span at most
+     * (Lnew + block_size - 2) / block_size + 1 blocks of a sequence */
+    if (k->table && k->kn && k->Lnew > 0 && k->Hkv > 0 && (k->D > 0 || k->Dv > 0)) {
+        int64_t per_seq = (k->Lnew - 1) / k->block_size + 2;
+        if (per_seq > k->max_blocks) per_seq = k->max_blocks;
         m->check_blocks = true;
-        m->written_room = k->B * k->max_blocks < k->nblocks ? k->B * k->max_blocks : k->nblocks;
+        m->written_room = k->B * per_seq < k->nblocks ? k->B * per_seq : k->nblocks;
         m->written = TA_ARENA_TAKE(a, kv_blk, m->written_room);
     }
     if (k->B * k->H * k->Lq == 0) return TA_OK; /* no attention to compute */
@@ -560,8 +569,7 @@ ta_status ta_sdpa_kvcache(ta_tensor *O, const ta_tensor *q, const ta_kv_cache *c
     st = kv_layout(&a, &m, &k);
     if (!st && (a.overflow || m.sdpa.overflow))
         st = ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", k.fn);
-    if (!st && m.check_blocks && k.Lnew > 0)
-        st = check_appended_blocks(&k, m.written, m.written_room);
+    if (!st && m.check_blocks) st = check_appended_blocks(&k, m.written, m.written_room);
     if (!st) st = append_rows(&k);
     if (!st) st = attend(&k, &m);
     ta_scratch_release(&s);
