@@ -211,7 +211,8 @@ ta_status ta_tensor_copy(ta_tensor *dst, const ta_tensor *src);
 /* fill every element with value (rounded to t's dtype). */
 ta_status ta_tensor_fill(ta_tensor *t, float value);
 /* torch.tril_/triu_ on the last two dims (rank >= 2): tril keeps j <= i + diagonal,
- * triu keeps j >= i + diagonal; the rest becomes 0. In place. */
+ * triu keeps j >= i + diagonal; the rest becomes 0. In place (TA_EINVAL for a t with a
+ * stride 0 over an extent > 1, as torch refuses in-place ops on expanded tensors). */
 ta_status ta_tensor_tril(ta_tensor *t, int64_t diagonal);
 ta_status ta_tensor_triu(ta_tensor *t, int64_t diagonal);
 
@@ -222,7 +223,8 @@ ta_status ta_tensor_triu(ta_tensor *t, int64_t diagonal);
  * or machine. Into float16 / bfloat16 the float32 draw is rounded to nearest-even; a
  * uniform draw that rounds to high (or overflows) takes the type's next value below, so
  * the ranges stay half-open in every dtype. Any finite low < high is taken, even a range
- * wider than FLT_MAX. */
+ * wider than FLT_MAX. TA_EINVAL for a t with a stride 0 over an extent > 1 (its aliased
+ * elements would keep whichever draw came last). */
 ta_status ta_randn(ta_tensor *t, uint64_t seed);           /* N(0, 1) */
 ta_status ta_rand(ta_tensor *t, uint64_t seed);            /* U[0, 1) */
 ta_status ta_rand_uniform(ta_tensor *t, float low, float high, uint64_t seed); /* U[low, high) */

@@ -100,6 +100,16 @@ static void test_distributions(void **state)
     TA_CHECK_ERR(ta_rand_uniform(&t, 1.0f, 1.0f, 9), TA_EINVAL, "low < high");
     TA_CHECK_ERR(ta_randn(NULL, 1), TA_EINVAL, "t is NULL");
     ta_tensor_free(&t);
+    /* an expanded (stride-0) output: its elements alias, refused and untouched; an
+     * empty one has none to alias */
+    float cell[1] = {42.0f};
+    ta_tensor ex;
+    TA_CHECK_OK(ta_tensor_from_buffer(&ex, cell, 2, (int64_t[]){3, 1}, (int64_t[]){0, 1}));
+    TA_CHECK_ERR(ta_randn(&ex, 1), TA_EINVAL, "ta_randn: t has stride 0 in dim 0");
+    TA_CHECK_ERR(ta_rand_uniform(&ex, 0.0f, 1.0f, 1), TA_EINVAL, "stride 0 in dim 0");
+    assert_true(cell[0] == 42.0f);
+    TA_CHECK_OK(ta_tensor_from_buffer(&ex, cell, 2, (int64_t[]){3, 0}, (int64_t[]){0, 0}));
+    TA_CHECK_OK(ta_randn(&ex, 1));
 }
 
 static void test_randint(void **state)

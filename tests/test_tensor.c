@@ -238,6 +238,14 @@ static void test_tril_triu(void **state)
     TA_CHECK_OK(ta_tensor_zeros(&v, 1, (int64_t[]){4}));
     TA_CHECK_ERR(ta_tensor_tril(&v, 0), TA_ESHAPE, "at least 2 dims");
     ta_tensor_free(&v);
+    /* an expanded matrix (rows all one row): element (0, 1) is (1, 1), kept by tril at
+     * one index and zeroed at the other; refused and untouched */
+    float row[3] = {1, 2, 3};
+    ta_tensor ex;
+    TA_CHECK_OK(ta_tensor_from_buffer(&ex, row, 2, (int64_t[]){3, 3}, (int64_t[]){0, 1}));
+    TA_CHECK_ERR(ta_tensor_tril(&ex, 0), TA_EINVAL, "ta_tensor_tril: t has stride 0 in dim 0");
+    TA_CHECK_ERR(ta_tensor_triu(&ex, 0), TA_EINVAL, "stride 0");
+    assert_true(row[0] == 1 && row[1] == 2 && row[2] == 3);
 }
 
 static void test_status_names(void **state)

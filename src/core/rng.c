@@ -64,6 +64,9 @@ static ta_status fill(const char *fn, ta_tensor *t, dist_kind kind, float lo, fl
                       uint64_t seed)
 {
     ta_status st = ta_tensor_check_dtypes(fn, "t", t, TA_ACCEPT_ANY);
+    /* aliased elements would keep whichever draw came last: on several threads, not
+     * the same one from run to run */
+    if (!st) st = ta_tensor_check_unaliased(fn, "t", t);
     if (st) return st;
     int64_t n = ta_tensor_numel(t);
     int nd = t->ndim;

@@ -148,6 +148,8 @@ ta_status ta_tensor_fill(ta_tensor *t, float value)
 static ta_status tri(const char *fn, ta_tensor *t, int64_t diagonal, bool lower)
 {
     ta_status st = ta_tensor_check_dtypes(fn, "t", t, TA_ACCEPT_ANY);
+    /* an element kept at one index and zeroed at another would end as either */
+    if (!st) st = ta_tensor_check_unaliased(fn, "t", t);
     if (st) return st;
     if (t->ndim < 2)
         return ta_error(TA_ESHAPE, "%s: t must have at least 2 dims, got %d", fn, t->ndim);
