@@ -405,11 +405,17 @@ typedef struct kv_blk {
     int32_t block;
 } kv_blk;
 
+static int blk_block_order(const void *pa, const void *pb)
+{
+    const kv_blk *a = pa, *b = pb;
+    return a->block < b->block ? -1 : a->block > b->block;
+}
+
 static int blk_order(const void *pa, const void *pb)
 {
     const kv_blk *a = pa, *b = pb;
-    if (a->block != b->block) return a->block < b->block ? -1 : 1;
-    return a->seq < b->seq ? -1 : a->seq > b->seq;
+    const int by_block = blk_block_order(a, b);
+    return by_block ? by_block : a->seq < b->seq ? -1 : a->seq > b->seq;
 }
 
 /* A paged call appends row t of sequence b into the block at its slot (seqlens[b] + t) /
@@ -449,20 +455,15 @@ static ta_status check_appended_blocks(const kv_call *k, kv_blk *written, int64_
         const int64_t len = k->seqlens[b] + k->Lnew, used = len / bs + (len % bs != 0);
         const int64_t first = k->seqlens[b] / bs;
         for (int64_t u = 0; u < used; u++) {
-            const kv_blk key = {.seq = -1, .block = k->table[b * mb + u]};
-            /* the block's entry, if appended to: the first of its (one) entries */
-            int64_t lo = 0, hi = n;
-            while (lo < hi) {
-                const int64_t mid = lo + (hi - lo) / 2;
-                if (blk_order(&written[mid], &key) < 0) lo = mid + 1;
-                else hi = mid;
-            }
-            if (lo == n || written[lo].block != key.block) continue;
-            if (written[lo].seq != b)
+            const kv_blk key = {.block = k->table[b * mb + u]};
+            /* the block's entry, if appended to (one at most: checked above) */
+            const kv_blk *w = bsearch(&key, written, (size_t)n, sizeof *written, blk_block_order);
+            if (!w) continue;
+            if (w->seq != b)
                 return ta_error(TA_EINVAL, "%s: sequence %lld appends to block %d, which "
                                 "sequence %lld reads too (cache->block_table[%lld][%lld]): a "
                                 "block a call appends to must belong to one sequence", fn,
-                                (long long)written[lo].seq, (int)key.block, (long long)b,
+                                (long long)w->seq, (int)key.block, (long long)b,
                                 (long long)b, (long long)u);
             if (u < first)
                 return ta_error(TA_EINVAL, "%s: sequence %lld appends to block %d and reads "
@@ -477,9 +478,8 @@ static ta_status check_appended_blocks(const kv_call *k, kv_blk *written, int64_
 /* ------------------------------------------------------------ the scratch */
 
 typedef struct kv_mem {
-    kv_blk *written;  /* check_appended_blocks's room (a paged cache appended to) */
-    int64_t written_room;
-    bool check_blocks;
+    kv_blk *written;  /* check_appended_blocks's room (a paged cache appended to; */
+    int64_t written_room; /* 0: nothing to check) */
     float *kg, *vg;  /* the reference path's gathered K and V */
     kv_seq *seqs;    /* together (below): every sequence's views and problem */
     ta_sdpa_problem *probs;
@@ -495,7 +495,6 @@ static ta_status kv_layout(ta_arena *a, kv_mem *m, const kv_call *k)
     if (k->table && k->kn && k->Lnew > 0 && k->Hkv > 0 && (k->D > 0 || k->Dv > 0)) {
         int64_t per_seq = (k->Lnew - 1) / k->block_size + 2;
         if (per_seq > k->max_blocks) per_seq = k->max_blocks;
-        m->check_blocks = true;
         m->written_room = k->B * per_seq < k->nblocks ? k->B * per_seq : k->nblocks;
         m->written = TA_ARENA_TAKE(a, kv_blk, m->written_room);
     }
@@ -569,7 +568,7 @@ ta_status ta_sdpa_kvcache(ta_tensor *O, const ta_tensor *q, const ta_kv_cache *c
     st = kv_layout(&a, &m, &k);
     if (!st && (a.overflow || m.sdpa.overflow))
         st = ta_error(TA_EINTERNAL, "%s: scratch smaller than planned", k.fn);
-    if (!st && m.check_blocks) st = check_appended_blocks(&k, m.written, m.written_room);
+    if (!st && m.written_room > 0) st = check_appended_blocks(&k, m.written, m.written_room);
     if (!st) st = append_rows(&k);
     if (!st) st = attend(&k, &m);
     ta_scratch_release(&s);
