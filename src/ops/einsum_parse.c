@@ -274,12 +274,5 @@ ta_status ei_check_out(const char *fn, const ta_tensor *out, const ei_bind *bd,
                         fn, ta_shape_str(s1, sizeof s1, out->ndim, out->shape), spec,
                         ta_shape_str(s2, sizeof s2, bd->out_ndim, bd->out_shape));
     }
-    bool empty = false; /* no element to alias (NumPy's empty arrays have stride 0 dims) */
-    for (int d = 0; d < out->ndim; d++) empty |= out->shape[d] == 0;
-    for (int d = 0; !empty && d < out->ndim; d++)
-        if (out->shape[d] > 1 && out->stride[d] == 0)
-            return ta_error(TA_EINVAL,
-                            "%s: out has stride 0 in dim %d (size %lld): several results "
-                            "would land on one element", fn, d, (long long)out->shape[d]);
-    return TA_OK;
+    return ta_tensor_check_unaliased(fn, "out", out); /* several results on one element */
 }

@@ -75,10 +75,8 @@ ta_status ta_softmax(ta_tensor *out, const ta_tensor *x, int dim)
             return ta_error(TA_EINVAL, "%s: out overlaps x without being the same view; "
                             "pass the same tensor for in place", fn);
     }
+    if ((st = ta_tensor_check_unaliased(fn, "out", out))) return st;
     int64_t numel = ta_tensor_numel(x);
-    for (int d = 0; numel > 0 && d < nd; d++) /* an empty out has no element to alias */
-        if (out->stride[d] == 0 && out->shape[d] > 1)
-            return ta_error(TA_EINVAL, "%s: out has stride 0 in dim %d (aliased elements)", fn, d);
     if (numel == 0) return TA_OK;
 
     /* Rows: every index over the dims other than dim (kept as a size-1 dim so one
