@@ -46,6 +46,7 @@ int ta_stream_prefetch_rows;
 int ta_stream_prefetch_l1;
 int ta_exp_denormal_assist = 1;
 int ta_pf_stream_l2;
+int ta_sweep_pages;
 int64_t ta_l2_bytes = TA_L2_BYTES_DEFAULT;
 static int usable[TA_ISA_COUNT];
 static ta_isa active = TA_ISA_SCALAR;
@@ -137,6 +138,7 @@ static void init_tables(void)
     ta_stream_prefetch_l1 = !ta_cpu_is_intel() && ta_cpu_amd_family() >= 0x1A;
     ta_exp_denormal_assist = ta_cpu_is_intel();
     ta_pf_stream_l2 = ta_cpu_is_intel();
+    ta_sweep_pages = !ta_cpu_is_intel();
     ta_l2_bytes = ta_cpu_l2_bytes() > 0 ? ta_cpu_l2_bytes() : TA_L2_BYTES_DEFAULT;
     const char *want = getenv("TA_ARCH");
     if (want && *want)

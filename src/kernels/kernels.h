@@ -31,6 +31,17 @@
  * 10.4 GB/s, 2 threads 20.2 -> 22.0, float32 2 threads 20.4 -> 22.9, paged16 bfloat16
  * 11.1 -> 12.1; the seed's causal case, L = 128 and L = 2048 unchanged. */
 extern int ta_pf_stream_l2;
+/* 1 where a decode sweep requests, at each tile's start, one line of each 4 KiB page of
+ * the tile after its region (sdpa_fused_tiles.c, sweep_pages): every core but Intel's;
+ * set once, with the tables. Measured on the Zen 4 (session 32: float32 from memory
+ * 0.77 - 0.82 -> 0.85 - 0.92 of the plain read on 4 KiB pages). On the Emerald Rapids
+ * Xeon (session 36, B1 H32 Hkv8 D128 cache of 64k keys from memory, 1 thread, driver,
+ * medians of 11, three alternations, the two builds' runs in turns) they cost: bfloat16
+ * 25.4 - 25.7 -> 23.8 - 24.5 ms with them off on huge pages, 25.8 - 26.9 -> 23.9 - 25.2
+ * on 4 KiB pages; float32 45.2 - 45.7 -> 44.2 - 45.1 (huge), 45.5 - 46.2 -> 44.4 - 48.7
+ * (4 KiB); 2 threads within the noise; build/decode_ceiling (float16, 4 FMAs a vector)
+ * 0.757 of the plain read without, 0.698 with. */
+extern int ta_sweep_pages;
 /* A core's L2 in bytes as cpuid gives it, TA_L2_BYTES_DEFAULT where it does not; set
  * once, with the tables. */
 #define TA_L2_BYTES_DEFAULT ((int64_t)1 << 20)

@@ -452,7 +452,8 @@ static void sweep_region(const fused_plan *f, fused_pf *s, const fused_item *fir
  * counters). On the Zen 4, 1 thread, float32 32k keys from memory: 0.77 - 0.82 -> 0.85 -
  * 0.92 of the plain read on 4 KiB pages (a caller's malloc), 0.74 - 0.76 -> 0.79 - 0.82
  * on the huge pages ta_tensor_empty asks for; half caches 3 - 8% faster on 4 KiB pages,
- * within the noise on huge ones (docs/kernels.md, "A sweep's pages a tile ahead"). */
+ * within the noise on huge ones (docs/kernels.md, "A sweep's pages a tile ahead"). Not on
+ * Intel, where they cost (kernels.h, ta_sweep_pages). */
 static void sweep_pages(const fused_plan *f, const fused_item *first, int64_t n, int64_t j,
                         int64_t je)
 {
@@ -915,7 +916,7 @@ static void sweep_next(const fused_plan *f, fused_pf *s, const fused_item *its, 
     }
     const int64_t e = TA_MIN(je, j + TA_FUSED_NK);
     sweep_region(f, s, first, n, j, e);
-    if (e < je) sweep_pages(f, first, n, e, TA_MIN(je, e + TA_FUSED_NK));
+    if (ta_sweep_pages && e < je) sweep_pages(f, first, n, e, TA_MIN(je, e + TA_FUSED_NK));
 }
 
 /* A sweep's steps: one key tile of every head (the scores of each, then each head's
