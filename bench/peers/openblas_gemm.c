@@ -11,6 +11,7 @@
  * other's parked.
  *   bench_openblas [n ...]   (default: 1024 2048)
  * Run it with and without OPENBLAS_CORETYPE set to see OpenBLAS's kernel choice. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep under -std=c11 */
 #include "peak.h" /* bench/peak.c: the FMA peak, as tensorattn bench measures it */
 #include "tensorattn.h"
 
