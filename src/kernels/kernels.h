@@ -36,7 +36,7 @@ extern int ta_pf_stream_l2;
  * set once, with the tables. Measured on the Zen 4 (session 32: float32 from memory
  * 0.77 - 0.82 -> 0.85 - 0.92 of the plain read on 4 KiB pages). On the Emerald Rapids
  * Xeon (session 36, B1 H32 Hkv8 D128 cache of 64k keys from memory, 1 thread, driver,
- * medians of 11, three alternations, the two builds' runs in turns) they cost: bfloat16
+ * medians of 11, three rounds, one build's switch flipped run by run) they cost: bfloat16
  * 25.4 - 25.7 -> 23.8 - 24.5 ms with them off on huge pages, 25.8 - 26.9 -> 23.9 - 25.2
  * on 4 KiB pages; float32 45.2 - 45.7 -> 44.2 - 45.1 (huge), 45.5 - 46.2 -> 44.4 - 48.7
  * (4 KiB); 2 threads within the noise; build/decode_ceiling (float16, 4 FMAs a vector)
