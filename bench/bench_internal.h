@@ -127,6 +127,7 @@ struct bench_case {
     /* bytes > 0: bytes / median_s in GB/s, the read bandwidth measured on the case's
      * thread count (0: not measured), and their ratio (NaN: unknown). */
     double gbs, read_gbs, bandwidth_fraction;
+    int fits_llc; /* bytes > 0: 1 when bytes <= the last-level cache (bench_state.llc_bytes) */
     double ratio_vs_causal; /* vs_causal: this median / that case's median (NaN: unknown) */
     double ratio_vs;        /* vs_case: see there (NaN: unknown) */
     /* The same ratio (ratio_vs when vs_case is set, else ratio_vs_causal) timed in
@@ -161,6 +162,10 @@ typedef struct bench_state {
     double read_gbs, read_gbs_1thread; /* read bandwidth, bench threads and 1 (0: unknown) */
     double read_spread; /* largest relative change of a bandwidth between its two measurements */
     double read_latency_ns; /* a load that misses every cache, 1 thread (0: unknown) */
+    /* The largest cache of cpu0 (its last level, shared or not), in bytes, as Linux's
+     * sysfs reports it (0: unknown): a memory-bound case whose bytes fit in it may be
+     * read from it by its repeated calls, not from memory (bench_case.fits_llc). */
+    int64_t llc_bytes;
     bench_case cases[BENCH_MAX_CASES];
     int ncases;
     double *times; /* BENCH_MAX_RUNS timings, allocated once */

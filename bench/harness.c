@@ -512,6 +512,7 @@ void bench_finish_ratios(bench_state *s)
             c->read_gbs = bench_known_bandwidth(s, c->threads);
             if (c->read_gbs > 0.0) c->bandwidth_fraction = c->gbs / c->read_gbs;
             above |= c->bandwidth_fraction > 1.0;
+            c->fits_llc = s->llc_bytes > 0 && c->bytes <= (double)s->llc_bytes;
         }
         if (c->twin >= 0) {
             const bench_case *ref = c->is_reference ? c : &s->cases[c->twin];

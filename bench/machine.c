@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 /* One measurement of the float32 FMA peak of `isa` on `threads` threads, in GFLOP/s:
  * independent FMA chains held in registers, no memory traffic. Returns 0, or -1 after
@@ -100,8 +101,37 @@ static void measure_bandwidth(bench_state *s)
     }
 }
 
+/* The largest data or unified cache of cpu0 in bytes, from
+ * /sys/devices/system/cpu/cpu0/cache/index<i>/{type,size} ("260M", "2048K"); 0 where
+ * sysfs does not say (another OS, a container without it). */
+static int64_t llc_bytes(void)
+{
+    int64_t best = 0;
+    for (int i = 0; i < 16; i++) {
+        char path[96], type[32] = "";
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        const int got = fscanf(f, "%31s", type) == 1;
+        fclose(f);
+        if (!got || strcmp(type, "Instruction") == 0) continue;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        if (!(f = fopen(path, "r"))) continue;
+        long long n = 0;
+        char unit = 0;
+        const int k = fscanf(f, "%lld%c", &n, &unit);
+        fclose(f);
+        if (k < 1 || n <= 0) continue;
+        const int64_t b = k == 2 && unit == 'K' ? n << 10 : k == 2 && unit == 'M' ? n << 20
+                        : k == 2 && unit == 'G' ? n << 30 : n;
+        if (b > best) best = b;
+    }
+    return best;
+}
+
 int bench_measure_machine(bench_state *s)
 {
+    s->llc_bytes = llc_bytes();
     for (int i = 0; i < TA_ISA_COUNT; i++) {
         if (!ta_cpu_supports((ta_isa)i)) continue;
         double g;

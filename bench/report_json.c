@@ -55,6 +55,7 @@ static cJSON *case_json(const bench_case *c)
         NUM("gbs", c->gbs, ok);
         NUM("read_bandwidth_gbs", c->read_gbs, c->read_gbs > 0.0);
         NUM("bandwidth_fraction", c->bandwidth_fraction, ok && isfinite(c->bandwidth_fraction));
+        cJSON_AddBoolToObject(o, "fits_llc", c->fits_llc);
     }
     if (c->vs_causal[0]) NUM("ratio_vs_causal", c->ratio_vs_causal, isfinite(c->ratio_vs_causal));
     if (c->vs_case[0]) {
@@ -92,6 +93,8 @@ static void machine_json(const bench_state *s, cJSON *m)
     cJSON_AddNumberToObject(m, "read_bandwidth_spread", s->read_spread);
     if (s->read_latency_ns > 0.0) cJSON_AddNumberToObject(m, "read_latency_ns", s->read_latency_ns);
     else cJSON_AddNullToObject(m, "read_latency_ns");
+    if (s->llc_bytes > 0) cJSON_AddNumberToObject(m, "llc_bytes", (double)s->llc_bytes);
+    else cJSON_AddNullToObject(m, "llc_bytes");
     cJSON *peaks = cJSON_AddObjectToObject(m, "peaks");
     cJSON *peaks1 = cJSON_AddObjectToObject(m, "peaks_1thread");
     for (int i = 0; i < TA_ISA_COUNT && peaks && peaks1; i++) {

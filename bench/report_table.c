@@ -9,7 +9,7 @@
 
 static void print_header(void)
 {
-    printf("%-32s %-34s %3s %5s %10s %10s %10s %9s %6s %7s %6s %9s %7s %9s\n", "case", "shape",
+    printf("%-32s %-34s %3s %5s %10s %10s %10s %9s %6s %7s %7s %9s %7s %9s\n", "case", "shape",
            "thr", "runs", "median ms", "min ms", "cold ms", "GFLOP/s", "%peak", "GB/s", "%bw",
            "err", "x ref", "scratch MiB");
 }
@@ -26,10 +26,10 @@ static void print_row(const bench_case *c)
     /* memory-bound cases: bytes moved per second, and that as a share of the read
      * bandwidth measured on the case's thread count */
     if (c->bytes > 0.0) snprintf(gbs, sizeof gbs, "%.1f", c->gbs);
-    if (isfinite(c->bandwidth_fraction))
-        snprintf(bw, sizeof bw, "%.1f%%", 100.0 * c->bandwidth_fraction);
+    if (isfinite(c->bandwidth_fraction)) /* '*': its bytes fit in the last-level cache */
+        snprintf(bw, sizeof bw, "%.1f%%%s", 100.0 * c->bandwidth_fraction, c->fits_llc ? "*" : "");
     if (strcmp(c->status, "ok") == 0)
-        printf("%-32s %-34s %3d %5d %10.3f %10.3f %10.3f %9.1f %5.1f%% %7s %6s %9.2e %7s %9s\n",
+        printf("%-32s %-34s %3d %5d %10.3f %10.3f %10.3f %9.1f %5.1f%% %7s %7s %9.2e %7s %9s\n",
                c->name, shape, c->threads, c->runs, c->median_s * 1e3, c->min_s * 1e3,
                c->cold_s * 1e3, c->gflops, 100.0 * c->peak_fraction, gbs, bw, c->max_rel_err,
                speedup, extra);
@@ -44,8 +44,16 @@ static void print_row(const bench_case *c)
 void bench_print_table(const bench_state *s)
 {
     print_header();
+    int in_llc = 0;
     for (int i = 0; i < s->ncases; i++)
-        if (s->cases[i].status) print_row(&s->cases[i]);
+        if (s->cases[i].status) {
+            print_row(&s->cases[i]);
+            in_llc |= strcmp(s->cases[i].status, "ok") == 0 && s->cases[i].bytes > 0.0 &&
+                      s->cases[i].fits_llc;
+        }
+    if (in_llc)
+        printf("* the case's bytes fit in the last-level cache (%.0f MiB): its repeated calls may "
+               "read them from there, not from memory\n", (double)s->llc_bytes / (1 << 20));
     for (int i = 0; i < s->ncases; i++) {
         const bench_case *c = &s->cases[i];
         char alt[96] = "";

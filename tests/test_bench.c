@@ -107,6 +107,11 @@ static void test_json_report_is_whole_and_consistent(void **state)
      * and than a second (a miss takes 50 - 200 ns; 1 ns is 4 cycles at 4 GHz). */
     const double lat = num(m, "read_latency_ns");
     assert_true(lat > 1.0 && lat < 1e9);
+    /* The last-level cache: sysfs's size (at least an L1's 4 KiB, under 64 GiB), or null
+     * where it gives none. */
+    const cJSON *llc = cJSON_GetObjectItemCaseSensitive(m, "llc_bytes");
+    assert_true(cJSON_IsNull(llc) || cJSON_IsNumber(llc));
+    if (cJSON_IsNumber(llc)) assert_true(llc->valuedouble >= 4096.0 && llc->valuedouble < 68719476736.0);
 
     const cJSON *cases = cJSON_GetObjectItemCaseSensitive(root, "cases");
     assert_true(cJSON_IsArray(cases));
@@ -135,6 +140,7 @@ static void test_json_report_is_whole_and_consistent(void **state)
     /* Not memory-bound, not a mask case: no bandwidth or causal-ratio fields. */
     assert_null(cJSON_GetObjectItemCaseSensitive(c, "bytes"));
     assert_null(cJSON_GetObjectItemCaseSensitive(c, "bandwidth_fraction"));
+    assert_null(cJSON_GetObjectItemCaseSensitive(c, "fits_llc"));
     assert_null(cJSON_GetObjectItemCaseSensitive(c, "ratio_vs_causal"));
     cJSON_Delete(root);
 }
@@ -157,6 +163,11 @@ static void check_bandwidth(const cJSON *c, const cJSON *machine, double bytes)
     assert_close(num(c, "read_bandwidth_gbs"), bw, 1e-12); /* one thread: the bench's */
     assert_close(num(c, "bandwidth_fraction"), gbs / bw, 1e-9);
     assert_true(gbs > 0.0);
+    /* whether its bytes fit in the last-level cache: false when its size is unknown */
+    const cJSON *fits = cJSON_GetObjectItemCaseSensitive(c, "fits_llc");
+    const cJSON *llc = cJSON_GetObjectItemCaseSensitive(machine, "llc_bytes");
+    assert_true(cJSON_IsBool(fits));
+    assert_int_equal(cJSON_IsTrue(fits), cJSON_IsNumber(llc) && bytes <= llc->valuedouble);
     /* memory-bound: no fraction of the FMA peak in alternation (Method, 10) */
     assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(c, "peak_fraction_alternating")));
 }
