@@ -127,7 +127,9 @@ struct bench_case {
     /* bytes > 0: bytes / median_s in GB/s, the read bandwidth measured on the case's
      * thread count (0: not measured), and their ratio (NaN: unknown). */
     double gbs, read_gbs, bandwidth_fraction;
-    int fits_llc; /* bytes > 0: 1 when bytes <= the last-level cache (bench_state.llc_bytes) */
+    /* 1 when a memory-bound case ran and its bytes <= the last-level cache
+     * (bench_state.llc_bytes; bench_finish_ratios); else 0 */
+    int fits_llc;
     double ratio_vs_causal; /* vs_causal: this median / that case's median (NaN: unknown) */
     double ratio_vs;        /* vs_case: see there (NaN: unknown) */
     /* The same ratio (ratio_vs when vs_case is set, else ratio_vs_causal) timed in
