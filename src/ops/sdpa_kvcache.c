@@ -478,8 +478,10 @@ static ta_status check_appended_blocks(const kv_call *k, kv_blk *written, int64_
 /* ------------------------------------------------------------ the scratch */
 
 typedef struct kv_mem {
-    kv_blk *written;  /* check_appended_blocks's room (a paged cache appended to; */
-    int64_t written_room; /* 0: nothing to check) */
+    /* check_appended_blocks's room: entries where a paged cache is appended to, 0 where
+     * there is nothing to check */
+    kv_blk *written;
+    int64_t written_room;
     float *kg, *vg;  /* the reference path's gathered K and V */
     kv_seq *seqs;    /* together (below): every sequence's views and problem */
     ta_sdpa_problem *probs;
