@@ -31,6 +31,11 @@
  *   shapes, and the outputs are left untouched. The library never prints, aborts
  *   or exits.
  * - Arguments are ordered outputs, inputs, then options.
+ * - An output is written element by element, so distinct indices need distinct
+ *   addresses: an output whose strides put two of its elements at one address is
+ *   TA_EINVAL, whether by a stride 0 over an extent > 1 (an expanded tensor: the case
+ *   each function below names) or by strides that overlap otherwise (a batch stride
+ *   smaller than a batch's span). An empty output has no element and is taken.
  * - Results are bitwise identical for any thread count.
  * - Scratch memory: operations that need it take one block per call before writing any
  *   output; pass your own (ta_workspace, sized by the op's _workspace_size query) and

@@ -162,6 +162,19 @@ static void v_blocks_broadcast(ta_test_kv *t, ta_sdpa_opts *o)
     (void)o;
     t->vc.stride[0] = 0;
 }
+/* a cache whose sequences (blocks) start inside the one before: a batch stride of one
+ * row, so sequence b's row j is sequence b - 1's row j + 1 (not a stride 0: the
+ * partial overlap that passed the aliasing check until session 37) */
+static void k_cache_rows_overlap(ta_test_kv *t, ta_sdpa_opts *o)
+{
+    (void)o;
+    t->kc.stride[0] = t->kc.stride[1];
+}
+static void v_blocks_overlap(ta_test_kv *t, ta_sdpa_opts *o)
+{
+    (void)o;
+    t->vc.stride[0] = t->vc.stride[1];
+}
 /* blocks appended to that another sequence (or the same one elsewhere) uses: seq 0
  * appends into slot 0, seq 1 into slot 2, seq 2 into slot 4 */
 static void shared_appended_block(ta_test_kv *t, ta_sdpa_opts *o)
@@ -236,6 +249,8 @@ static void test_refused(void **state)
         {"kv004", k_new_in_cache, TA_EINVAL, "cache->v overlaps k_new"},
         {"kv000", k_cache_broadcast, TA_EINVAL, "cache->k has stride 0 in dim 0"},
         {"kv004", v_blocks_broadcast, TA_EINVAL, "cache->v has stride 0 in dim 0"},
+        {"kv000", k_cache_rows_overlap, TA_EINVAL, "cache->k's strides put two of its elements at one address"},
+        {"kv004", v_blocks_overlap, TA_EINVAL, "cache->v's strides put two of its elements at one address"},
         {"kv004", shared_appended_block, TA_EINVAL, "is appended to by sequence 0 and by sequence 1"},
         {"kv004", reads_appended_block, TA_EINVAL, "which sequence 1 reads too (cache->block_table[1][0])"},
         {"kv004", appended_block_listed_twice, TA_EINVAL, "reads it at cache->block_table[2][1] too"},

@@ -348,6 +348,59 @@ static void test_interleaved_views_do_not_overlap(void **state)
     }
 }
 
+/* An output whose strides put two of its indices at one address is refused (ta_randn
+ * stands for every output check: ta_tensor_check_unaliased), whatever the stride
+ * pattern: random layouts (negative, equal and zero strides) against their enumerated
+ * offsets; and the layouts a user meets, each way. */
+static void test_self_aliased_outputs_refused(void **state)
+{
+    (void)state;
+    static float buf[8192];
+    static int64_t off[1024];
+    uint64_t r = 987654321;
+    int refused = 0;
+    for (int trial = 0; trial < 20000; trial++) {
+        int64_t sh[4], st[4];
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        const int nd = 1 + (int)((r >> 60) % 4);
+        for (int d = 0; d < nd; d++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            sh[d] = 1 + (int64_t)(r >> 33) % 5;
+            st[d] = ((int64_t)(r >> 47) % 41) - 20;
+        }
+        ta_tensor t;
+        TA_CHECK_OK(ta_tensor_from_buffer(&t, buf + 4096, nd, sh, st));
+        int64_t n = 0;
+        element_offsets(&t, 0, off, &n);
+        bool dup = false;
+        for (int64_t i = 0; i < n && !dup; i++)
+            for (int64_t j = i + 1; j < n && !dup; j++) dup = off[i] == off[j];
+        const ta_status got = ta_randn(&t, 1);
+        if ((got == TA_EINVAL) != dup || (got != TA_OK && got != TA_EINVAL))
+            fail_msg("trial %d: shape [%lld %lld %lld %lld], strides [%lld %lld %lld %lld] "
+                     "(ndim %d): two elements at one address %d, ta_randn %d (%s)",
+                     trial, (long long)sh[0], (long long)sh[1], (long long)sh[2],
+                     (long long)sh[3], (long long)st[0], (long long)st[1], (long long)st[2],
+                     (long long)st[3], nd, (int)dup, (int)got, ta_last_error());
+        refused += dup;
+    }
+    assert_true(refused > 1000 && refused < 19000); /* both kinds well represented */
+    /* [B 3, L 4, H 2, D 8] rows: a batch stride of one row's span less than the batch's
+     * (sequence b's rows start inside sequence b - 1's) aliases; a larger one, or rows
+     * interleaved without a common element ([3, 2] of strides [2, 3]), does not */
+    const int64_t shr[4] = {3, 4, 2, 8};
+    int64_t str[4] = {48, 16, 8, 1};
+    ta_tensor t;
+    TA_CHECK_OK(ta_tensor_from_buffer(&t, buf, 4, shr, str));
+    TA_CHECK_ERR(ta_randn(&t, 1), TA_EINVAL, "t's strides put two of its elements at one address");
+    str[0] = 64;
+    TA_CHECK_OK(ta_tensor_from_buffer(&t, buf, 4, shr, str));
+    TA_CHECK_OK(ta_randn(&t, 1));
+    const int64_t shi[2] = {3, 2}, sti[2] = {2, 3};
+    TA_CHECK_OK(ta_tensor_from_buffer(&t, buf, 2, shi, sti));
+    TA_CHECK_OK(ta_randn(&t, 1));
+}
+
 /* ----------------------------------------------------------------- random */
 
 /* A uniform fill of U[lo, hi) into a half type: each element the float32 draw rounded to
@@ -474,6 +527,7 @@ int main(void)
         cmocka_unit_test(test_views_of_half_tensors_address_two_byte_elements),
         cmocka_unit_test(test_overlap_counts_each_dtypes_bytes),
         cmocka_unit_test(test_interleaved_views_do_not_overlap),
+        cmocka_unit_test(test_self_aliased_outputs_refused),
         cmocka_unit_test(test_random_fills_round_the_float32_draw),
         cmocka_unit_test(test_random_fills_stay_below_high),
         cmocka_unit_test(test_float32_operations_refuse_other_dtypes),

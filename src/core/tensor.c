@@ -328,6 +328,58 @@ bool ta_tensors_interleave(const ta_tensor *a, const ta_tensor *b)
     return !offset_reachable(dim, below, n, (int64_t)(delta / size), &budget);
 }
 
+/* Whether two distinct indices of t (no stride 0 over an extent > 1, no empty dim, a
+ * checked layout) address one element: the index differences d_k in [-(n_k - 1), n_k -
+ * 1], not all 0, with sum d_k |stride_k| = 0. Each stride above the span of the smaller
+ * ones (any C-ordered, permuted or sliced view) answers no at once; else a bounded
+ * search: the first nonzero difference (largest stride first) taken positive, the rest
+ * by offset_reachable. A search past its budget answers no (no claim: the layout is
+ * taken as given). */
+static bool self_overlaps(const ta_tensor *t)
+{
+    overlap_dim dim[TA_MAX_DIMS];
+    int n = 0;
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] > 1) {
+            const int64_t s = t->stride[d] < 0 ? -t->stride[d] : t->stride[d];
+            dim[n++] = (overlap_dim){s, -(t->shape[d] - 1), t->shape[d] - 1};
+        }
+    for (int i = 1; i < n; i++) /* largest stride first */
+        for (int j = i; j > 0 && dim[j].stride > dim[j - 1].stride; j--) {
+            const overlap_dim x = dim[j];
+            dim[j] = dim[j - 1], dim[j - 1] = x;
+        }
+    int64_t span = 0; /* of the dims with smaller strides */
+    bool nested = true;
+    for (int k = n - 1; k >= 0; k--) {
+        /* a checked layout's span fits int64; kept below 2^61 for the search's sums */
+        if (dim[k].stride > ((int64_t)1 << 60) / dim[k].hi) return false;
+        nested = nested && dim[k].stride > span;
+        span += dim[k].stride * dim[k].hi;
+        if (span > ((int64_t)1 << 61)) return false;
+    }
+    if (nested) return false;
+    int64_t below[TA_MAX_DIMS][2];
+    int64_t lo_sum = 0, hi_sum = 0;
+    for (int k = n - 1; k >= 0; k--) {
+        below[k][0] = lo_sum, below[k][1] = hi_sum;
+        lo_sum += dim[k].lo * dim[k].stride;
+        hi_sum += dim[k].hi * dim[k].stride;
+    }
+    int64_t budget = 1 << 12;
+    for (int p = 0; p < n; p++)
+        for (int64_t d = 1; d <= dim[p].hi; d++) {
+            /* the rest must cancel d strides of dim p: beyond their reach, no larger d is
+             * in it either */
+            if (d * dim[p].stride > below[p][1]) break;
+            const bool hit = offset_reachable(dim + p + 1, below + p + 1, n - p - 1,
+                                              -d * dim[p].stride, &budget);
+            if (budget < 0) return false;
+            if (hit) return true;
+        }
+    return false;
+}
+
 ta_status ta_tensor_check_unaliased(const char *fn, const char *name, const ta_tensor *t)
 {
     /* an output is written element by element: distinct indices need distinct addresses
@@ -338,6 +390,10 @@ ta_status ta_tensor_check_unaliased(const char *fn, const char *name, const ta_t
         if (t->stride[d] == 0 && t->shape[d] > 1)
             return ta_error(TA_EINVAL, "%s: %s has stride 0 in dim %d, so its elements alias",
                             fn, name, d);
+    if (self_overlaps(t))
+        return ta_error(TA_EINVAL,
+                        "%s: %s's strides put two of its elements at one address, so they "
+                        "alias", fn, name);
     return TA_OK;
 }
 

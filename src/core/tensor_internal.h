@@ -35,8 +35,10 @@ enum { TA_CHECK_OUTPUT = 1, TA_CHECK_LAYOUT_ONLY = 2, TA_CHECK_STORAGE = 4 };
  * TA_CHECK_STORAGE: f16 and bf16 are accepted besides f32 (ta_tensor_check_storage). */
 ta_status ta_tensor_check_shape(const char *fn, const char *name, const ta_tensor *t, int ndim,
                                 const int64_t *shape, const char *dims, int flags);
-/* TA_EINVAL when t, an output, has a stride 0 over an extent > 1 (two of its elements at
- * one address; an empty t has none): ta_tensor_check_shape's TA_CHECK_OUTPUT. */
+/* TA_EINVAL when t, an output, has two of its elements at one address (an empty t has
+ * none): a stride 0 over an extent > 1, or strides that overlap otherwise (an exact
+ * search of the index differences, bounded: a layout past its budget is taken as
+ * given); ta_tensor_check_shape's TA_CHECK_OUTPUT. */
 ta_status ta_tensor_check_unaliased(const char *fn, const char *name, const ta_tensor *t);
 /* A C-contiguous float32 view of data with shape (no checks; data may be NULL while a
  * scratch layout is being measured: only shapes and strides are read then). */
