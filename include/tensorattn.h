@@ -254,9 +254,10 @@ typedef enum ta_isa {
     TA_ISA_AVX512BF16 = 3, /* AVX-512 with its bfloat16 dot product (avx512_bf16) */
     TA_ISA_COUNT /* the number of ISAs: not an ISA */
 } ta_isa;
-/* The kernel set in use: the best the CPU supports, or TA_ARCH=scalar|avx2|avx512|
- * avx512bf16 from the environment when the CPU supports it (an unsupported request falls
- * back to the best supported). Chosen once, on first use. */
+/* The kernel set in use: the best the CPU supports (on Intel avx512 rather than
+ * avx512bf16, whose bfloat16 dot product runs slower there than avx512's widening FMAs),
+ * or TA_ARCH=scalar|avx2|avx512|avx512bf16 from the environment when the CPU supports it
+ * (an unsupported request falls back to the best supported). Chosen once, on first use. */
 ta_isa ta_active_isa(void);
 /* "scalar", "avx2", "avx512", "avx512bf16" (the names TA_ARCH takes); "unknown" out of
  * range. */

@@ -1,6 +1,7 @@
 /* Builds the kernel tables once from the ISA table (isa_table.def) and picks the active
- * one: the best usable row, or TA_ARCH's choice. Also the public ta_cpu_supports and
- * ta_isa_name, which read the same rows. */
+ * one: the best usable row (on Intel avx512 rather than avx512bf16: init_tables), or
+ * TA_ARCH's choice. Also the public ta_cpu_supports and ta_isa_name, which read the same
+ * rows. */
 #include "core/core.h"
 #include "kernels/kernels.h"
 
@@ -140,6 +141,18 @@ static void init_tables(void)
     ta_pf_stream_l2 = ta_cpu_is_intel();
     ta_sweep_pages = !ta_cpu_is_intel();
     ta_l2_bytes = ta_cpu_l2_bytes() > 0 ? ta_cpu_l2_bytes() : TA_L2_BYTES_DEFAULT;
+    /* Intel's vdpbf16ps does the work of two FMAs in the time of four: on the Emerald
+     * Rapids Xeon (session 37) 12 independent chains ran one zmm vdpbf16ps every 1.74
+     * tsc ticks against a vfmadd231ps every 0.43 (32 multiply-adds against 16 each), so
+     * the widening kernels beat the avx512bf16 row's dot products there: Q.K^T of a
+     * 4-row decode tile (D 128, bfloat16 K and q) 33 - 40 against 25 - 29 ticks a key,
+     * the seed's causal case in bfloat16 (B32 H8 L512 D64, 1 thread, fused) 101 - 110
+     * against 73 - 97 ms, its backward 233 - 263 against 181 - 194. The row stays
+     * usable (TA_ARCH=avx512bf16 picks it; its tests run) but is not the default on
+     * Intel. On the Zen 4 the dot kernels ran twice as fast as the widening ones
+     * (docs/kernels.md, "Q.K^T of a bfloat16 query"). */
+    if (active == TA_ISA_AVX512BF16 && ta_cpu_is_intel() && usable[TA_ISA_AVX512])
+        active = TA_ISA_AVX512;
     const char *want = getenv("TA_ARCH");
     if (want && *want)
         for (int i = 0; i < TA_ISA_COUNT; i++)
