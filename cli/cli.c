@@ -275,6 +275,8 @@ bool cli_outputs_apart(const cli_file *in, int nin, const cli_file *out, int nou
 {
     for (int i = 0; i < nout; i++) {
         if (!out[i].path) continue;
+        if (!*out[i].path) /* else found only after the computation, when renamed to "" */
+            return cli_error(CLI_USAGE, "%s needs a file name ('' given)", out[i].opt), false;
         for (int j = 0; j < nin; j++)
             if (in[j].path && same_file(out[i].path, in[j].path))
                 return cli_error(CLI_USAGE, "%s '%s' is the input file of %s: the command line "

@@ -72,7 +72,8 @@ typedef struct cli_file {
 /* Whether the outputs name files apart from each other and from the inputs (the command
  * line never writes its inputs, and two outputs in one file would leave one of them):
  * the same string, the same existing file, or the same name in the same directory
- * (realpath). Else false after printing a usage error (exit 2). */
+ * (realpath); and none of out is the empty string. Else false after printing a usage
+ * error (exit 2). */
 bool cli_outputs_apart(const cli_file *in, int nin, const cli_file *out, int nout);
 
 /* An output of a command: its option, path (NULL: not written) and tensor. */

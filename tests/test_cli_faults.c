@@ -235,6 +235,26 @@ static void test_outputs_apart(void **s)
     ta_cli_expect_error((const char *[]){"", "sdpa", "--q", P("q.npy"), "--k", P("k.npy"), "--v",
                                          P("v.npy"), "-o", q_again, NULL},
                         2, "is the input file of --q: the command line never writes its inputs");
+    /* an empty output name: a usage error before any work (until session 37 exit 1 after
+     * the computation, "cannot rename the written file to : ...") */
+    ta_cli_expect_error((const char *[]){"", "sdpa", "--q", P("q.npy"), "--k", P("k.npy"), "--v",
+                                         P("v.npy"), "-o", "", NULL},
+                        2, "-o needs a file name ('' given)");
+    ta_cli_expect_error((const char *[]){"", "sdpa", "--q", P("q.npy"), "--k", P("k.npy"), "--v",
+                                         P("v.npy"), "-o", P("new.npy"), "--lse", "", NULL},
+                        2, "--lse needs a file name ('' given)");
+    ta_cli_expect_error((const char *[]){"", "einsum", "ij->ji", P("mask_bad.npy"), "-o", "", NULL},
+                        2, "-o needs a file name ('' given)");
+    ta_cli_expect_error((const char *[]){"", "kvcache", "--q", P("q4.npy"), "--k-cache",
+                                         P("kc.npy"), "--v-cache", P("vc.npy"),
+                                         "--cache-seqlens", P("cs.npy"), "-o", P("new.npy"),
+                                         "--k-cache-out", "", "--v-cache-out", P("new2.npy"),
+                                         NULL},
+                        2, "--k-cache-out needs a file name ('' given)");
+    ta_cli_expect_error((const char *[]){"", "mha", "--weights", P("w_garbage.safetensors"),
+                                         "--layout", "seed", "--heads", "2", "--input",
+                                         P("x.npy"), "-o", "", NULL},
+                        2, "-o needs a file name ('' given)");
 }
 
 static void test_usage_errors(void **s)
