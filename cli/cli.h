@@ -88,7 +88,10 @@ typedef struct cli_out {
  * only once every one of them is written; on any failure they are removed and no path
  * has changed (a rename that fails after others succeeded - the paths were checked for
  * anything but regular files before - is the one exception). Returns false with why (the error's text,
- * exit 1) filled. */
+ * exit 1) filled: CLI_WHY_MAX bytes hold any of its messages whole (an option, a path of
+ * up to PATH_MAX bytes, and the system's reason or the library's message, which holds
+ * 9216). */
+enum { CLI_WHY_MAX = 9216 + 4096 };
 bool cli_save_all(const cli_out *outs, int n, char *why, size_t cap);
 
 /* Applies --threads if given (returns false after printing an error). */

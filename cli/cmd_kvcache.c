@@ -182,7 +182,7 @@ static bool save_outputs(kv_args *a, const cli_opt *opts)
                             {"--lse", GIVEN(O_LSE), &a->lse},
                             {"--k-cache-out", GIVEN(O_KC_OUT), &a->kc},
                             {"--v-cache-out", GIVEN(O_VC_OUT), &a->vc}};
-    char why[1024];
+    char why[CLI_WHY_MAX];
     if (!cli_save_all(outs, CLI_COUNT(outs), why, sizeof why)) return cli_error(CLI_FAIL, "%s", why), false;
     return true;
 }

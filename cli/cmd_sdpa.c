@@ -278,7 +278,7 @@ int cmd_sdpa(int argc, char **argv)
     _Static_assert(CLI_COUNT(made) == CLI_COUNT(outs), "an output path for each tensor");
     cli_out save[CLI_COUNT(outs)];
     for (int i = 0; i < CLI_COUNT(outs); i++) save[i] = (cli_out){outs[i].opt, outs[i].path, made[i]};
-    char why[1024];
+    char why[CLI_WHY_MAX];
     if (!cli_save_all(save, CLI_COUNT(save), why, sizeof why)) {
         cli_error(CLI_FAIL, "%s", why);
         goto done;

@@ -212,7 +212,7 @@ static void gather_and_write(cli_mpi *m, const cp_args *a, cp_data *d)
         cli_out outs[6];
         for (int i = 0; i < 5; i++) outs[i] = (cli_out){flag[i], a->out[i], &d->gath[i]};
         outs[5] = (cli_out){"--dsinks", a->dsinks, &d->dsinks};
-        char why[1024];
+        char why[CLI_WHY_MAX];
         if (!cli_save_all(outs, CLI_COUNT(outs), why, sizeof why)) cli_mpi_fail(m, CLI_FAIL, "%s", why);
     }
     cli_mpi_sync(m);

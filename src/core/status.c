@@ -3,7 +3,8 @@
 
 #include <stdio.h>
 
-static _Thread_local char ta_message[1024];
+/* room for a message quoting two paths of up to PATH_MAX (4096) bytes whole */
+static _Thread_local char ta_message[9216];
 
 static ta_status ta_verror(ta_status code, const char *fmt, va_list ap)
 {
