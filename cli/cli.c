@@ -28,10 +28,12 @@ int cli_error(int code, const char *fmt, ...)
     va_end(again);
     va_end(ap);
     /* one line whatever the message quotes: a file name or an argument may hold a
-     * newline or another control character, written here as \n or \xHH */
+     * newline or another control character, written here as \n or \xHH, and a backslash
+     * as \\ (so that a name holding "\n" itself reads apart from a newline) */
     fputs("tensorattn: error: ", stderr);
     for (const unsigned char *c = (const unsigned char *)msg; *c; c++) {
         if (*c == '\n') fputs("\\n", stderr);
+        else if (*c == '\\') fputs("\\\\", stderr);
         else if (*c < 0x20 || *c == 0x7f) fprintf(stderr, "\\x%02x", *c);
         else fputc(*c, stderr);
     }

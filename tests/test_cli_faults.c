@@ -298,6 +298,11 @@ static void test_error_is_one_line(void **s)
     FAIL(2, "mha", "--weights", P("w.safetensors"), "--layout", "seed\r", "--heads", "2",
          "--input", P("x.npy"), "-o", P("new.npy"));
     assert_non_null(strstr(ta_cli_err, "got 'seed\\x0d'"));
+    /* a backslash is written doubled: a name holding a backslash and an n reads apart
+     * from one holding a newline (both were "\n" until session 37) */
+    FAIL(1, "sdpa", "--q", P("no\\nsuch.npy"), "--k", P("k.npy"), "--v", P("v.npy"), "-o",
+         P("new.npy"));
+    assert_non_null(strstr(ta_cli_err, "no\\\\nsuch.npy: cannot open"));
     /* a 3000-byte value with a newline at its end: quoted whole, in one line */
     char value[3002];
     memset(value, 'x', 3000);
