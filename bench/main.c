@@ -78,6 +78,10 @@ static void print_help(void)
  * take a value accept "--opt VALUE" and "--opt=VALUE". */
 static int parse_args(bench_config *cfg, int argc, char **argv)
 {
+    /* each option at most once, as every other command takes them */
+    static const char *const once[] = {"--quick", "--list",    "--peers",  "--torch-python",
+                                       "--json",  "--filter", "--threads"};
+    unsigned seen = 0;
     for (int i = 1; i < argc; i++) {
         char key[32];
         const char *a = argv[i], *eq = strchr(a, '='), *val = NULL;
@@ -91,6 +95,11 @@ static int parse_args(bench_config *cfg, int argc, char **argv)
         else if (takes && i + 1 < argc) val = argv[++i];
         else if (takes) return usage_error("%s needs a value", key);
         else if (key_len != strlen(a)) return usage_error("%s takes no value", key);
+        for (unsigned k = 0; k < sizeof once / sizeof *once; k++)
+            if (!strcmp(key, once[k])) {
+                if (seen >> k & 1u) return usage_error("option %s given twice", key);
+                seen |= 1u << k;
+            }
 
         if (!strcmp(key, "--help") || !strcmp(key, "-h")) {
             print_help();

@@ -405,9 +405,14 @@ static void test_bad_command_lines_exit_2_with_one_error_line(void **state)
     const char *bad[][4] = {{"--no-such-flag"}, {"--threads", "0"}, {"--threads"},
                             {"--quick=yes"}, {"--filter", "no_case_has_this_name"},
                             {"--torch-python"}, {"--torch-python", "/nonexistent-ta-dir/python"},
-                            {"--torch-python", "."}, {"--torch-python="}};
+                            {"--torch-python", "."}, {"--torch-python="},
+                            /* each option once (until session 37 the last one won;
+                             * --list: the old parser's exit 0 comes at once) */
+                            {"--threads", "1", "--threads=2", "--list"},
+                            {"--quick", "--quick", "--list"},
+                            {"--filter", "sgemm_256", "--filter=sgemm_512", "--list"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        const char *argv[6] = {NULL, "bench", bad[i][0], bad[i][1], bad[i][2], NULL};
+        const char *argv[7] = {NULL, "bench", bad[i][0], bad[i][1], bad[i][2], bad[i][3], NULL};
         /* The line is the bench's own (it points at `bench --help`), not the CLI's
          * "unknown command": a CLI without bench fails here. Nothing on stdout. */
         ta_cli_expect_error(argv, 2, "(see tensorattn bench --help)");
