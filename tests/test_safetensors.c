@@ -229,6 +229,35 @@ static void test_safetensors_escaped_nul_is_refused(void **state)
     ta_safetensors_free(st);
 }
 
+/* A header that is not UTF-8 (JSON is UTF-8; the official reader refuses such a file) is
+ * refused, a name in any well-formed UTF-8 read (until session 37 a name of stray bytes
+ * was read as given). */
+static void test_safetensors_header_must_be_utf8(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "{\"a\xff\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}",
+        "{\"a\xc3\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}",
+        "{\"a\xed\xa0\x80\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}",
+        "{\"a\xc0\xaf\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}",
+        ("{\"__metadata__\": {\"k\": \"\xfe\"}, \"a\": {\"dtype\": \"F32\", \"shape\": [1], "
+         "\"data_offsets\": [0, 4]}}")};
+    for (int i = 0; i < 5; i++)
+        TA_CHECK_ERR(safetensors_open_untouched(file_with_header("st_utf8.safetensors", bad[i])),
+                     TA_EFORMAT, "header is not valid UTF-8 (at byte ");
+    const char *ok = file_with_header(
+        "st_utf8_ok.safetensors",
+        "{\"caf\xc3\xa9.\xe2\x82\xac.\xf0\x9f\x98\x80\": {\"dtype\": \"F32\", \"shape\": [1], "
+        "\"data_offsets\": [0, 4]}}");
+    ta_safetensors *st;
+    TA_CHECK_OK(ta_safetensors_open(&st, ok));
+    ta_tensor t;
+    TA_CHECK_OK(ta_safetensors_get(&t, st, "caf\xc3\xa9.\xe2\x82\xac.\xf0\x9f\x98\x80"));
+    assert_true(((const float *)t.data)[0] == 1.5f);
+    ta_tensor_free(&t);
+    ta_safetensors_free(st);
+}
+
 static void test_safetensors_roundtrip_keeps_names_values_and_layout(void **state)
 {
     (void)state;
@@ -318,6 +347,7 @@ int main(void)
         cmocka_unit_test(test_safetensors_errors_name_the_file_and_the_problem),
         cmocka_unit_test(test_safetensors_fifo_is_refused_without_waiting),
         cmocka_unit_test(test_safetensors_escaped_nul_is_refused),
+        cmocka_unit_test(test_safetensors_header_must_be_utf8),
         cmocka_unit_test(test_safetensors_roundtrip_keeps_names_values_and_layout),
         cmocka_unit_test(test_safetensors_save_argument_errors_write_nothing),
     };

@@ -257,6 +257,31 @@ static ta_status parse_table(const char *fn, const char *path, ta_safetensors *s
     return TA_OK;
 }
 
+/* Where NUL-terminated str stops being well-formed UTF-8 (RFC 3629: no overlongs, no
+ * surrogates, <= U+10FFFF): the offset of the first byte of the bad sequence, or -1. */
+static int64_t utf8_error_at(const char *str)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    while (*s) {
+        const unsigned char *at = s;
+        unsigned c = *s++, n;
+        uint32_t cp;
+        if (c < 0x80) continue;
+        if (c >= 0xc2 && c <= 0xdf) n = 1, cp = c & 0x1f;
+        else if (c >= 0xe0 && c <= 0xef) n = 2, cp = c & 0x0f;
+        else if (c >= 0xf0 && c <= 0xf4) n = 3, cp = c & 0x07;
+        else return at - (const unsigned char *)str;
+        for (unsigned k = 0; k < n; k++, s++) {
+            if ((*s & 0xc0) != 0x80) return at - (const unsigned char *)str;
+            cp = cp << 6 | (*s & 0x3f);
+        }
+        if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+            (n == 3 && (cp < 0x10000 || cp > 0x10ffff)))
+            return at - (const unsigned char *)str;
+    }
+    return -1;
+}
+
 /* Reads and parses the header of the open file fd of size file_size. */
 /* Where valid JSON text h (n bytes) escapes a NUL (\u0000) inside a string, else -1:
  * cJSON decodes it into a NUL that ends the C string it hands over, so a name "a\u0000x"
@@ -308,6 +333,10 @@ static ta_status read_header(const char *fn, const char *path, ta_safetensors *s
                          at, (unsigned long long)hlen);
         else if (at != hlen) /* the parse stopped at a NUL byte inside the header */
             st = st_fail(fn, path, TA_EFORMAT, "header has a NUL byte at byte %zu", at);
+        else if ((nul = utf8_error_at(h)) >= 0) /* JSON is UTF-8 (RFC 8259); so says the
+                                                  official reader too */
+            st = st_fail(fn, path, TA_EFORMAT, "header is not valid UTF-8 (at byte %lld)",
+                         (long long)nul);
         else if (!cJSON_IsObject(root))
             st = st_fail(fn, path, TA_EFORMAT, "header is not a JSON object");
         else if ((nul = escaped_nul(h, (size_t)hlen)) >= 0)
@@ -495,29 +524,6 @@ static void sb_json_string(strbuf *b, const char *s)
     sb_add(b, "\"", 1);
 }
 
-/* Well-formed UTF-8 (RFC 3629: no overlongs, no surrogates, <= U+10FFFF). */
-static bool valid_utf8(const char *str)
-{
-    const unsigned char *s = (const unsigned char *)str;
-    while (*s) {
-        unsigned c = *s++, n;
-        uint32_t cp;
-        if (c < 0x80) continue;
-        if (c >= 0xc2 && c <= 0xdf) n = 1, cp = c & 0x1f;
-        else if (c >= 0xe0 && c <= 0xef) n = 2, cp = c & 0x0f;
-        else if (c >= 0xf0 && c <= 0xf4) n = 3, cp = c & 0x07;
-        else return false;
-        for (unsigned k = 0; k < n; k++, s++) {
-            if ((*s & 0xc0) != 0x80) return false;
-            cp = cp << 6 | (*s & 0x3f);
-        }
-        if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-            (n == 3 && (cp < 0x10000 || cp > 0x10ffff)))
-            return false;
-    }
-    return true;
-}
-
 static ta_status check_save_args(const char *fn, int n, const char *const *names,
                                  const ta_tensor *const *tensors)
 {
@@ -529,7 +535,7 @@ static ta_status check_save_args(const char *fn, int n, const char *const *names
             return ta_error(TA_EINVAL, "%s: names[%d] is NULL or empty", fn, i);
         if (!strcmp(names[i], "__metadata__"))
             return ta_error(TA_EINVAL, "%s: names[%d] is the reserved key '__metadata__'", fn, i);
-        if (!valid_utf8(names[i]))
+        if (utf8_error_at(names[i]) >= 0)
             return ta_error(TA_EINVAL, "%s: names[%d] is not valid UTF-8", fn, i);
         /* Quadratic, but weight files hold at most thousands of tensors. */
         for (int j = 0; j < i; j++)
