@@ -7,6 +7,7 @@
 
 #include "bench.h"
 #include "bench_internal.h"
+#include "cli.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -18,13 +19,14 @@
 
 static int usage_error(const char *fmt, ...)
 {
+    /* through the command line's error line, which escapes what an argument quotes (a
+     * newline in a --filter value split the line until session 37) */
     va_list ap;
     va_start(ap, fmt);
-    fputs("tensorattn: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputs(" (see tensorattn bench --help)\n", stderr);
+    char msg[CLI_WHY_MAX];
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return 2;
+    return cli_error(CLI_USAGE, "%s (see tensorattn bench --help)", msg);
 }
 
 static void print_help(void)

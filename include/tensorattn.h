@@ -32,10 +32,13 @@
  *   or exits.
  * - Arguments are ordered outputs, inputs, then options.
  * - An output is written element by element, so distinct indices need distinct
- *   addresses: an output whose strides put two of its elements at one address is
+ *   addresses: an output tensor whose strides put two of its elements at one address is
  *   TA_EINVAL, whether by a stride 0 over an extent > 1 (an expanded tensor: the case
  *   each function below names) or by strides that overlap otherwise (a batch stride
- *   smaller than a batch's span). An empty output has no element and is taken.
+ *   smaller than a batch's span; found by a search of bounded size, which settles every
+ *   layout of views, slices and permutations and all but rare wide interleavings, which
+ *   are taken as given). An empty output has no element and is taken. ta_sgemm's raw
+ *   pointers: its own rule below.
  * - Results are bitwise identical for any thread count.
  * - Scratch memory: operations that need it take one block per call before writing any
  *   output; pass your own (ta_workspace, sized by the op's _workspace_size query) and

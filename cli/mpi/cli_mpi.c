@@ -87,7 +87,7 @@ int cli_mpi_fail(cli_mpi *m, int code, const char *fmt, ...)
 
 typedef struct verdict {
     int code;
-    char msg[1024];
+    char msg[CLI_WHY_MAX];
 } verdict;
 
 int cli_mpi_sync(cli_mpi *m)

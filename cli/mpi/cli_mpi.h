@@ -13,8 +13,9 @@ typedef struct cli_mpi {
     int rank, P;
     bool we_init; /* this command called MPI_Init (and calls MPI_Finalize) */
     int quiet_fd[2]; /* saved stdout, stderr while a non-root rank is silenced */
-    int code;     /* this rank's first failure (0: none) and its message */
-    char msg[1024];
+    int code;     /* this rank's first failure (0: none) and its message (whole: a path of
+                   * up to PATH_MAX and the library's message) */
+    char msg[CLI_WHY_MAX];
 } cli_mpi;
 
 /* MPI_Init_thread (FUNNELED) unless MPI is already up; rank and size of MPI_COMM_WORLD. */

@@ -331,10 +331,10 @@ bool ta_tensors_interleave(const ta_tensor *a, const ta_tensor *b)
 /* Whether two distinct indices of t (no stride 0 over an extent > 1, no empty dim, a
  * checked layout) address one element: the index differences d_k in [-(n_k - 1), n_k -
  * 1], not all 0, with sum d_k |stride_k| = 0. Each stride above the span of the smaller
- * ones (any C-ordered, permuted or sliced view) answers no at once; else a bounded
- * search: the first nonzero difference (largest stride first) taken positive, the rest
- * by offset_reachable. A search past its budget answers no (no claim: the layout is
- * taken as given). */
+ * ones (any C-ordered, permuted or sliced view) answers no at once; two dims that meet
+ * by themselves answer yes at once; else a bounded search per dim p (dims by decreasing
+ * stride): the first nonzero difference d_p > 0, the rest by offset_reachable. A search
+ * past its budget decides nothing (a layout no search settles is taken as given). */
 static bool self_overlaps(const ta_tensor *t)
 {
     overlap_dim dim[TA_MAX_DIMS];
@@ -359,6 +359,17 @@ static bool self_overlaps(const ta_tensor *t)
         if (span > ((int64_t)1 << 61)) return false;
     }
     if (nested) return false;
+    /* two dims alone: d_i s_i = d_j s_j has its least solution at d_i = s_j / g, d_j =
+     * s_i / g (g their gcd): equal strides, multiples, any pair within reach, at once */
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            int64_t a = dim[i].stride, b = dim[j].stride;
+            while (b) {
+                const int64_t r = a % b;
+                a = b, b = r;
+            }
+            if (dim[j].stride / a <= dim[i].hi && dim[i].stride / a <= dim[j].hi) return true;
+        }
     int64_t below[TA_MAX_DIMS][2];
     int64_t lo_sum = 0, hi_sum = 0;
     for (int k = n - 1; k >= 0; k--) {
@@ -366,17 +377,20 @@ static bool self_overlaps(const ta_tensor *t)
         lo_sum += dim[k].lo * dim[k].stride;
         hi_sum += dim[k].hi * dim[k].stride;
     }
-    int64_t budget = 1 << 12;
-    for (int p = 0; p < n; p++)
+    /* each p (the first nonzero difference) its own question with its own budget: one
+     * that runs out leaves that p undecided (no claim), not the others */
+    for (int p = n - 1; p >= 0; p--) {
+        int64_t budget = 1 << 12;
         for (int64_t d = 1; d <= dim[p].hi; d++) {
             /* the rest must cancel d strides of dim p: beyond their reach, no larger d is
              * in it either */
             if (d * dim[p].stride > below[p][1]) break;
             const bool hit = offset_reachable(dim + p + 1, below + p + 1, n - p - 1,
                                               -d * dim[p].stride, &budget);
-            if (budget < 0) return false;
+            if (budget < 0) break;
             if (hit) return true;
         }
+    }
     return false;
 }
 
