@@ -287,6 +287,17 @@ static bool offset_reachable(const overlap_dim *dim, int64_t (*below)[2], int n,
     return false;
 }
 
+/* dim[0 .. n) by decreasing stride, the order offset_reachable searches in (n <=
+ * TA_MAX_DIMS: an insertion sort). */
+static void sort_by_stride(overlap_dim *dim, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && dim[j].stride > dim[j - 1].stride; j--) {
+            const overlap_dim t = dim[j];
+            dim[j] = dim[j - 1], dim[j - 1] = t;
+        }
+}
+
 bool ta_tensors_interleave(const ta_tensor *a, const ta_tensor *b)
 {
     /* the same dtype and strides (shapes may differ: dQ and dK of a packed GQA buffer),
@@ -310,11 +321,7 @@ bool ta_tensors_interleave(const ta_tensor *a, const ta_tensor *b)
      * sum_k (i_a,k - i_b,k) stride_k = delta / size: search the differences, largest
      * stride first (strides and extents of checked tensors: their spans fit in int64, so
      * these sums do, with a margin kept below) */
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && dim[j].stride > dim[j - 1].stride; j--) {
-            const overlap_dim t = dim[j];
-            dim[j] = dim[j - 1], dim[j - 1] = t;
-        }
+    sort_by_stride(dim, n);
     int64_t below[TA_MAX_DIMS][2];
     int64_t lo_sum = 0, hi_sum = 0;
     for (int k = n - 1; k >= 0; k--) {
@@ -344,11 +351,7 @@ static bool self_overlaps(const ta_tensor *t)
             const int64_t s = t->stride[d] < 0 ? -t->stride[d] : t->stride[d];
             dim[n++] = (overlap_dim){s, -(t->shape[d] - 1), t->shape[d] - 1};
         }
-    for (int i = 1; i < n; i++) /* largest stride first */
-        for (int j = i; j > 0 && dim[j].stride > dim[j - 1].stride; j--) {
-            const overlap_dim x = dim[j];
-            dim[j] = dim[j - 1], dim[j - 1] = x;
-        }
+    sort_by_stride(dim, n); /* largest stride first */
     int64_t span = 0; /* of the dims with smaller strides */
     bool nested = true;
     for (int k = n - 1; k >= 0; k--) {
