@@ -202,6 +202,19 @@ static const char *file_with_header(const char *name, const char *header)
     return path;
 }
 
+/* A file_with_header file opens, and its tensor `name` holds the 1.5 written after the
+ * header. */
+static void assert_reads_value(const char *path, const char *name)
+{
+    ta_safetensors *st;
+    TA_CHECK_OK(ta_safetensors_open(&st, path));
+    ta_tensor t;
+    TA_CHECK_OK(ta_safetensors_get(&t, st, name));
+    assert_true(((const float *)t.data)[0] == 1.5f);
+    ta_tensor_free(&t);
+    ta_safetensors_free(st);
+}
+
 /* cJSON decodes an escaped NUL into a NUL that ends the name it hands over: "a\u0000x"
  * would be read as "a" (two such names as one name twice), so a header with one is
  * refused; an escaped backslash before "u0000" is an ordinary name. */
@@ -220,13 +233,7 @@ static void test_safetensors_escaped_nul_is_refused(void **state)
     const char *ok = file_with_header(
         "st_esc_backslash.safetensors",
         "{\"a\\\\u0000\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}");
-    ta_safetensors *st;
-    TA_CHECK_OK(ta_safetensors_open(&st, ok));
-    ta_tensor t;
-    TA_CHECK_OK(ta_safetensors_get(&t, st, "a\\u0000"));
-    assert_true(((const float *)t.data)[0] == 1.5f);
-    ta_tensor_free(&t);
-    ta_safetensors_free(st);
+    assert_reads_value(ok, "a\\u0000");
 }
 
 /* A header that is not UTF-8 (JSON is UTF-8; the official reader refuses such a file) is
@@ -249,13 +256,7 @@ static void test_safetensors_header_must_be_utf8(void **state)
         "st_utf8_ok.safetensors",
         "{\"caf\xc3\xa9.\xe2\x82\xac.\xf0\x9f\x98\x80\": {\"dtype\": \"F32\", \"shape\": [1], "
         "\"data_offsets\": [0, 4]}}");
-    ta_safetensors *st;
-    TA_CHECK_OK(ta_safetensors_open(&st, ok));
-    ta_tensor t;
-    TA_CHECK_OK(ta_safetensors_get(&t, st, "caf\xc3\xa9.\xe2\x82\xac.\xf0\x9f\x98\x80"));
-    assert_true(((const float *)t.data)[0] == 1.5f);
-    ta_tensor_free(&t);
-    ta_safetensors_free(st);
+    assert_reads_value(ok, "caf\xc3\xa9.\xe2\x82\xac.\xf0\x9f\x98\x80");
 }
 
 static void test_safetensors_roundtrip_keeps_names_values_and_layout(void **state)
